@@ -1,0 +1,24 @@
+"""Rendering: the only place that imports rich (tables, progress bars) and matplotlib (plots).
+
+Shared helpers live here; each face has its own module (scan, proofs, sim).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+# Tables go to stdout; progress bars and notes to stderr so that --json on stdout stays parseable.
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    """Format a similarity; NaN (not computable) prints as an em dash."""
+    if value != value:
+        return "—"
+    return f"{value:.{digits}f}"
+
+
+def fmt_with_floor(value: float, floor: float, digits: int = 3) -> str:
+    """A similarity beside its noise floor, e.g. ``0.812 (floor 0.050)``."""
+    return f"{fmt(value, digits)} [dim](floor {fmt(floor, digits)})[/dim]"

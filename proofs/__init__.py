@@ -1,0 +1,1 @@
+"""Symbolic proofs of the symmetry claims (imports sympy only, never torch)."""
