@@ -29,15 +29,38 @@ def _register() -> None:
     from geodrift.cli import prove_cmd, scan_cmd, sim_mlp_cmd, sim_transformer_cmd  # noqa: F401
 
 
-def main() -> None:
-    """Console-script entry point."""
-    _register()
+def _click_exception() -> type[Exception]:
+    # Typer >= 0.20 vendors click as typer._click; older releases use click itself.
     try:
-        app()
+        from click.exceptions import ClickException
+    except ImportError:
+        from typer._click.exceptions import ClickException  # type: ignore[no-redef]
+    return ClickException
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: user errors print one line and exit 2, never a traceback."""
+    _register()
+    click_exception = _click_exception()
+    try:
+        code = app(args=argv, standalone_mode=False)
     except GeodriftError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except click_exception as error:
+        if type(error).__name__ == "NoArgsIsHelpError":
+            error.show()  # type: ignore[attr-defined]
+            sys.exit(0)
+        typer.echo(f"error: {error.format_message()}", err=True)  # type: ignore[attr-defined]
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
-    main()
+    # Run through the imported module so commands register on the same app object.
+    from geodrift.cli.main import main as _main
+
+    _main()

@@ -1,0 +1,202 @@
+"""Peak resident memory of reading (and scanning) a multi-GB sharded bf16 safetensors checkpoint.
+
+Target (issue 2): on a synthetic Llama-shaped bf16 checkpoint of at least 4 GB, peak resident
+memory stays under 1.5 GB. The checkpoint is written to a temporary folder (one shard per layer,
+so the writer holds one layer at a time) and removed afterwards. Each measurement runs in a
+fresh child process; its peak RSS comes from ``os.wait4`` (``ru_maxrss`` of that child), side by
+side with a child that only imports geodrift (the interpreter + torch floor):
+
+1. ``import``: ``import geodrift.scan.readers`` and nothing else;
+2. ``read raw``: ``open_checkpoint`` + every projection through ``weightset(ckpt)``, one at a time;
+3. ``read folded``: the same through the folded view (each load also reads its norm gain);
+4. ``scan``: ``geodrift scan PATH --json-out out.json --brief`` (the real job), unless ``--no-scan``.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_scan_memory.py [--layers 10] [--dir /tmp] \\
+        [--no-scan] [--write-results benchmarks/RESULTS_memory.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+D_MODEL, D_FF, N_HEADS, N_KV, VOCAB = 4096, 14336, 32, 8, 32000
+LIMIT_GB = 1.5
+
+
+def write_checkpoint(folder: Path, n_layers: int, seed: int = 0) -> int:
+    """Write a Llama-3-8B-shaped bf16 checkpoint (one shard per layer); returns its size in bytes."""
+    import torch
+    from safetensors.torch import save_file
+
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(seed)
+    head = D_MODEL // N_HEADS
+    shapes = {
+        "self_attn.q_proj.weight": (N_HEADS * head, D_MODEL), "self_attn.k_proj.weight": (N_KV * head, D_MODEL),
+        "self_attn.v_proj.weight": (N_KV * head, D_MODEL), "self_attn.o_proj.weight": (D_MODEL, N_HEADS * head),
+        "mlp.gate_proj.weight": (D_FF, D_MODEL), "mlp.up_proj.weight": (D_FF, D_MODEL),
+        "mlp.down_proj.weight": (D_MODEL, D_FF),
+    }
+    n_shards = n_layers + 1
+    weight_map: dict[str, str] = {}
+
+    def randn(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen) * 0.02).to(torch.bfloat16)
+
+    for layer in range(n_layers):
+        fname = f"model-{layer + 1:05d}-of-{n_shards:05d}.safetensors"
+        shard = {f"model.layers.{layer}.{suffix}": randn(*shape) for suffix, shape in shapes.items()}
+        shard[f"model.layers.{layer}.input_layernorm.weight"] = (1 + randn(D_MODEL)).to(torch.bfloat16)
+        shard[f"model.layers.{layer}.post_attention_layernorm.weight"] = (1 + randn(D_MODEL)).to(torch.bfloat16)
+        save_file(shard, str(folder / fname))
+        weight_map.update({name: fname for name in shard})
+        del shard
+    fname = f"model-{n_shards:05d}-of-{n_shards:05d}.safetensors"
+    last = {"model.embed_tokens.weight": randn(VOCAB, D_MODEL), "model.norm.weight": (1 + randn(D_MODEL))}
+    save_file(last, str(folder / fname))
+    weight_map.update({name: fname for name in last})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    config = {"model_type": "llama", "num_hidden_layers": n_layers, "hidden_size": D_MODEL,
+              "num_attention_heads": N_HEADS, "num_key_value_heads": N_KV, "intermediate_size": D_FF,
+              "vocab_size": VOCAB, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True}
+    (folder / "config.json").write_text(json.dumps(config))
+    return sum(f.stat().st_size for f in folder.iterdir())
+
+
+_CHILD_READ = """
+import sys, time, torch
+torch.set_num_threads(1)
+from geodrift.scan.readers import open_checkpoint, weightset
+t = time.perf_counter()
+ckpt = open_checkpoint(sys.argv[1])
+ws = weightset(ckpt, sys.argv[2])
+total = 0.0
+for key in ws:
+    w = ws[key]
+    total += float(w[0, 0])
+    del w
+print(f"{len(ws)} matrices in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+"""
+
+
+def run_child(argv: list[str], label: str, timeout: float) -> dict[str, object]:
+    """Run ``argv`` as a child; return its peak RSS (GB), wall time and exit status."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = start + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.2)
+    wall = time.perf_counter() - start
+    stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+    code = os.waitstatus_to_exitcode(status)
+    peak_gb = usage.ru_maxrss * 1024 / 1e9  # Linux reports KiB
+    print(f"  {label:<12} peak RSS {peak_gb:6.3f} GB  wall {wall:7.1f} s  exit {code}  {stderr[-200:]}", flush=True)
+    return {"label": label, "peak_rss_gb": peak_gb, "wall_s": wall, "exit": code, "note": stderr[-300:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=10, help="decoder layers (10 -> about 4.6 GB)")
+    parser.add_argument("--dir", type=Path, default=None, help="where to put the temporary checkpoint")
+    parser.add_argument("--no-scan", action="store_true", help="skip the full `geodrift scan` child")
+    parser.add_argument("--scan-timeout", type=float, default=1800.0)
+    parser.add_argument("--write-results", type=Path, default=None, help="write a markdown report here")
+    parser.add_argument("--write-only", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.write_only is not None:  # the writer child: keeps torch out of the measuring parent
+        print(write_checkpoint(args.write_only, args.layers))
+        return
+
+    work = Path(tempfile.mkdtemp(prefix="geodrift-mem-", dir=args.dir))
+    rows: list[dict[str, object]] = []
+    try:
+        folder = work / "llama-synthetic"
+        folder.mkdir()
+        t = time.perf_counter()
+        # Linux carries a parent's peak RSS into a forked child's ru_maxrss (across exec), so the
+        # parent stays small: it never imports torch, and the writer is a child of its own.
+        written = subprocess.run([sys.executable, __file__, "--write-only", str(folder), "--layers", str(args.layers)],
+                                 check=True, capture_output=True, text=True)
+        size = int(written.stdout.strip().splitlines()[-1])
+        print(f"wrote {size / 1e9:.2f} GB ({args.layers} layers, d_model {D_MODEL}, d_ff {D_FF}, "
+              f"GQA {N_HEADS}/{N_KV} heads, bf16) in {time.perf_counter() - t:.0f} s to {folder}", flush=True)
+        py = sys.executable
+        rows.append(run_child([py, "-c", "import torch, geodrift.scan.readers"], "import", 600))
+        rows.append(run_child([py, "-c", _CHILD_READ, str(folder), "raw"], "read raw", 1800))
+        rows.append(run_child([py, "-c", _CHILD_READ, str(folder), "folded"], "read folded", 1800))
+        if not args.no_scan:
+            geodrift = shutil.which("geodrift") or str(Path(py).parent / "geodrift")
+            rows.append(run_child([geodrift, "scan", str(folder), "--json-out", str(work / "out.json"), "--brief"],
+                                  "scan", args.scan_timeout))
+            if rows[-1]["exit"] == 0:
+                json.loads((work / "out.json").read_text())  # the report parses
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    import resource
+
+    parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    print(f"checkpoint {size / 1e9:.2f} GB; target: peak RSS < {LIMIT_GB} GB; this parent's own peak {parent:.3f} GB")
+    if args.write_results:
+        write_results(args.write_results, size, args.layers, rows)
+
+
+def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, object]]) -> None:
+    import platform
+
+    from geodrift.atomic import write_text
+
+    lines = [
+        "# Memory benchmark: streaming a multi-GB checkpoint",
+        "",
+        "Command (from the repository root, venv active):",
+        "",
+        "```",
+        f"OMP_NUM_THREADS=1 python benchmarks/bench_scan_memory.py --layers {n_layers} "
+        f"--write-results {path}",
+        "```",
+        "",
+        f"Checkpoint: synthetic Llama-shaped, bf16, {n_layers} layers + embedding, d_model {D_MODEL}, "
+        f"d_ff {D_FF}, {N_HEADS} query / {N_KV} key-value heads (k/v {N_KV * D_MODEL // N_HEADS}x{D_MODEL}), "
+        f"{n_layers + 1} shards with model.safetensors.index.json: **{size / 1e9:.2f} GB** on disk.",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}.",
+        "Peak RSS is `ru_maxrss` of each child process (`os.wait4`), one fresh process per row; the",
+        "parent that spawns them never imports torch (a forked child inherits its parent's peak).",
+        "",
+        "| child | what it does | peak RSS (GB) | peak / checkpoint | wall (s) | exit |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    what = {"import": "imports torch + geodrift.scan.readers only (floor)",
+            "read raw": "open_checkpoint + every projection via weightset(ckpt), one at a time",
+            "read folded": "same, folded view (weight x norm gain)",
+            "scan": "`geodrift scan PATH --json-out out.json --brief` (full job)"}
+    for row in rows:
+        peak = float(row["peak_rss_gb"])  # type: ignore[arg-type]
+        lines.append(f"| {row['label']} | {what[str(row['label'])]} | {peak:.3f} | {peak / (size / 1e9):.1%} | "
+                     f"{float(row['wall_s']):.1f} | {row['exit']} |")  # type: ignore[arg-type]
+    worst = max(float(r["peak_rss_gb"]) for r in rows)  # type: ignore[arg-type]
+    verdict = "meets" if worst < LIMIT_GB and all(r["exit"] == 0 for r in rows) else "MISSES"
+    lines += ["", f"Target: peak RSS < {LIMIT_GB} GB. Worst child: {worst:.3f} GB -> {verdict} the target.", ""]
+    write_text(path, "\n".join(lines))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m geodrift`` runs the command line."""
+
+from geodrift.cli.main import main
+
+main()

@@ -1,0 +1,256 @@
+"""Continuity metrics: pure functions of tensors (no I/O, no printing, no global RNG).
+
+Vectors are stacked per layer: ``(L, d)`` for one singular vector per layer or ``(L, K, d)`` for the
+top ``K``. Every comparison is sign-invariant (``|cos|``), so the SVD's arbitrary signs never matter.
+Definitions follow the paper (arXiv 2605.04971): Eq. 1 continuity, Eq. 2 sigma^2-weighted
+alignment, Eq. 3 effective rank; the two noise floors are the analytic random baseline and a
+permutation null.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+# Draws per chunk of the permutation null: bounds its memory to about 64 MB per chunk.
+_NULL_CHUNK_ELEMENTS = 16_000_000
+
+
+def adjacent_abs_cos(vectors: torch.Tensor) -> torch.Tensor:
+    """``|cos|`` between each layer's vector and the next layer's (Eq. 1 before the mean).
+
+    Args:
+        vectors: ``(L, d)`` or ``(L, K, d)``; need not be normalised.
+
+    Returns:
+        ``(L-1,)`` or ``(L-1, K)`` values in ``[0, 1]``.
+
+    Example:
+        >>> adjacent_abs_cos(torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0]]))
+        tensor([1., 0.])
+    """
+    unit = _normalise(vectors)
+    return (unit[:-1] * unit[1:]).sum(-1).abs().clamp(0.0, 1.0)
+
+
+def sigma2_weighted_alignment(
+    vectors: torch.Tensor, sigma: torch.Tensor, frobenius_sq: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Eq. 2 per adjacent pair: ``sum_k (s_k^(l)^2 / ||W^(l)||_F^2) |cos(x_k^(l), x_k^(l+1))|``.
+
+    Weights come from layer ``l`` only (the paper's asymmetric choice); pairing is by index.
+
+    Args:
+        vectors: ``(L, K, d)`` singular vectors (``v`` or ``u``) of every layer.
+        sigma: ``(L, K)`` the matching singular values.
+        frobenius_sq: ``(L,)`` ``||W||_F^2``; when ``K`` is below the rank this makes the result the
+            truncated sum, a lower bound of the full Eq. 2 (see :func:`sigma2_truncation_gap`).
+            ``None`` normalises by ``sum_k s_k^2`` (exact when ``K`` is the full rank).
+
+    Returns:
+        ``(L-1,)`` values in ``[0, 1]``.
+
+    Example:
+        >>> v = torch.eye(2).expand(3, 2, 2)
+        >>> sigma2_weighted_alignment(v, torch.ones(3, 2))
+        tensor([1., 1.])
+    """
+    weights = _energy_share(sigma, frobenius_sq)[:-1]
+    return (weights * adjacent_abs_cos(vectors).to(weights.dtype)).sum(-1).float()
+
+
+def sigma2_truncation_gap(sigma: torch.Tensor, frobenius_sq: torch.Tensor) -> torch.Tensor:
+    """Energy share left out by a top-``K`` Eq. 2: ``1 - sum_k s_k^2/||W||_F^2`` for layers ``0..L-2``.
+
+    The full Eq. 2 lies in ``[truncated, truncated + gap]`` because every left-out term is at most
+    its weight.
+
+    Args:
+        sigma: ``(L, K)``.
+        frobenius_sq: ``(L,)``.
+
+    Returns:
+        ``(L-1,)`` values in ``[0, 1]``.
+    """
+    return (1.0 - _energy_share(sigma, frobenius_sq).sum(-1)).clamp_min(0.0)[:-1].float()
+
+
+def subspace_overlap(bases: torch.Tensor) -> torch.Tensor:
+    """Continuity of top-``k`` subspaces: mean ``cos^2`` of the principal angles between layers.
+
+    ``||A B^T||_F^2 / k`` for orthonormal rows ``A, B`` of adjacent layers. Unlike Eq. 1 it does not
+    change when near-degenerate singular values swap order inside the subspace.
+
+    Args:
+        bases: ``(L, k, d)`` orthonormal rows per layer.
+
+    Returns:
+        ``(L-1,)`` values in ``[0, 1]``; random ``k``-subspaces of ``R^d`` give about ``k/d``.
+
+    Example:
+        >>> b = torch.stack([torch.eye(3)[:2], torch.eye(3)[[1, 0]]])
+        >>> subspace_overlap(b)
+        tensor([1.])
+    """
+    k = bases.shape[1]
+    cross = bases[:-1].double() @ bases[1:].double().transpose(-1, -2)  # (L-1, k, k)
+    return (cross.pow(2).sum((-1, -2)) / k).clamp(0.0, 1.0).float()
+
+
+def effective_rank(sigma: torch.Tensor) -> torch.Tensor:
+    """Eq. 3 (Roy & Vetterli): ``exp(-sum p_i log p_i)`` with ``p_i = s_i^2 / sum_j s_j^2``.
+
+    Args:
+        sigma: ``(..., K)`` the full spectrum.
+
+    Returns:
+        ``(...)``: 1 for rank one, ``K`` for a flat spectrum.
+
+    Example:
+        >>> effective_rank(torch.ones(4))
+        tensor(4.0000)
+    """
+    energy = sigma.double().pow(2)
+    p = energy / energy.sum(-1, keepdim=True).clamp_min(1e-300)
+    entropy = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    return entropy.exp().float()
+
+
+def effective_rank_bounds(
+    sigma_top: torch.Tensor, frobenius_sq: torch.Tensor, rank: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bounds on Eq. 3 from the top-``K`` singular values and ``||W||_F^2`` only.
+
+    The left-out energy ``r`` is spread over at most ``rank - K`` values, each share at most
+    ``p_K``: the entropy lies between ``H_K + r log(1/p_K)`` and ``H_K + r log((rank-K)/r)``.
+
+    Args:
+        sigma_top: ``(..., K)`` descending.
+        frobenius_sq: ``(...)``.
+        rank: ``min(m, n)``.
+
+    Returns:
+        ``(lower, upper)``, each ``(...)``; equal when ``K == rank``.
+    """
+    p = _energy_share(sigma_top, frobenius_sq)
+    head = -(p * torch.log(p.clamp_min(1e-300))).sum(-1)
+    rest = (1.0 - p.sum(-1)).clamp_min(0.0)
+    n_rest = rank - sigma_top.shape[-1]
+    if n_rest <= 0:
+        exact = head.exp().float()
+        return exact, exact
+    lower = head + rest * -torch.log(p[..., -1].clamp_min(1e-300))
+    upper = head + rest * torch.log(n_rest / rest.clamp_min(1e-300)) * (rest > 0)
+    return lower.exp().float(), upper.exp().float()
+
+
+def random_baseline(d: int) -> float:
+    """Analytic floor of Eq. 1: ``E|cos|`` of two random unit vectors in ``R^d``, ``~ sqrt(2/(pi d))``.
+
+    Example:
+        >>> round(random_baseline(256), 4)
+        0.0499
+    """
+    return math.sqrt(2.0 / (math.pi * d))
+
+
+@dataclass(frozen=True)
+class NullStats:
+    """Permutation-null distribution of a statistic: mean and standard deviation over draws."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    draws: int
+
+    def excess(self, observed: torch.Tensor) -> torch.Tensor:
+        """``observed - null mean``."""
+        return observed - self.mean
+
+    def z(self, observed: torch.Tensor) -> torch.Tensor:
+        """``(observed - null mean) / null std`` (inf when the null has no spread)."""
+        return (observed - self.mean) / self.std.clamp_min(1e-12)
+
+
+def permuted_abs_cos(vectors: torch.Tensor, draws: int, generator: torch.Generator) -> torch.Tensor:
+    """Adjacent ``|cos|`` after independently permuting the coordinates of each layer's vectors.
+
+    ``cos(P_l a, P_{l+1} b) = cos(a, P_l^T P_{l+1} b)`` and the ``P_l^T P_{l+1}`` are independent
+    uniform permutations, so one permutation per adjacent pair and draw gives the same null.
+    The permutation of a layer is shared by its ``K`` vectors (they are permuted together).
+
+    Args:
+        vectors: ``(L, K, d)``.
+        draws: number of null draws.
+        generator: the only source of randomness.
+
+    Returns:
+        ``(draws, L-1, K)``.
+    """
+    unit = _normalise(vectors.float())
+    n_pairs, k, d = unit.shape[0] - 1, unit.shape[1], unit.shape[2]
+    chunk = max(1, _NULL_CHUNK_ELEMENTS // max(1, n_pairs * k * d))
+    out = []
+    for start in range(0, draws, chunk):
+        n = min(chunk, draws - start)
+        perm = torch.rand(n, n_pairs, d, generator=generator).argsort(-1)  # (n, L-1, d)
+        shuffled = torch.gather(
+            unit[1:].unsqueeze(0).expand(n, -1, -1, -1), 3, perm.unsqueeze(2).expand(-1, -1, k, -1)
+        )  # (n, L-1, K, d)
+        out.append((unit[:-1].unsqueeze(0) * shuffled).sum(-1).abs())
+    return torch.cat(out, 0)
+
+
+def permutation_null(vectors: torch.Tensor, draws: int, generator: torch.Generator) -> NullStats:
+    """Permutation null of Eq. 1 for each of the ``K`` vector indices.
+
+    It separates continuity that comes from a shared coordinate frame from continuity that any
+    vectors with these coordinate values would show (near-uniform or all-positive vectors score
+    high under both; a shared frame scores high only in the observed order).
+
+    Args:
+        vectors: ``(L, K, d)``.
+        draws: number of seeded draws (>= 2).
+        generator: the only source of randomness.
+
+    Returns:
+        NullStats with ``mean`` and ``std`` of shape ``(K,)``.
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> permutation_null(torch.randn(5, 1, 64, generator=g), 50, g).mean.shape
+        torch.Size([1])
+    """
+    samples = permuted_abs_cos(vectors, draws, generator).mean(1)  # (draws, K)
+    return NullStats(samples.mean(0), samples.std(0), draws)
+
+
+def permutation_null_sigma2(
+    vectors: torch.Tensor,
+    sigma: torch.Tensor,
+    frobenius_sq: torch.Tensor | None,
+    draws: int,
+    generator: torch.Generator,
+) -> NullStats:
+    """Permutation null of the mean Eq. 2 (same weights, permuted coordinates).
+
+    Args:
+        vectors: ``(L, K, d)``; sigma: ``(L, K)``; frobenius_sq: ``(L,)`` or None (as in Eq. 2).
+
+    Returns:
+        NullStats with scalar ``mean`` and ``std``.
+    """
+    weights = _energy_share(sigma, frobenius_sq)[:-1].float()  # (L-1, K)
+    samples = (permuted_abs_cos(vectors, draws, generator) * weights).sum(-1).mean(-1)  # (draws,)
+    return NullStats(samples.mean(), samples.std(), draws)
+
+
+def _normalise(vectors: torch.Tensor) -> torch.Tensor:
+    return vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+def _energy_share(sigma: torch.Tensor, frobenius_sq: torch.Tensor | None) -> torch.Tensor:
+    energy = sigma.double().pow(2)
+    total = energy.sum(-1) if frobenius_sq is None else frobenius_sq.double()
+    return energy / total.clamp_min(1e-300).unsqueeze(-1)

@@ -1,0 +1,189 @@
+"""The Checkpoint base class and the canonical plan every reader shares.
+
+A reader subclass implements ``tensor_names``, ``shape`` and ``load`` for one file format; this
+module turns its names into canonical keys (``geodrift.scan.names``) and builds the *plan*: for
+every canonical key, which file tensor it comes from, whether to transpose it and which rows of
+a fused tensor it takes. See ``geodrift.scan.readers`` for the public functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from geodrift.errors import GeodriftError
+from geodrift.scan.names import CanonicalKey, NameRule, match_name
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where one canonical tensor lives: a file tensor, an optional transpose, an optional row slice."""
+
+    name: str
+    transpose: bool = False
+    rows: tuple[int, int] | None = None
+
+
+class Checkpoint:
+    """One opened checkpoint; tensors are read lazily, one at a time.
+
+    Attributes:
+        path: the file or folder opened.
+        format: ``"gguf"``, ``"safetensors"``, ``"hf-folder"`` or ``"pytorch"``.
+        architecture: one of ``geodrift.scan.names.ARCHITECTURES`` (or the file's own name for an
+            architecture mapped with ``--names``).
+        config: normalised hyperparameters, whatever is known: ``n_layers, d_model, n_heads,
+            n_kv_heads, head_dim, d_ff, vocab_size, rope_theta, norm_eps, tie_embeddings``, and
+            ``raw``: the source metadata (config.json or GGUF scalars).
+        plan: canonical key -> Part (filled by the reader's constructor via :meth:`_build_plan`).
+        label: how the checkpoint is named in messages and reports.
+    """
+
+    path: Path
+    format: str
+    architecture: str
+    config: dict[str, Any]
+    plan: dict[CanonicalKey, Part]
+    kinds_by_name: dict[str, CanonicalKey]
+    label: str
+
+    def tensor_names(self) -> list[str]:
+        """Every tensor name in the file(s), in file order."""
+        raise NotImplementedError
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape ``load(name)`` returns, read from the header (no data is read)."""
+        raise NotImplementedError
+
+    def load(self, name: str) -> torch.Tensor:
+        """One tensor as float32, dequantized, in Hugging Face's layout (see the reader's notes).
+
+        Raises:
+            GeodriftError: unknown name, unreadable data or an unsupported quantization type.
+        """
+        raise NotImplementedError
+
+    def check_readable(self, name: str) -> None:
+        """Raise GeodriftError now if ``load(name)`` is bound to fail for a reason known from the header
+        (e.g. a GGUF quantization type the installed gguf package cannot dequantize)."""
+
+    def close(self) -> None:
+        """Release file handles (readers map data per call, so this is cheap)."""
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Checkpoint {self.format} {self.architecture} {self.label}>"
+
+    # ---- plan building (shared by every reader) ----
+
+    def _build_plan(self, rules: list[NameRule], ignored: Any) -> None:
+        # Map every name, refuse unknown ones, then expand fused tensors into their roles.
+        kinds: dict[str, CanonicalKey] = {}
+        transposed: dict[str, bool] = {}
+        unknown: list[str] = []
+        for name in self.tensor_names():
+            hit = match_name(name, rules)
+            if hit is None:
+                if ignored.fullmatch(name) is None:
+                    unknown.append(name)
+                continue
+            key, transpose = hit
+            if key[0] == "ignore":
+                continue
+            if key in kinds.values():
+                other = next(n for n, k in kinds.items() if k == key)
+                raise GeodriftError(
+                    f"{self.label}: tensors {other!r} and {name!r} both map to {key}; "
+                    "fix the name mapping (--names) so each role/layer has one tensor"
+                )
+            kinds[name] = key
+            transposed[name] = transpose
+        if unknown:
+            sample = ", ".join(unknown[:6]) + (f" ... ({len(unknown)} in all)" if len(unknown) > 6 else "")
+            raise GeodriftError(
+                f"{self.label}: {len(unknown)} tensor name(s) not recognised for architecture "
+                f"{self.architecture!r}: {sample}; pass --names mapping.json with "
+                '{"regex with (\\\\d+) for the layer": "attn_q", ...} (kind "ignore" skips a tensor)'
+            )
+        self.kinds_by_name = kinds
+        plan: dict[CanonicalKey, Part] = {}
+        for name, (kind, layer) in kinds.items():
+            if kind == "attn_qkv" or kind == "attn_qkv_bias":
+                suffix = "_bias" if kind.endswith("_bias") else ""
+                total = self._fused_rows(name, transposed[name])
+                q_rows, kv_rows = self._qkv_split(total, name)
+                bounds = [(0, q_rows), (q_rows, q_rows + kv_rows), (q_rows + kv_rows, total)]
+                for role, rows in zip(("attn_q", "attn_k", "attn_v"), bounds, strict=True):
+                    plan[(role + suffix, layer)] = Part(name, transposed[name], rows)
+            elif kind == "mlp_gate_up":
+                total = self._fused_rows(name, transposed[name])
+                if total % 2:
+                    raise GeodriftError(f"{self.label}:{name}: fused gate/up has an odd row count {total}")
+                plan[("mlp_gate", layer)] = Part(name, transposed[name], (0, total // 2))
+                plan[("mlp_up", layer)] = Part(name, transposed[name], (total // 2, total))
+            else:
+                plan[(kind, layer)] = Part(name, transposed[name])
+        self.plan = plan
+
+    def _fused_rows(self, name: str, transpose: bool) -> int:
+        shape = self.shape(name)
+        return shape[-1] if transpose else shape[0]
+
+    def _qkv_split(self, total: int, name: str) -> tuple[int, int]:
+        # Rows of a fused [q; k; v]: q has n_heads * head_dim rows, k and v n_kv_heads * head_dim.
+        n_heads = self.config.get("n_heads")
+        n_kv = self.config.get("n_kv_heads", n_heads)
+        head_dim = self.config.get("head_dim")
+        if head_dim is None and n_heads and self.config.get("d_model"):
+            head_dim = self.config["d_model"] // n_heads
+        if n_heads and n_kv and head_dim:
+            q_rows, kv_rows = n_heads * head_dim, n_kv * head_dim
+        elif total % 3 == 0:  # no head counts known: equal thirds (multi-head attention)
+            q_rows = kv_rows = total // 3
+        else:
+            raise GeodriftError(
+                f"{self.label}:{name}: cannot split fused qkv of {total} rows without head counts; "
+                "put a config.json (num_attention_heads, num_key_value_heads) next to the file"
+            )
+        if q_rows + 2 * kv_rows != total:
+            raise GeodriftError(
+                f"{self.label}:{name}: fused qkv has {total} rows but the head counts give "
+                f"{q_rows} + 2 x {kv_rows}; check num_attention_heads/num_key_value_heads in the config"
+            )
+        return q_rows, kv_rows
+
+    def canonical_shape(self, key: CanonicalKey) -> tuple[int, ...]:
+        """The shape ``load_canonical`` returns for ``key``, from the header alone."""
+        part = self.plan[key]
+        shape = self.shape(part.name)
+        if part.transpose:
+            shape = tuple(reversed(shape))
+        if part.rows is not None:
+            shape = (part.rows[1] - part.rows[0],) + tuple(shape[1:])
+        return tuple(shape)
+
+
+def infer_config_from_shapes(ckpt: Checkpoint, config: dict[str, Any]) -> dict[str, Any]:
+    """Fill what the names and header shapes tell (layers, widths, vocab, tying) where unknown."""
+    layers = {layer for _, layer in ckpt.plan if layer is not None}
+    if layers:
+        config.setdefault("n_layers", max(layers) + 1)
+    if ("embed", None) in ckpt.plan:
+        vocab, d_model = ckpt.canonical_shape(("embed", None))[:2]
+        config.setdefault("vocab_size", vocab)
+        config.setdefault("d_model", d_model)
+    first = min(layers) if layers else None
+    if ("attn_q", first) in ckpt.plan:
+        config.setdefault("d_model", ckpt.canonical_shape(("attn_q", first))[1])
+    if ("mlp_up", first) in ckpt.plan:
+        config.setdefault("d_ff", ckpt.canonical_shape(("mlp_up", first))[0])
+    config.setdefault("tie_embeddings", ("lm_head", None) not in ckpt.plan)
+    return config

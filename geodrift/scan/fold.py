@@ -1,0 +1,94 @@
+"""The effective-weight ("folded") view: normalisation gains folded into the projections.
+
+A pre-norm block computes ``W (g * x / rms(x))``: the gain ``g`` of the block's input norm acts
+on the *input side* of every projection that reads the residual stream, so its effective weight
+is ``W diag(g)``:
+
+- Q, K, V with the attention input norm (``norm_attn``; llama ``input_layernorm``, GGUF
+  ``attn_norm``),
+- Gate, Up with the MLP input norm (``norm_mlp``; llama ``post_attention_layernorm``, gemma2/3
+  ``pre_feedforward_layernorm``, GGUF ``ffn_norm``).
+
+Gemma2/Gemma3 also normalise a block's output before adding it to the stream
+(``post_attention_layernorm`` / ``post_feedforward_layernorm``, GGUF ``post_attention_norm`` /
+``post_ffw_norm``): what reaches the stream is ``g * normalise(W h)``, so those gains go on the
+*output side*: ``diag(g) W`` for O and Down. (The normalisation's per-token scalar is not a fixed
+linear map and is not folded; only the gain is.) Gemma's gains are ``1 + w``
+(:func:`geodrift.scan.readers.norm_gain`). gpt2's LayerNorm gains fold the same way (its biases
+are not part of a weight matrix and are left out). qwen3/gemma3 per-head q/k norms act inside
+the attention score, not on the stream, and are not folded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from geodrift.errors import GeodriftError
+from geodrift.scan.checkpoint import Checkpoint
+
+# role -> (norm key kind, side): "in" multiplies columns (W diag g), "out" multiplies rows (diag g W).
+INPUT_SIDE: dict[str, str] = {
+    "attn_q": "norm_attn", "attn_k": "norm_attn", "attn_v": "norm_attn",
+    "mlp_gate": "norm_mlp", "mlp_up": "norm_mlp",
+}
+OUTPUT_SIDE: dict[str, str] = {"attn_o": "norm_attn_post", "mlp_down": "norm_mlp_post"}
+
+
+def fold_plan(ckpt: Checkpoint, role: str, layer: int) -> list[tuple[str, str]]:
+    """The gains folded into ``(role, layer)``: a list of ``(norm kind, "in" | "out")``.
+
+    Only norms the checkpoint actually has are listed (O and Down fold nothing outside gemma2/3).
+    """
+    plan = []
+    if role in INPUT_SIDE and (INPUT_SIDE[role], layer) in ckpt.plan:
+        plan.append((INPUT_SIDE[role], "in"))
+    if role in OUTPUT_SIDE and (OUTPUT_SIDE[role], layer) in ckpt.plan:
+        plan.append((OUTPUT_SIDE[role], "out"))
+    return plan
+
+
+def fold_weight(weight: torch.Tensor, gain: torch.Tensor, side: str) -> torch.Tensor:
+    """Fold one gain vector into a weight.
+
+    Args:
+        weight: ``(d_out, d_in)``.
+        gain: ``(d_in,)`` for side ``"in"`` (returns ``W diag(g)``) or ``(d_out,)`` for ``"out"``
+            (returns ``diag(g) W``).
+        side: ``"in"`` or ``"out"``.
+
+    Returns:
+        ``(d_out, d_in)``.
+
+    Example:
+        >>> fold_weight(torch.ones(2, 3), torch.tensor([1.0, 2.0, 3.0]), "in")[0].tolist()
+        [1.0, 2.0, 3.0]
+    """
+    if side == "in":
+        return weight * gain.reshape(1, -1)
+    if side == "out":
+        return weight * gain.reshape(-1, 1)
+    raise ValueError(f"side must be 'in' or 'out', got {side!r}")
+
+
+def folded_loader(ckpt: Checkpoint, role: str, layer: int) -> Callable[[], torch.Tensor]:
+    """A loader returning the folded ``(role, layer)`` weight (reads the weight and its norm gains)."""
+    from geodrift.scan.readers import load_canonical, norm_gain
+
+    plan = fold_plan(ckpt, role, layer)
+
+    def load() -> torch.Tensor:
+        weight = load_canonical(ckpt, (role, layer))
+        for kind, side in plan:
+            gain = norm_gain(ckpt, (kind, layer))
+            expected = weight.shape[1] if side == "in" else weight.shape[0]
+            if gain.numel() != expected:
+                raise GeodriftError(
+                    f"{ckpt.label}: {kind} of layer {layer} has {gain.numel()} entries but {role} needs "
+                    f"{expected}; the norm/weight names are mismatched - check the name mapping"
+                )
+            weight = fold_weight(weight, gain, side)
+        return weight
+
+    return load

@@ -1,0 +1,231 @@
+"""GGUF reader: metadata and tensor index from a lean header parser, data memory-mapped per tensor.
+
+``load(name)`` maps only that tensor's byte range (``numpy.memmap``), dequantizes it with
+``gguf.quants.dequantize`` (every type the installed ``gguf`` package implements; F64 and the
+integer types are cast) and unmaps it again, so one tensor is resident at a time.
+
+Two things llama.cpp's ``convert_hf_to_gguf.py`` changes are undone, so that ``load`` returns
+Hugging Face's values:
+
+- ``LlamaModel.permute``: for llama/mistral the rows of Q (with ``n_head``) and K (with
+  ``n_head_kv``) were reordered for llama.cpp's interleaved rotary layout,
+  ``W.reshape(n, 2, rows // n // 2, cols).swapaxes(1, 2)``; the inverse is
+  ``W.reshape(n, rows // n // 2, 2, cols).swapaxes(1, 2)``.
+- Gemma/Gemma2/Gemma3: ``norm.weight + 1`` was baked in; ``load`` subtracts 1 again (Hugging
+  Face stores ``w`` and multiplies by ``1 + w``).
+
+GGUF dims are stored fastest-first; ``shape``/``load`` give them in PyTorch order, which for
+every projection is ``nn.Linear``'s ``(d_out, d_in)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from geodrift.errors import GeodriftError
+from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
+from geodrift.scan.gguf_header import TensorInfo, read_gguf_header
+from geodrift.scan.names import (
+    GEMMA_FAMILY,
+    GGUF_IGNORED,
+    GGUF_PERMUTED_QK,
+    NORM_KINDS,
+    NameRule,
+    gguf_rules,
+    normalise_model_type,
+)
+
+# Types we cast ourselves (gguf.quants.dequantize does not handle them).
+_PLAIN_TYPES = {"F64", "I8", "I16", "I32", "I64"}
+_SUPPORTED: set[str] = set()  # quantization types seen to dequantize in this process
+_CORRUPT = "the file is truncated or corrupt - re-download or re-convert it"
+
+
+def unpermute_qk(weight: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's rotary row permutation of a Q or K weight/bias (rows = n_head * head_dim).
+
+    Args:
+        weight: ``(n_head * head_dim, ...)`` as stored in the GGUF.
+        n_head: heads of this projection (``n_head`` for Q, ``n_head_kv`` for K).
+
+    Returns:
+        The same shape, rows in Hugging Face's order.
+    """
+    rows = weight.shape[0]
+    if rows % (2 * n_head):
+        raise GeodriftError(f"cannot undo the Q/K permutation: {rows} rows is not a multiple of 2 x {n_head} heads")
+    rest = tuple(weight.shape[1:])
+    return weight.reshape(n_head, rows // n_head // 2, 2, *rest).swapaxes(1, 2).reshape(weight.shape).contiguous()
+
+
+def permute_qk(weight: torch.Tensor, n_head: int) -> torch.Tensor:
+    """llama.cpp's ``LlamaModel.permute`` (HF -> GGUF row order); the inverse of :func:`unpermute_qk`."""
+    rows = weight.shape[0]
+    rest = tuple(weight.shape[1:])
+    return weight.reshape(n_head, 2, rows // n_head // 2, *rest).swapaxes(1, 2).reshape(weight.shape).contiguous()
+
+
+_ITEM_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8,
+                "I16": np.int16, "I32": np.int32, "I64": np.int64}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    # One tensor: numpy-order shape, ggml type, where its bytes are and how to view them.
+    shape: tuple[int, ...]
+    qtype: Any
+    offset: int
+    n_bytes: int
+    item_dtype: Any
+    item_shape: tuple[int, ...]
+
+
+class GGUFCheckpoint(Checkpoint):
+    """A ``.gguf`` file. See the module docstring for what ``load`` undoes."""
+
+    def __init__(self, path: Path, rules: list[NameRule] | None = None, label: str | None = None,
+                 architecture: str | None = None) -> None:
+        self.path = path
+        self.format = "gguf"
+        self.label = label or str(path)
+        header = read_gguf_header(path, self.label)
+        self._tensors = {info.name: self._entry(info, header.file_size) for info in header.tensors}
+        raw = header.metadata
+        arch_name = str(raw.get("general.architecture", "llama"))
+        if architecture is not None:
+            self.architecture = architecture
+        elif rules:
+            self.architecture = arch_name
+        else:
+            self.architecture = normalise_model_type(arch_name)
+        self.config = self._config(raw, arch_name)
+        user = list(rules or [])
+        self._build_plan(user + gguf_rules(self.architecture), GGUF_IGNORED)
+        infer_config_from_shapes(self, self.config)
+
+    def _entry(self, info: TensorInfo, file_size: int) -> _Entry:
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+        from gguf.quants import quant_shape_to_byte_shape
+
+        try:
+            qtype = GGMLQuantizationType(info.ggml_type)
+            block, type_size = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            raise GeodriftError(
+                f"{self.label}:{info.name}: unknown GGML type id {info.ggml_type}; the installed gguf package "
+                "does not know it - upgrade it (pip install -U gguf) or re-quantize the file"
+            ) from None
+        shape = tuple(int(d) for d in reversed(info.dims))
+        n_elems = int(np.prod(shape)) if shape else 1
+        if n_elems % block:
+            raise GeodriftError(f"{self.label}:{info.name}: {n_elems} elements is not a multiple of the {qtype.name} block {block}; {_CORRUPT}")
+        n_bytes = n_elems * type_size // block
+        if info.offset + n_bytes > file_size:
+            raise GeodriftError(
+                f"{self.label}:{info.name}: tensor data runs past the end of the file ({file_size} bytes); "
+                "the file is truncated - re-download or re-convert it"
+            )
+        if qtype.name in _ITEM_DTYPES:
+            return _Entry(shape, qtype, info.offset, n_bytes, _ITEM_DTYPES[qtype.name], shape)
+        return _Entry(shape, qtype, info.offset, n_bytes, np.uint8, tuple(quant_shape_to_byte_shape(shape, qtype)))
+
+    def _config(self, raw: dict[str, Any], arch: str) -> dict[str, Any]:
+        def get(key: str) -> Any:
+            return raw.get(f"{arch}.{key}")
+
+        config: dict[str, Any] = {"raw": raw}
+        pairs = {
+            "n_layers": "block_count", "d_model": "embedding_length", "d_ff": "feed_forward_length",
+            "n_heads": "attention.head_count", "n_kv_heads": "attention.head_count_kv",
+            "head_dim": "attention.key_length", "rope_theta": "rope.freq_base",
+            "vocab_size": "vocab_size", "context_length": "context_length",
+        }
+        for ours, theirs in pairs.items():
+            value = get(theirs)
+            if isinstance(value, (int, float)):
+                config[ours] = value
+        eps = get("attention.layer_norm_rms_epsilon") or get("attention.layer_norm_epsilon")
+        if eps is not None:
+            config["norm_eps"] = float(eps)
+        if "n_heads" in config and "n_kv_heads" not in config:
+            config["n_kv_heads"] = config["n_heads"]
+        if "head_dim" not in config and config.get("n_heads") and config.get("d_model"):
+            config["head_dim"] = config["d_model"] // config["n_heads"]
+        config["tie_embeddings"] = "output.weight" not in self._tensors
+        return config
+
+    def tensor_names(self) -> list[str]:
+        return list(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._tensor(name).shape
+
+    def qtype(self, name: str) -> str:
+        """The GGML type name of ``name`` (``"Q4_1"``, ``"F32"`` ...)."""
+        return str(self._tensor(name).qtype.name)
+
+    def _tensor(self, name: str) -> _Entry:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise GeodriftError(f"{self.label}: no tensor named {name!r}") from None
+
+    def check_readable(self, name: str) -> None:
+        qtype = self._tensor(name).qtype
+        if qtype.name in _PLAIN_TYPES or qtype.name in ("F32", "F16") or qtype.name in _SUPPORTED:
+            return
+        from gguf import GGML_QUANT_SIZES, quants
+
+        try:  # one zero block tells whether this gguf version implements the type
+            quants.dequantize(np.zeros((1, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8), qtype)
+        except NotImplementedError:
+            raise GeodriftError(self._unsupported(name, qtype.name)) from None
+        _SUPPORTED.add(qtype.name)
+
+    def _unsupported(self, name: str, qtype: str) -> str:
+        return (
+            f"{self.label}:{name}: quantization type {qtype} cannot be dequantized by the installed gguf "
+            "package; upgrade it (pip install -U gguf) or re-quantize the file to a supported type "
+            "(e.g. Q8_0, Q4_K, F16)"
+        )
+
+    def load(self, name: str) -> torch.Tensor:
+        from gguf import quants
+
+        entry = self._tensor(name)
+        qtype = entry.qtype
+        # Map only this tensor's bytes; the mapping is dropped before returning.
+        mapped = np.memmap(self.path, dtype=np.uint8, mode="r", offset=entry.offset, shape=(entry.n_bytes,))
+        try:
+            stored = np.asarray(mapped).view(entry.item_dtype).reshape(entry.item_shape)
+            if qtype.name in _PLAIN_TYPES or qtype.name == "F32":
+                values = np.array(stored, dtype=np.float32)  # a copy out of the mapping
+            else:
+                try:
+                    values = np.asarray(quants.dequantize(stored, qtype), dtype=np.float32)
+                except NotImplementedError:
+                    raise GeodriftError(self._unsupported(name, qtype.name)) from None
+            del stored
+        finally:
+            del mapped
+        tensor = torch.from_numpy(np.ascontiguousarray(values)).reshape(entry.shape)
+        return self._undo_converter(name, tensor)
+
+    def _undo_converter(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        kind = self.kinds_by_name.get(name, ("", None))[0] if hasattr(self, "kinds_by_name") else ""
+        if self.architecture in GGUF_PERMUTED_QK and kind in ("attn_q", "attn_q_bias", "attn_k", "attn_k_bias"):
+            heads = self.config.get("n_heads") if kind.startswith("attn_q") else self.config.get("n_kv_heads")
+            if not heads:
+                raise GeodriftError(
+                    f"{self.label}:{name}: {self.architecture}.attention.head_count is missing, so "
+                    "llama.cpp's Q/K row permutation cannot be undone; add it to the GGUF metadata"
+                )
+            tensor = unpermute_qk(tensor, int(heads))
+        if self.architecture in GEMMA_FAMILY and kind in NORM_KINDS:
+            tensor = tensor - 1.0
+        return tensor

@@ -1,0 +1,294 @@
+"""Open a checkpoint of any supported format and read it as canonical tensors or a WeightSet.
+
+Formats: a Hugging Face model folder (``config.json`` + ``model.safetensors`` or shards with
+``model.safetensors.index.json``; ``pytorch_model*.bin`` as a fallback), a single
+``.safetensors`` file, a ``.gguf`` file (any type ``gguf.quants`` dequantizes, mixed types in one
+file), a PyTorch pickle (``weights_only=True`` only), and - for ``path=None`` - the embedded
+SmolLM2-135M-Instruct GGUF. Tensors are streamed: each ``load`` maps and reads one tensor.
+
+Public API::
+
+    ckpt = open_checkpoint(path, names=None, architecture=None)   # Checkpoint
+    ckpt.tensor_names(); ckpt.shape(name); ckpt.load(name)        # file tensors, float32, HF layout
+    canonical_tensors(ckpt)    # file name -> canonical key, e.g. "blk.3.attn_q.weight" -> ("attn_q", 3)
+    canonical_keys(ckpt)       # every key load_canonical accepts (fused tensors split)
+    load_canonical(ckpt, key)  # one canonical tensor, Hugging Face transformers' layout
+    norm_gain(ckpt, key)       # a norm's effective multiplicative gain (gemma: 1 + w)
+    weightset(ckpt, view)      # WeightSet of the 7 projections, "raw" or "folded" (geodrift.scan.fold)
+    validate_for_continuity(ws)  # >= 2 layers per role; the scan calls it after --roles/--layers
+
+Canonical keys are listed in ``geodrift.scan.names``. ``load_canonical`` is what a model
+implementation calls (``geodrift/sim/llama*.py``): projections come as ``nn.Linear.weight``
+``(d_out, d_in)`` with Q/K rows in Hugging Face's rotary order (llama.cpp's permutation undone),
+fused qkv/gate_up split, gpt2's Conv1D transposed; norms as Hugging Face stores them; and
+``("lm_head", None)`` falls back to the embedding when the embeddings are tied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from geodrift.errors import GeodriftError
+from geodrift.scan.checkpoint import Checkpoint, Part
+from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
+from geodrift.scan.gguf_reader import GGUFCheckpoint
+from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey, NameRule, load_name_mapping
+from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
+from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet
+
+__all__ = [
+    "Checkpoint", "open_checkpoint", "canonical_tensors", "canonical_keys", "load_canonical",
+    "norm_gain", "weightset", "validate_for_continuity", "load_name_mapping",
+]
+
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] | None = None,
+                    architecture: str | None = None) -> Checkpoint:
+    """Open a checkpoint; reads headers only.
+
+    Args:
+        path: a ``.gguf``, ``.safetensors`` or pickle file, a Hugging Face folder, or None for
+            the embedded SmolLM2-135M-Instruct GGUF.
+        names: a ``--names`` JSON path (or rules from :func:`load_name_mapping`), tried before
+            the built-in tables.
+        architecture: override the detected architecture (e.g. ``"gemma"`` for a bare
+            safetensors file, whose names are llama's).
+
+    Returns:
+        A Checkpoint with ``format``, ``architecture``, ``config`` and a canonical plan.
+
+    Raises:
+        GeodriftError: missing path, unknown format, corrupt header, unknown tensor names.
+
+    Example:
+        >>> ckpt = open_checkpoint(None)  # doctest: +SKIP
+        >>> ckpt.architecture, ckpt.config["n_layers"]  # doctest: +SKIP
+        ('llama', 30)
+    """
+    rules = load_name_mapping(names) if isinstance(names, (str, Path)) else names
+    if path is None:
+        return GGUFCheckpoint(embedded_model_path(), rules, EMBEDDED_LABEL, architecture)
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise GeodriftError(f"{path}: no such file or folder; pass a .gguf/.safetensors file or a model folder")
+    if path.is_dir():
+        return _open_folder(path, rules, architecture)
+    config = path.parent / "config.json"
+    config_path = config if config.is_file() else None
+    suffix = path.suffix.lower()
+    if suffix == ".gguf" or _has_magic(path, b"GGUF"):
+        return GGUFCheckpoint(path, rules, None, architecture)
+    if suffix == ".safetensors":
+        return SafetensorsCheckpoint(path, [path], config_path, rules, architecture)
+    if suffix in _PICKLE_SUFFIXES:
+        return PytorchCheckpoint(path, [path], config_path, rules, architecture)
+    raise GeodriftError(
+        f"{path}: unknown checkpoint format {suffix or '(no suffix)'}; use a .gguf, .safetensors, "
+        ".bin/.pt pickle or a Hugging Face model folder"
+    )
+
+
+def _has_magic(path: Path, magic: bytes) -> bool:
+    with path.open("rb") as handle:
+        return handle.read(len(magic)) == magic
+
+
+def _open_folder(path: Path, rules: list[NameRule] | None, architecture: str | None) -> Checkpoint:
+    import json
+
+    config = path / "config.json"
+    config_path = config if config.is_file() else None
+    for index_name, cls in (("model.safetensors.index.json", SafetensorsCheckpoint),
+                            ("pytorch_model.bin.index.json", PytorchCheckpoint)):
+        index = path / index_name
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise GeodriftError(f"{index}: not a valid shard index ({exc}); re-download it") from None
+            files = sorted({path / str(f) for f in weight_map.values()})
+            if cls is SafetensorsCheckpoint:
+                return SafetensorsCheckpoint(path, files, config_path, rules, architecture, weight_map)
+            return PytorchCheckpoint(path, files, config_path, rules, architecture)
+    shards = sorted(path.glob("*.safetensors"))
+    if shards:
+        return SafetensorsCheckpoint(path, shards, config_path, rules, architecture)
+    pickles = sorted(p for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES and p.name.startswith("pytorch_model"))
+    if pickles:
+        return PytorchCheckpoint(path, pickles, config_path, rules, architecture)
+    ggufs = sorted(path.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return GGUFCheckpoint(ggufs[0], rules, None, architecture)
+    raise GeodriftError(
+        f"{path}: no model.safetensors, *.safetensors shards, pytorch_model.bin or single .gguf in this "
+        "folder; point geodrift at the model file or its Hugging Face folder"
+    )
+
+
+def canonical_tensors(ckpt: Checkpoint) -> dict[str, CanonicalKey]:
+    """Every mapped file tensor name -> its canonical key (fused tensors -> ``attn_qkv``/``mlp_gate_up``).
+
+    Example:
+        >>> canonical_tensors(open_checkpoint(None))["blk.3.attn_q.weight"]  # doctest: +SKIP
+        ('attn_q', 3)
+    """
+    return dict(ckpt.kinds_by_name)
+
+
+def canonical_keys(ckpt: Checkpoint) -> list[CanonicalKey]:
+    """Every key :func:`load_canonical` accepts, fused tensors split into their roles."""
+    keys = list(ckpt.plan)
+    if ckpt.config.get("tie_embeddings") and ("lm_head", None) not in ckpt.plan and ("embed", None) in ckpt.plan:
+        keys.append(("lm_head", None))
+    return sorted(keys, key=lambda k: (k[1] if k[1] is not None else -1, k[0]))
+
+
+def _part(ckpt: Checkpoint, key: CanonicalKey) -> Part:
+    if key in ckpt.plan:
+        return ckpt.plan[key]
+    if key == ("lm_head", None) and ("embed", None) in ckpt.plan:
+        return ckpt.plan[("embed", None)]  # tied embeddings
+    raise GeodriftError(
+        f"{ckpt.label}: no tensor for {key[0]}"
+        + (f" in layer {key[1]}" if key[1] is not None else "")
+        + f" ({ckpt.architecture}); canonical_keys() lists what the checkpoint has"
+    )
+
+
+def canonical_shape(ckpt: Checkpoint, key: CanonicalKey) -> tuple[int, ...]:
+    """The shape :func:`load_canonical` returns for ``key``, from headers only."""
+    if key not in ckpt.plan and key == ("lm_head", None):
+        return ckpt.canonical_shape(("embed", None)) if ("embed", None) in ckpt.plan else ckpt.canonical_shape(key)
+    _part(ckpt, key)
+    return ckpt.canonical_shape(key)
+
+
+def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
+    """One canonical tensor in Hugging Face transformers' layout, float32, checked to be finite.
+
+    Args:
+        ckpt: an open checkpoint.
+        key: e.g. ``("attn_q", 0)``, ``("norm_mlp", 3)``, ``("embed", None)``.
+
+    Returns:
+        Projections ``(d_out, d_in)``; biases and norms ``(d,)``; embeddings ``(vocab, d_model)``.
+
+    Raises:
+        GeodriftError: the key is absent, or the tensor holds NaN/Inf.
+
+    Example:
+        >>> load_canonical(open_checkpoint(None), ("attn_k", 0)).shape  # doctest: +SKIP
+        torch.Size([192, 576])
+    """
+    part = _part(ckpt, key)
+    tensor = ckpt.load(part.name)
+    if part.transpose:
+        tensor = tensor.T
+    if part.rows is not None:
+        tensor = tensor[part.rows[0]:part.rows[1]]
+    tensor = tensor.contiguous()
+    if not bool(torch.isfinite(tensor).all()):
+        raise GeodriftError(
+            f"{ckpt.label}:{part.name}: tensor contains NaN or Inf values; the checkpoint is corrupt or was "
+            "saved mid-divergence - re-export it or exclude this projection with --roles/--layers"
+        )
+    return tensor
+
+
+def norm_gain(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
+    """A norm's effective multiplicative gain: the stored weight, or ``1 + w`` for the gemma family.
+
+    Args:
+        ckpt: an open checkpoint.
+        key: a norm key, e.g. ``("norm_attn", 0)``.
+
+    Returns:
+        ``(d,)`` float32.
+    """
+    gain = load_canonical(ckpt, key)
+    return gain + 1.0 if ckpt.architecture in GEMMA_FAMILY else gain
+
+
+def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
+    """The checkpoint's projections (Q, K, V, O, Gate, Up, Down per layer) as a lazy WeightSet.
+
+    Args:
+        ckpt: an open checkpoint.
+        view: ``"raw"`` (stored weights) or ``"folded"`` (norm gains folded in, see
+            ``geodrift.scan.fold``).
+
+    Returns:
+        A WeightSet with ``view`` set; each entry's loader reads one tensor and checks its shape
+        and finiteness.
+
+    Raises:
+        GeodriftError: unknown view, no projections found, fewer than 2 layers, or shapes that
+            differ across layers of one role.
+
+    Example:
+        >>> ws = weightset(open_checkpoint(None), "folded")  # doctest: +SKIP
+        >>> ws.shape("attn_k")  # doctest: +SKIP
+        (192, 576)
+    """
+    if view not in ("raw", "folded"):
+        raise GeodriftError(f"--view: unknown view {view!r}; use raw or folded")
+    from geodrift.scan.fold import folded_loader
+
+    entries: dict[tuple[str, int], WeightEntry] = {}
+    for (role, layer), part in ckpt.plan.items():
+        if role not in TRANSFORMER_ROLES or layer is None:
+            continue
+        shape = ckpt.canonical_shape((role, layer))
+        ckpt.check_readable(part.name)
+        if len(shape) != 2:
+            raise GeodriftError(f"{ckpt.label}:{part.name}: expected a 2-D weight matrix, got shape {shape}")
+        source = f"{ckpt.label}:{part.name}" + (f"[rows {part.rows[0]}:{part.rows[1]}]" if part.rows else "")
+        loader = folded_loader(ckpt, role, layer) if view == "folded" else _raw_loader(ckpt, role, layer)
+        entries[(role, layer)] = WeightEntry((shape[0], shape[1]), source, _checked(loader, (shape[0], shape[1]), source))
+    if not entries:
+        sample = ", ".join(ckpt.tensor_names()[:6])
+        raise GeodriftError(
+            f"{ckpt.label}: no attention/MLP projections found (tensors: {sample}); pass --names "
+            'mapping.json ({"regex with (\\\\d+)": "attn_q", ...}) to name them'
+        )
+    ws = WeightSet(entries, origin=ckpt.label, view=view)
+    validate_for_continuity(ws)
+    return ws
+
+
+def validate_for_continuity(ws: WeightSet) -> None:
+    """Check that every role has at least 2 layers (continuity compares adjacent layers).
+
+    ``weightset`` calls it; the scan calls it again after ``--roles``/``--layers`` selection.
+
+    Raises:
+        GeodriftError: naming the role, the layers present and the fix.
+    """
+    for role in ws.roles():
+        layers = ws.layers(role)
+        if len(layers) < 2:
+            raise GeodriftError(
+                f"{ws.origin}: {role} has {len(layers)} layer(s) ({layers}); continuity compares adjacent "
+                "layers and needs at least 2 - select more layers (--layers) or a deeper model"
+            )
+
+
+def _raw_loader(ckpt: Checkpoint, role: str, layer: int) -> Callable[[], torch.Tensor]:
+    return lambda: load_canonical(ckpt, (role, layer))
+
+
+def _checked(loader: Callable[[], torch.Tensor], shape: tuple[int, int], source: str) -> Callable[[], torch.Tensor]:
+    # Every load is checked even when a caller bypasses WeightSet.__getitem__: load_canonical has
+    # already refused NaN/Inf (naming the file tensor); the shape is checked here.
+    def load() -> torch.Tensor:
+        tensor = loader()
+        if tuple(tensor.shape) != shape:
+            raise GeodriftError(f"{source}: loaded shape {tuple(tensor.shape)} differs from the header's {shape}")
+        return tensor
+
+    return load

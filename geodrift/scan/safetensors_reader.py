@@ -1,0 +1,223 @@
+"""Safetensors (single file, or a Hugging Face folder with shards) and PyTorch pickle readers.
+
+Safetensors: headers are read once at open; ``load(name)`` opens the shard with
+``safetensors.safe_open`` (memory-mapped), copies that one tensor out, converts it to float32
+(bf16/f16/f8 included) and closes the mapping again - so only one tensor is resident at a time
+and the pages of tensors already read do not accumulate in the process's resident memory.
+
+PyTorch pickles are read only with ``torch.load(weights_only=True, mmap=True)``; a pickle that
+needs arbitrary code to load is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from geodrift.errors import GeodriftError
+from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
+from geodrift.scan.names import HF_IGNORED, HF_TABLES, NameRule, guess_hf_architecture, normalise_model_type
+
+
+def read_hf_config(path: Path) -> dict[str, Any]:
+    """Read ``config.json``; multimodal configs are flattened onto their ``text_config``.
+
+    Raises:
+        GeodriftError: when the file is not valid JSON.
+    """
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise GeodriftError(f"{path}: not a readable config.json ({exc}); fix or remove the file") from None
+    if not isinstance(raw, dict):
+        raise GeodriftError(f"{path}: config.json must hold a JSON object")
+    if isinstance(raw.get("text_config"), dict):
+        merged = dict(raw)
+        merged.update(raw["text_config"])
+        raw = merged
+    return raw
+
+
+def normalise_hf_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """Map config.json keys (llama-style and gpt2-style) onto geodrift's normalised names."""
+
+    def first(*keys: str) -> Any:
+        for key in keys:
+            if raw.get(key) is not None:
+                return raw[key]
+        return None
+
+    config: dict[str, Any] = {"raw": raw}
+    values = {
+        "n_layers": first("num_hidden_layers", "n_layer"),
+        "d_model": first("hidden_size", "n_embd"),
+        "n_heads": first("num_attention_heads", "n_head"),
+        "n_kv_heads": first("num_key_value_heads"),
+        "head_dim": first("head_dim"),
+        "d_ff": first("intermediate_size", "n_inner"),
+        "vocab_size": first("vocab_size"),
+        "rope_theta": first("rope_theta"),
+        "norm_eps": first("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"),
+        "tie_embeddings": first("tie_word_embeddings"),
+        "context_length": first("max_position_embeddings", "n_positions"),
+    }
+    config.update({k: v for k, v in values.items() if v is not None})
+    if "n_heads" in config:
+        config.setdefault("n_kv_heads", config["n_heads"])
+        if config.get("d_model"):
+            config.setdefault("head_dim", config["d_model"] // config["n_heads"])
+    return config
+
+
+class SafetensorsCheckpoint(Checkpoint):
+    """A single ``.safetensors`` file or a Hugging Face folder of (sharded) safetensors."""
+
+    def __init__(self, path: Path, files: list[Path], config_path: Path | None,
+                 rules: list[NameRule] | None = None, architecture: str | None = None,
+                 weight_map: dict[str, str] | None = None) -> None:
+        self.path = path
+        self.format = "hf-folder" if path.is_dir() else "safetensors"
+        self.label = str(path)
+        self._where: dict[str, Path] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        for file in files:
+            self._read_header(file)
+        if weight_map is not None:
+            missing = sorted(set(weight_map) - set(self._where))
+            if missing:
+                raise GeodriftError(
+                    f"{path}: model.safetensors.index.json lists {len(missing)} tensor(s) missing from the "
+                    f"shards (e.g. {missing[0]!r}); a shard is incomplete - re-download the model"
+                )
+        _set_architecture_and_config(self, config_path, rules, architecture)
+
+    def _read_header(self, file: Path) -> None:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for name in handle.keys():
+                    self._shapes[name] = tuple(int(d) for d in handle.get_slice(name).get_shape())
+                    self._where[name] = file
+        except FileNotFoundError:
+            raise GeodriftError(f"{file}: shard not found; re-download the model or fix the index json") from None
+        except Exception as exc:  # SafetensorError: header too large, truncated, invalid JSON ...
+            raise GeodriftError(
+                f"{file}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                "the header is corrupt or the file is truncated - re-download or re-save it"
+            ) from None
+
+    def tensor_names(self) -> list[str]:
+        return list(self._shapes)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        try:
+            return self._shapes[name]
+        except KeyError:
+            raise GeodriftError(f"{self.label}: no tensor named {name!r}") from None
+
+    def load(self, name: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        file = self._where.get(name)
+        if file is None:
+            raise GeodriftError(f"{self.label}: no tensor named {name!r}")
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                tensor = handle.get_tensor(name)
+        except Exception as exc:
+            raise GeodriftError(
+                f"{file}:{name}: cannot read the tensor data ({exc}); the file is truncated or corrupt - "
+                "re-download or re-save it"
+            ) from None
+        return tensor.to(torch.float32)
+
+
+class PytorchCheckpoint(Checkpoint):
+    """A PyTorch pickle (``pytorch_model.bin``, ``*.pt``, ``*.pth``) read with ``weights_only=True``."""
+
+    def __init__(self, path: Path, files: list[Path], config_path: Path | None,
+                 rules: list[NameRule] | None = None, architecture: str | None = None) -> None:
+        self.path = path
+        self.format = "pytorch"
+        self.label = str(path)
+        self._tensors: dict[str, torch.Tensor] = {}
+        for file in files:
+            self._tensors.update(_safe_torch_load(file))
+        _set_architecture_and_config(self, config_path, rules, architecture)
+
+    def tensor_names(self) -> list[str]:
+        return list(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        try:
+            return tuple(self._tensors[name].shape)
+        except KeyError:
+            raise GeodriftError(f"{self.label}: no tensor named {name!r}") from None
+
+    def load(self, name: str) -> torch.Tensor:
+        self.shape(name)
+        return self._tensors[name].to(torch.float32, copy=True)
+
+    def close(self) -> None:
+        self._tensors = {}
+
+
+def _safe_torch_load(file: Path) -> dict[str, torch.Tensor]:
+    # weights_only=True never runs pickled code; mmap=True needs the zip format (retry without it).
+    refuse = (
+        f"{file}: refused - this pickle holds more than tensors and would need arbitrary code to load "
+        "(torch.load weights_only=True rejected it); convert it to safetensors in a trusted environment"
+    )
+    try:
+        try:
+            state = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc) and "zip" not in str(exc):
+                raise
+            state = torch.load(str(file), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise GeodriftError(refuse) from None
+    except Exception as exc:
+        if "weights_only" in str(exc) or "Unsupported global" in str(exc):
+            raise GeodriftError(refuse) from None
+        raise GeodriftError(
+            f"{file}: not a readable PyTorch checkpoint ({type(exc).__name__}); the file is truncated or "
+            "corrupt - re-save it (safetensors preferred)"
+        ) from None
+    if isinstance(state, dict) and len(state) == 1:
+        (only,) = state.values()
+        if isinstance(only, dict):
+            state = only  # {"state_dict": {...}} / {"model": {...}}
+    if not isinstance(state, dict):
+        raise GeodriftError(f"{file}: expected a state dict (name -> tensor), got {type(state).__name__}")
+    tensors = {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise GeodriftError(f"{file}: the state dict holds no tensors")
+    return tensors
+
+
+def _set_architecture_and_config(ckpt: Checkpoint, config_path: Path | None,
+                                 rules: list[NameRule] | None, architecture: str | None) -> None:
+    raw = read_hf_config(config_path) if config_path is not None else {}
+    config = normalise_hf_config(raw)
+    model_type = raw.get("model_type")
+    if architecture is not None:
+        arch = architecture
+    elif isinstance(model_type, str):
+        arch = model_type if rules and model_type not in HF_TABLES else normalise_model_type(model_type)
+    else:
+        arch = guess_hf_architecture(ckpt.tensor_names())
+    arch = {"gemma3_text": "gemma3"}.get(arch, arch)
+    ckpt.architecture = arch
+    if arch == "gpt2" or arch in ("gemma", "gemma2", "gemma3"):
+        config.setdefault("tie_embeddings", True)  # these configs default to tied embeddings
+    ckpt.config = config
+    ckpt._build_plan(list(rules or []) + HF_TABLES.get(arch, []), HF_IGNORED)
+    infer_config_from_shapes(ckpt, config)
+    if arch == "gpt2" and "d_model" in config:
+        config.setdefault("d_ff", 4 * config["d_model"])

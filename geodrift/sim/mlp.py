@@ -1,0 +1,156 @@
+"""The toy residual MLP (paper section 4.1), always shaped as an ensemble of ``E`` members.
+
+One member computes ``h0 = E x`` (in_dim -> D), ``h_{l+1} = h_l + act(W_l h_l)`` for ``l < L``
+(no bias) and ``logits = H h_L`` (D -> classes). ``E`` same-shaped members (different seeds) are
+trained together with batched matmuls: a single run is ``E = 1``. Members never interact: the loss
+is the sum of per-member losses and every supported optimiser is element-wise, so a member's
+trajectory is the same maths as training it alone.
+
+Parameters (shapes): ``embed (E, D, in_dim)``, ``blocks (E, L, D, D)`` (``blocks[e, l]`` is
+``W_l`` in ``nn.Linear`` orientation ``(d_out, d_in)``), ``head (E, classes, D)``; with LayerNorm
+``ln_weight, ln_bias (E, L, D)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from geodrift.errors import GeodriftError
+from geodrift.sim.config import MLPConfig
+
+Activation = Callable[[torch.Tensor], torch.Tensor]
+
+
+def radial(x: torch.Tensor) -> torch.Tensor:
+    """Rotation-equivariant activation ``x * tanh(||x||)``, norm over the last (feature) dim."""
+    return x * torch.tanh(x.norm(dim=-1, keepdim=True))
+
+
+def get_activation(name: str) -> Activation:
+    """Resolve an activation by name.
+
+    ``none`` is the identity and ``radial`` is ``x * tanh(||x||)``; other names are looked up in
+    ``torch.nn.functional`` then ``torch`` and must be element-wise (checked on a probe input).
+
+    Raises:
+        GeodriftError: for an unknown or non-element-wise function.
+    """
+    if name == "none":
+        return lambda x: x
+    if name == "radial":
+        return radial
+    fn = getattr(F, name, None) or getattr(torch, name, None)
+    if not callable(fn):
+        raise GeodriftError(f"activation {name!r}: not found in torch.nn.functional or torch; "
+                            "use relu, gelu, silu, tanh, none, radial or an element-wise torch function")
+    probe = torch.linspace(-2.0, 2.0, 16).reshape(2, 8)
+    other = probe.clone()
+    other[:, 1:] = torch.flip(probe[:, 1:], dims=[1]) * 3.0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a, b = fn(probe), fn(other)
+        elementwise = a.shape == probe.shape and torch.equal(a[:, 0], b[:, 0])
+    except Exception:  # any failure means it is not a plain tensor -> tensor function
+        elementwise = False
+    if not elementwise:
+        raise GeodriftError(f"activation {name!r} is not element-wise (output[i] must depend on input[i] "
+                            "only); use relu, gelu, silu, tanh, none, radial or another element-wise function")
+    return fn  # type: ignore[no-any-return]
+
+
+class ResidualMLP(nn.Module):
+    """An ensemble of ``members`` toy MLPs.
+
+    Args:
+        in_dim: input features (784 for MNIST).
+        n_classes: output classes.
+        cfg: the architecture.
+        seeds: one seed per member; member ``e`` is initialised from ``torch.Generator().manual_seed(seeds[e])``.
+
+    Example:
+        >>> m = ResidualMLP(64, 10, MLPConfig(width=16, depth=3), seeds=[1, 2])
+        >>> m(torch.zeros(2, 5, 64)).shape
+        torch.Size([2, 5, 10])
+    """
+
+    def __init__(self, in_dim: int, n_classes: int, cfg: MLPConfig, seeds: Sequence[int]) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.act = get_activation(cfg.activation)
+        D, L, E = cfg.width, cfg.depth, len(seeds)
+        embed, blocks, head = [], [], []
+        for seed in seeds:
+            gen = torch.Generator().manual_seed(int(seed))
+            # PyTorch's nn.Linear default: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+            embed.append(_uniform((D, in_dim), in_dim, gen))
+            if cfg.init_std is None:
+                blocks.append(_uniform((L, D, D), D, gen))
+            else:
+                blocks.append(torch.randn((L, D, D), generator=gen) * cfg.init_std)
+            head.append(_uniform((n_classes, D), D, gen))
+        self.embed = nn.Parameter(torch.stack(embed))  # (E, D, in_dim)
+        self.blocks = nn.Parameter(torch.stack(blocks))  # (E, L, D, D)
+        self.head = nn.Parameter(torch.stack(head))  # (E, C, D)
+        if cfg.layernorm != "none":
+            self.ln_weight = nn.Parameter(torch.ones(E, L, D))
+            self.ln_bias = nn.Parameter(torch.zeros(E, L, D))
+
+    @property
+    def members(self) -> int:
+        return int(self.blocks.shape[0])
+
+    def _ln(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        # h (E, B, D); per-member affine (E, 1, D)
+        normed = F.layer_norm(h, h.shape[-1:])
+        return normed * self.ln_weight[:, layer, None, :] + self.ln_bias[:, layer, None, :]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (E, B, in_dim)`` -> logits ``(E, B, classes)``."""
+        placement, residual = self.cfg.layernorm, self.cfg.residual
+        h = torch.bmm(x, self.embed.mT)  # (E, B, D)
+        # unbind once: its backward stacks the L gradients in one op (slicing per layer would
+        # allocate a full (E, L, D, D) zero gradient per layer)
+        weights_t = self.blocks.mT.unbind(1)  # L x (E, D_in, D_out)
+        for layer in range(self.cfg.depth):
+            inp = self._ln(h, layer) if placement == "pre" else h
+            branch = self.act(torch.bmm(inp, weights_t[layer]))
+            if placement == "branch":
+                branch = self._ln(branch, layer)
+            h = h + branch if residual else branch
+            if placement == "post":
+                h = self._ln(h, layer)
+        return torch.bmm(h, self.head.mT)
+
+
+def _uniform(shape: tuple[int, ...], fan_in: int, gen: torch.Generator) -> torch.Tensor:
+    bound = 1.0 / fan_in**0.5
+    return (torch.rand(shape, generator=gen) * 2.0 - 1.0) * bound
+
+
+def build_mlp(cfg: MLPConfig, in_dim: int, n_classes: int, seeds: Sequence[int],
+              device: torch.device | str = "cpu") -> ResidualMLP:
+    """Build the ensemble for ``seeds`` on ``device`` (the only config -> module builder)."""
+    return ResidualMLP(in_dim, n_classes, cfg, seeds).to(device)
+
+
+def ensemble_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Sum over members of the mean cross-entropy; stats are per member.
+
+    Args:
+        batch: ``x (E, B, in_dim)``, ``y (E, B)``.
+
+    Returns:
+        ``(loss, {"loss": (E,), "acc": (E,)})`` - the scalar to backpropagate and detached stats.
+    """
+    x, y = batch
+    logits = model(x)  # (E, B, C)
+    per_member = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
+    acc = (logits.argmax(-1) == y).float().mean(1)
+    return per_member.sum(), {"loss": per_member.detach(), "acc": acc.detach()}

@@ -1,0 +1,152 @@
+"""Writers of small, real checkpoints (HF safetensors folders, GGUF files) for the reader tests.
+
+The GGUF writer applies llama.cpp's conversions the way ``convert_hf_to_gguf.py`` does (its
+``LlamaModel.permute`` of Q/K rows, written out here independently of geodrift's code, and
+gemma's ``norm + 1``), so reading back must undo them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+
+def llama_state(n_layers: int = 3, d: int = 32, n_heads: int = 4, n_kv: int = 2, d_ff: int = 48,
+                vocab: int = 50, seed: int = 0, gemma2: bool = False, qk_norm: bool = False) -> dict[str, torch.Tensor]:
+    """A Hugging Face llama-style state dict with distinct random values everywhere."""
+    g = torch.Generator().manual_seed(seed)
+    hd = d // n_heads
+    state: dict[str, torch.Tensor] = {"model.embed_tokens.weight": torch.randn(vocab, d, generator=g)}
+    for i in range(n_layers):
+        p = f"model.layers.{i}."
+        state[p + "self_attn.q_proj.weight"] = torch.randn(n_heads * hd, d, generator=g)
+        state[p + "self_attn.k_proj.weight"] = torch.randn(n_kv * hd, d, generator=g)
+        state[p + "self_attn.v_proj.weight"] = torch.randn(n_kv * hd, d, generator=g)
+        state[p + "self_attn.o_proj.weight"] = torch.randn(d, n_heads * hd, generator=g)
+        state[p + "mlp.gate_proj.weight"] = torch.randn(d_ff, d, generator=g)
+        state[p + "mlp.up_proj.weight"] = torch.randn(d_ff, d, generator=g)
+        state[p + "mlp.down_proj.weight"] = torch.randn(d, d_ff, generator=g)
+        state[p + "input_layernorm.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+        if gemma2:
+            state[p + "post_attention_layernorm.weight"] = 0.1 * torch.randn(d, generator=g)
+            state[p + "pre_feedforward_layernorm.weight"] = 0.1 * torch.randn(d, generator=g)
+            state[p + "post_feedforward_layernorm.weight"] = 0.1 * torch.randn(d, generator=g)
+        else:
+            state[p + "post_attention_layernorm.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+        if qk_norm:
+            state[p + "self_attn.q_norm.weight"] = 1 + 0.1 * torch.randn(hd, generator=g)
+            state[p + "self_attn.k_norm.weight"] = 1 + 0.1 * torch.randn(hd, generator=g)
+    state["model.norm.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+    return state
+
+
+def hf_config(model_type: str = "llama", n_layers: int = 3, d: int = 32, n_heads: int = 4, n_kv: int = 2,
+              d_ff: int = 48, vocab: int = 50, **extra: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "model_type": model_type, "num_hidden_layers": n_layers, "hidden_size": d,
+        "num_attention_heads": n_heads, "num_key_value_heads": n_kv, "intermediate_size": d_ff,
+        "vocab_size": vocab, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
+    }
+    config.update(extra)
+    return config
+
+
+def write_hf_folder(folder: Path, state: dict[str, torch.Tensor], config: dict[str, object] | None,
+                    shards: int = 1, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Write ``model.safetensors`` (or ``shards`` files plus the index json) and ``config.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = list(state)
+    if shards == 1:
+        save_file({n: state[n].to(dtype).contiguous() for n in names}, str(folder / "model.safetensors"))
+    else:
+        weight_map = {}
+        for s in range(shards):
+            part = names[s::shards]
+            fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            save_file({n: state[n].to(dtype).contiguous() for n in part}, str(folder / fname))
+            weight_map.update({n: fname for n in part})
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def converter_permute(weights: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf.py LlamaModel.permute, restated."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+            .swapaxes(1, 2)
+            .reshape(weights.shape))
+
+
+_HF_TO_GGUF = {
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight", "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+}
+
+
+def hf_to_gguf_tensors(state: dict[str, torch.Tensor], arch: str, n_heads: int, n_kv: int) -> dict[str, np.ndarray]:
+    """Rename (and for llama permute Q/K, for gemma add 1 to norms) like llama.cpp's converter."""
+    gemma = arch.startswith("gemma")
+    post = {"post_attention_layernorm.weight": "post_attention_norm.weight",
+            "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+            "post_feedforward_layernorm.weight": "post_ffw_norm.weight"} if arch in ("gemma2", "gemma3") else {
+        "post_attention_layernorm.weight": "ffn_norm.weight"}
+    table = {**_HF_TO_GGUF, **post}
+    out: dict[str, np.ndarray] = {}
+    for name, tensor in state.items():
+        data = tensor.float().numpy().copy()
+        if name.endswith("norm.weight") and gemma:
+            data = data + 1
+        if name == "model.embed_tokens.weight":
+            out["token_embd.weight"] = data
+        elif name == "model.norm.weight":
+            out["output_norm.weight"] = data
+        elif name == "lm_head.weight":
+            out["output.weight"] = data
+        else:
+            parts = name.split(".")
+            layer, suffix = int(parts[2]), ".".join(parts[3:])
+            if arch == "llama" and suffix == "self_attn.q_proj.weight":
+                data = converter_permute(data, n_heads, n_heads)
+            if arch == "llama" and suffix == "self_attn.k_proj.weight":
+                data = converter_permute(data, n_heads, n_kv)
+            out[f"blk.{layer}.{table[suffix]}"] = data
+    return out
+
+
+def write_gguf(path: Path, arch: str, tensors: dict[str, np.ndarray], metadata: dict[str, int | float] | None = None,
+               qtypes: dict[str, gguf.GGMLQuantizationType] | None = None) -> Path:
+    """Write a GGUF file; ``qtypes[name]`` quantizes that tensor with gguf.quants (default F32)."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    for key, value in (metadata or {}).items():
+        if isinstance(value, float):
+            writer.add_float32(f"{arch}.{key}", value)
+        else:
+            writer.add_uint32(f"{arch}.{key}", value)
+    for name, data in tensors.items():
+        qtype = (qtypes or {}).get(name, gguf.GGMLQuantizationType.F32)
+        if qtype == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(name, data.astype(np.float32))
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(data.astype(np.float32), qtype), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def llama_metadata(n_layers: int, d: int, n_heads: int, n_kv: int, d_ff: int) -> dict[str, int | float]:
+    return {"block_count": n_layers, "embedding_length": d, "feed_forward_length": d_ff,
+            "attention.head_count": n_heads, "attention.head_count_kv": n_kv,
+            "attention.layer_norm_rms_epsilon": 1e-5, "rope.freq_base": 10000.0}

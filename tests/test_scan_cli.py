@@ -1,0 +1,117 @@
+"""`geodrift scan` end to end: the embedded model, real files in tmp_path, and bad options."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from _checkpoints import hf_config, llama_state, write_hf_folder
+from geodrift.cli.main import _register, app, main
+from geodrift.linalg import top_k_svd
+from geodrift.scan.scan import load_weights
+
+_register()
+runner = CliRunner()
+
+
+def _scan(*args: str):
+    return runner.invoke(app, ["scan", *args])
+
+
+def test_scan_of_the_embedded_model_prints_json_with_floors_and_verdicts():
+    result = _scan("--layers", "0-3", "--k", "2", "--null-draws", "20", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["origin"].startswith("SmolLM2-135M")
+    assert [r["label"] for r in report["roles"]] == ["Q", "K", "V", "O", "Gate", "Up", "Down"]
+    for role in report["roles"]:
+        for space in role["spaces"].values():
+            first = space["vectors"][0]
+            assert len(first["per_pair"]) == 3
+            assert 0 < first["baseline"] < 0.1 and first["null_std"] > 0
+        assert role["verdict"] in ("holds", "fails")
+
+
+def test_scan_writes_csv_json_and_png_for_a_safetensors_folder(tmp_path: Path):
+    folder = write_hf_folder(tmp_path / "model", llama_state(n_layers=4), hf_config(n_layers=4))
+    out_csv, out_json, out_png = tmp_path / "r.csv", tmp_path / "r.json", tmp_path / "r.png"
+    result = _scan(str(folder), "--k", "2", "--null-draws", "10", "--csv", str(out_csv),
+                   "--json-out", str(out_json), "--plot", str(out_png))
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(out_csv.open()))
+    assert {row["role"] for row in rows} == {"attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down"}
+    assert json.loads(out_json.read_text())["view"] == "raw"
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Geometric continuity" in result.stdout and "null" in result.stdout
+
+
+def test_folded_view_is_named_in_the_report(tmp_path: Path):
+    folder = write_hf_folder(tmp_path / "model", llama_state(n_layers=3), hf_config(n_layers=3))
+    result = _scan(str(folder), "--view", "folded", "--k", "1", "--null-draws", "5", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["view"] == "folded"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["/no/such/model.gguf"], "/no/such/model.gguf"),
+        (["--roles", "q,banana"], "--roles"),
+        (["--layers", "1-x"], "--layers"),
+        (["--layers", "500"], "--layers"),
+        (["--k", "0"], "--k"),
+        (["--view", "cooked"], "--view"),
+        (["--null-draws", "1"], "--null-draws"),
+        (["--layers", "3"], "at least 2 layers"),
+    ],
+)
+def test_bad_options_give_one_line_error_and_exit_2(args, needle, tmp_path: Path, capsys):
+    out = tmp_path / "report.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["scan", *args, "--json-out", str(out)])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0]
+    assert not out.exists()
+
+
+def test_a_bad_path_from_the_shell_prints_no_traceback():
+    proc = subprocess.run([sys.executable, "-m", "geodrift", "scan", "/no/such/model.gguf"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "Traceback" not in proc.stderr
+
+
+def test_an_existing_output_file_survives_a_failed_scan(tmp_path: Path):
+    out = tmp_path / "report.json"
+    out.write_text("precious")
+    with pytest.raises(SystemExit):
+        main(["scan", str(tmp_path / "missing.gguf"), "--json-out", str(out)])
+    assert out.read_text() == "precious"
+
+
+def _top1_agreement(layers: list[int] | None) -> float:
+    ws = load_weights(None, layers=layers)
+    worst = 1.0
+    for key in ws:
+        W = ws[key]
+        fast = top_k_svd(W, 1)
+        _, _, Vh = torch.linalg.svd(W.double(), full_matrices=False)
+        worst = min(worst, float((fast.Vh[0].double() @ Vh[0]).abs()))
+    return worst
+
+
+def test_fast_top1_vectors_agree_with_full_svd_on_embedded_layers():
+    assert _top1_agreement([0, 15, 29]) >= 0.999
+
+
+@pytest.mark.slow
+def test_fast_top1_vectors_agree_with_full_svd_on_every_embedded_matrix():
+    assert _top1_agreement(None) >= 0.999

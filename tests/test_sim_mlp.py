@@ -1,0 +1,85 @@
+"""The toy residual MLP: architecture variants, activations, init, ensemble independence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from geodrift.errors import GeodriftError
+from geodrift.sim.config import MLPConfig, apply_ablations
+from geodrift.sim.mlp import ResidualMLP, build_mlp, get_activation, radial
+
+
+def test_radial_activation_is_rotation_equivariant():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 16, generator=gen)
+    q, _ = torch.linalg.qr(torch.randn(16, 16, generator=gen))
+    assert torch.allclose(radial(x @ q.T), radial(x) @ q.T, atol=1e-6)
+
+
+def test_relu_is_not_rotation_equivariant():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 16, generator=gen)
+    q, _ = torch.linalg.qr(torch.randn(16, 16, generator=gen))
+    relu = get_activation("relu")
+    assert not torch.allclose(relu(x @ q.T), relu(x) @ q.T, atol=1e-3)
+
+
+def test_any_elementwise_torch_activation_is_accepted_and_softmax_is_refused():
+    assert torch.equal(get_activation("elu")(torch.tensor([-1.0, 1.0])), torch.nn.functional.elu(torch.tensor([-1.0, 1.0])))
+    with pytest.raises(GeodriftError, match="not element-wise"):
+        get_activation("softmax")
+    with pytest.raises(GeodriftError, match="not found"):
+        get_activation("no_such_fn")
+
+
+def test_default_init_is_pytorch_linear_uniform_and_init_std_overrides_blocks_only():
+    m = ResidualMLP(784, 10, MLPConfig(), seeds=[0]).requires_grad_(False)
+    bound = 1 / 256**0.5
+    assert float(m.blocks.abs().max()) <= bound
+    assert float(m.blocks.std()) == pytest.approx(bound / 3**0.5, rel=0.02)  # std of U(-b, b)
+    small = ResidualMLP(784, 10, MLPConfig(init_std=1e-4), seeds=[0]).requires_grad_(False)
+    assert float(small.blocks.std()) == pytest.approx(1e-4, rel=0.02)
+    assert torch.equal(small.embed, m.embed)
+
+
+def test_forward_matches_the_written_recurrence():
+    cfg = MLPConfig(width=8, depth=3, activation="tanh")
+    m = build_mlp(cfg, 5, 4, [3])
+    x = torch.randn(1, 2, 5)
+    h = x[0] @ m.embed[0].T
+    for layer in range(3):
+        h = h + torch.tanh(h @ m.blocks[0, layer].T)
+    assert torch.allclose(m(x)[0], h @ m.head[0].T, atol=1e-6)
+    nores = build_mlp(apply_ablations(cfg, ["nores"]), 5, 4, [3])
+    h = x[0] @ nores.embed[0].T
+    for layer in range(3):
+        h = torch.tanh(h @ nores.blocks[0, layer].T)
+    assert torch.allclose(nores(x)[0], h @ nores.head[0].T, atol=1e-6)
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "branch"])
+def test_layernorm_placements_build_and_differ(placement):
+    x = torch.randn(1, 3, 6)
+    plain = build_mlp(MLPConfig(width=8, depth=2), 6, 2, [1])
+    normed = build_mlp(MLPConfig(width=8, depth=2, layernorm=placement), 6, 2, [1])
+    assert normed(x).shape == (1, 3, 2)
+    assert not torch.allclose(plain(x), normed(x))
+
+
+def test_ensemble_member_equals_the_single_model_of_its_seed():
+    cfg = MLPConfig(width=16, depth=3)
+    ens = build_mlp(cfg, 10, 3, [5, 9])
+    single = build_mlp(cfg, 10, 3, [9])
+    x = torch.randn(2, 4, 10)
+    assert torch.equal(ens.blocks[1], single.blocks[0])
+    assert torch.allclose(ens(x)[1], single(x[1:])[0], atol=1e-6)
+
+
+def test_bad_configurations_are_clear_errors():
+    with pytest.raises(GeodriftError, match="layernorm"):
+        MLPConfig(layernorm="middle")
+    with pytest.raises(GeodriftError, match="--ablation"):
+        apply_ablations(MLPConfig(), ["dropout"])
+    assert apply_ablations(MLPConfig(), ["init=0.001", "depth=4", "act=elu"]) == MLPConfig(
+        init_std=0.001, depth=4, activation="elu")
