@@ -32,18 +32,20 @@ def scan_command(
     csv_out: Path = typer.Option(None, "--csv", help="Write flat rows (role × space × k) to this CSV."),
     plot: Path = typer.Option(None, "--plot", help="Write a PNG of continuity vs depth per projection."),
     detail: bool = typer.Option(True, "--detail/--brief", help="Also show the k = 1..K table."),
+    ov: bool = typer.Option(True, "--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer."),
     full_spectrum: bool = typer.Option(False, "--full-spectrum", help="Full SVD of every matrix so "
                                        "σ²-WA (Eq. 2) is exact instead of bounded (slower)."),
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
     check_options(k, null_draws)
-    ws = load_weights(model, view, names, role_list, layer_list)
+    ws, heads = load_weights(model, view, names, role_list, layer_list)
     with Progress(TextColumn("[bold]scanning[/bold] {task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
                   transient=True, disable=as_json or not err_console.is_terminal) as bar:
         task = bar.add_task("", total=len(ws))
         report = scan(ws, k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum,
+                      heads=heads if ov else None,
                       progress=lambda label: bar.update(task, advance=1, description=label))
     if json_out:
         write_json(json_out, report.to_dict())

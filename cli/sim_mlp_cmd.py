@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from geodrift.errors import GeodriftError
 from geodrift.render import err_console
-from geodrift.sim.config import PRESETS, RunSpec
+from geodrift.sim.config import PAPER_SEEDS, PRESET_SEEDS, PRESETS, RunSpec
 from geodrift.sim.ensemble import default_batched
 from geodrift.sim.record import load_records
 from geodrift.sim.reproduce import Reproduction, assemble, build_specs, reproduce
@@ -79,7 +79,7 @@ def mlp_command(
     else:
         specs = build_specs(preset, steps=steps, epochs=epochs, track_every=track_every, device=device,
                             ablations=ablation or None, checkpoint_every=checkpoint_every)
-        total = sum(s.train.steps for s in specs) * len(_parse_seeds(seeds) or [0, 0, 0])
+        total = sum(s.train.steps for s in specs) * len(_parse_seeds(seeds) or PRESET_SEEDS.get(preset, PAPER_SEEDS))
         batched = default_batched(device) if batch_seeds is None else batch_seeds
         with Progress(TextColumn("[bold]training[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err_console, transient=True,

@@ -118,23 +118,30 @@ class ScanReport:
 
 
 def decompose(
-    ws: WeightSet, k: int | None, progress: Callable[[str], None] | None = None
+    ws: WeightSet,
+    k: int | None,
+    progress: Callable[[str], None] | None = None,
+    derive: Callable[[tuple[str, int], torch.Tensor], dict[tuple[str, int], torch.Tensor]] | None = None,
 ) -> dict[tuple[str, int], SVDTriplets]:
-    """Top-``k`` triplets of every matrix, loading one matrix at a time.
+    """Top-``k`` triplets of every matrix, loading one matrix at a time, layer by layer.
 
     Args:
         ws: the weights; each value is loaded once and dropped after its SVD.
         k: triplets per matrix (clipped to the matrix rank); None = the full spectrum.
         progress: called with the key's label after each matrix.
+        derive: optional hook called with every loaded matrix; it returns derived matrices (e.g. the
+            OV composite once a layer's V and O have both been seen) that are decomposed too.
 
     Returns:
         ``{(role, layer): SVDTriplets}``.
     """
     out = {}
-    for key in ws:
+    for key in sorted(ws, key=lambda key: (key[1], list(ws.roles()).index(key[0]))):
         W = ws[key]
-        out[key] = top_k_svd(W, min(k or min(W.shape), min(W.shape)))
-        del W
+        derived = derive(key, W) if derive is not None else {}
+        for name, matrix in [(key, W), *derived.items()]:
+            out[name] = top_k_svd(matrix, min(k or min(matrix.shape), min(matrix.shape)))
+        del W, derived
         if progress is not None:
             progress(f"{key[0]}[{key[1]}]")
     return out
@@ -146,7 +153,7 @@ def analyze_weightset(
     null_draws: int = 100,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
-    extra: dict[tuple[str, int], SVDTriplets] | None = None,
+    derive: Callable[[tuple[str, int], torch.Tensor], dict[tuple[str, int], torch.Tensor]] | None = None,
     full_spectrum: bool = False,
 ) -> ScanReport:
     """Continuity report of every role in ``ws`` (roles with one layer are skipped with a note).
@@ -157,7 +164,7 @@ def analyze_weightset(
         null_draws: permutation-null draws per statistic.
         seed: seeds the permutation null (the only randomness).
         progress: called after each matrix's SVD.
-        extra: already-computed triplets of derived roles (e.g. the OV composite) to include.
+        derive: hook that adds derived matrices (see :func:`decompose`), e.g. the OV composite.
         full_spectrum: compute every singular triplet so Eq. 2 is exact (a full SVD per matrix,
             slower); otherwise Eq. 2 is bounded from the top ``k``.
 
@@ -170,8 +177,7 @@ def analyze_weightset(
         >>> analyze_weightset(ws, k=2, null_draws=10).roles[0].label
         'Block'
     """
-    spectra = decompose(ws, None if full_spectrum else k, progress)
-    spectra.update(extra or {})
+    spectra = decompose(ws, None if full_spectrum else k, progress, derive)
     generator = torch.Generator().manual_seed(seed)
     roles = sorted({role for role, _ in spectra}, key=_role_order)
     reports, notes = [], []

@@ -35,7 +35,9 @@ ROLE_LABELS: dict[str, str] = {
 PREDICTED_SPACE: dict[str, str | None] = {
     "attn_q": "v", "attn_k": "v", "mlp_gate": "v", "mlp_up": "v",
     "attn_o": "u", "mlp_down": "u",
-    "attn_v": None, "attn_ov": None,
+    "attn_v": None,
+    # The OV composite W_O W_V writes through O, so it inherits O's output-space continuity.
+    "attn_ov": "u",
 }
 
 WeightKey = tuple[str, int]

@@ -30,7 +30,7 @@ def test_scan_of_the_embedded_model_prints_json_with_floors_and_verdicts():
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["origin"].startswith("SmolLM2-135M")
-    assert [r["label"] for r in report["roles"]] == ["Q", "K", "V", "O", "Gate", "Up", "Down"]
+    assert [r["label"] for r in report["roles"]] == ["Q", "K", "V", "O", "Gate", "Up", "Down", "OV"]
     for role in report["roles"]:
         for space in role["spaces"].values():
             first = space["vectors"][0]
@@ -46,7 +46,8 @@ def test_scan_writes_csv_json_and_png_for_a_safetensors_folder(tmp_path: Path):
                    "--json-out", str(out_json), "--plot", str(out_png))
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(out_csv.open()))
-    assert {row["role"] for row in rows} == {"attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down"}
+    assert {row["role"] for row in rows} == {"attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down",
+                                            "attn_ov"}
     assert json.loads(out_json.read_text())["view"] == "raw"
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Geometric continuity" in result.stdout and "null" in result.stdout
@@ -98,7 +99,7 @@ def test_an_existing_output_file_survives_a_failed_scan(tmp_path: Path):
 
 
 def _top1_agreement(layers: list[int] | None) -> float:
-    ws = load_weights(None, layers=layers)
+    ws, _ = load_weights(None, layers=layers)
     worst = 1.0
     for key in ws:
         W = ws[key]

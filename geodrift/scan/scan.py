@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from geodrift.analysis import ScanReport, analyze_weightset
 from geodrift.errors import GeodriftError
 from geodrift.scan.readers import open_checkpoint, weightset
@@ -67,11 +69,49 @@ def check_options(k: int, null_draws: int) -> None:
         raise GeodriftError(f"--null-draws: must be at least 2, got {null_draws}")
 
 
+def ov_composite_hook(
+    n_heads: int, n_kv_heads: int
+) -> Callable[[tuple[str, int], torch.Tensor], dict[tuple[str, int], torch.Tensor]]:
+    """A :func:`geodrift.analysis.decompose` hook that yields ``W_O W_V`` once a layer's V and O are seen.
+
+    With grouped-query attention, V's rows are expanded to one block per query head (key-value head
+    ``j`` serves query heads ``j*g .. j*g+g-1``, ``g = n_heads / n_kv_heads``, as in transformers'
+    ``repeat_kv``) so that ``W_O (d, n_heads*hd) @ V_expanded (n_heads*hd, d)`` is the composite map.
+
+    Args:
+        n_heads: query heads.
+        n_kv_heads: key-value heads.
+
+    Returns:
+        The hook; it keeps at most one V matrix resident.
+    """
+    pending: dict[int, torch.Tensor] = {}
+    group = n_heads // n_kv_heads
+
+    def hook(key: tuple[str, int], W: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
+        role, layer = key
+        if role == "attn_v":
+            pending.clear()
+            pending[layer] = W
+            return {}
+        if role != "attn_o" or layer not in pending:
+            return {}
+        V = pending.pop(layer)
+        head_dim = V.shape[0] // n_kv_heads
+        expanded = V.reshape(n_kv_heads, head_dim, V.shape[1]).repeat_interleave(group, dim=0)
+        return {("attn_ov", layer): W @ expanded.reshape(n_heads * head_dim, V.shape[1])}
+
+    return hook
+
+
 def load_weights(
     model: str | Path | None, view: str = "raw", names: str | Path | None = None,
     roles: list[str] | None = None, layers: list[int] | None = None,
-) -> WeightSet:
+) -> tuple[WeightSet, tuple[int, int] | None]:
     """The projections of ``model`` (None = the embedded SmolLM2-135M) as a lazy WeightSet.
+
+    Returns:
+        ``(weights, heads)``: heads is ``(n_heads, n_kv_heads)`` when the checkpoint states them.
 
     Raises:
         GeodriftError: on any unreadable input or an unknown role/layer selection.
@@ -79,7 +119,9 @@ def load_weights(
     if view not in ("raw", "folded"):
         raise GeodriftError(f"--view: {view!r} is not a view; use raw or folded")
     ckpt = open_checkpoint(model, names=names)
-    return weightset(ckpt, view=view).select(roles, layers)
+    n_heads, n_kv = ckpt.config.get("n_heads"), ckpt.config.get("n_kv_heads")
+    heads = (int(n_heads), int(n_kv or n_heads)) if n_heads else None
+    return weightset(ckpt, view=view).select(roles, layers), heads
 
 
 def scan(
@@ -90,6 +132,7 @@ def scan(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     full_spectrum: bool = False,
+    heads: tuple[int, int] | None = None,
 ) -> ScanReport:
     """Per-projection geometric continuity of a checkpoint's projections.
 
@@ -100,6 +143,7 @@ def scan(
         seed: seed of the permutation null.
         progress: called after each matrix.
         full_spectrum: full SVD of every matrix, so Eq. 2 is exact rather than bounded.
+        heads: ``(n_heads, n_kv_heads)`` to add the OV composite ``W_O W_V`` (None = skip it).
 
     Returns:
         ScanReport.
@@ -108,7 +152,8 @@ def scan(
         GeodriftError: bad options, fewer than 2 layers, NaN/Inf in a tensor.
 
     Example:
-        >>> report = scan(load_weights(None), k=4)  # doctest: +SKIP
+        >>> ws, heads = load_weights(None)  # doctest: +SKIP
+        >>> report = scan(ws, k=4, heads=heads)  # doctest: +SKIP
     """
     check_options(k, null_draws)
     if all(len(ws.layers(role)) < 2 for role in ws.roles()):
@@ -116,5 +161,8 @@ def scan(
             f"{ws.origin}: every projection has fewer than 2 layers; continuity compares adjacent "
             "layers - scan a model (or a --layers selection) with at least 2 layers"
         )
+    derive = None
+    if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
+        derive = ov_composite_hook(*heads)
     return analyze_weightset(ws, k=k, null_draws=null_draws, seed=seed, progress=progress,
-                             full_spectrum=full_spectrum)
+                             derive=derive, full_spectrum=full_spectrum)

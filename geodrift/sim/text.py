@@ -4,8 +4,8 @@ Corpora:
 - the default (``path=None``) exists offline on every install: English prose from the Python
   standard library that runs this code - the pydoc help topics (``pydoc_data.topics``) plus the
   docstrings (>= 200 characters) of the standard library's top-level modules and a fixed list of
-  packages, read with ``ast`` from the source files (nothing is imported). Exact duplicates are
-  dropped; documents keep a fixed order, so the corpus is a deterministic function of the Python
+  packages, read with ``ast`` from the source files (nothing is imported). Documents are their
+  blank-line separated paragraphs; exact duplicates are dropped; documents keep a fixed order, so the corpus is a deterministic function of the Python
   version (its sha256 is recorded with every run).
 - ``path`` = a WikiText folder (``wiki.train.raw``/``wiki.valid.raw``/``wiki.test.raw`` or the
   ``.tokens`` variant): its official train and validation splits.
@@ -107,7 +107,9 @@ def stdlib_documents() -> list[str]:
                 doc = ast.get_docstring(node)
                 if doc and len(doc) >= 200:
                     docs.append(doc)
-    docs = _dedupe(docs)
+    # Paragraphs are the documents (as for text files): a paragraph shared by two docstrings can then
+    # never sit in both splits.
+    docs = _dedupe(p for d in docs for p in re.split(r"\n\s*\n", d))
     if len(docs) < 20:
         raise GeodriftError(
             "default corpus: the Python standard library sources and pydoc topics are missing on this "

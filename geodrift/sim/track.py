@@ -80,8 +80,9 @@ class MLPTracker:
         self.ref_v1: torch.Tensor | None = None
         self.warm: torch.Tensor | None = None  # (1 + n_betas, E, L, D) previous v1 of Gcum and EMAs
         E = blocks.shape[0]
-        self.run_loss = torch.zeros(E, dtype=torch.float64)
-        self.run_acc = torch.zeros(E, dtype=torch.float64)
+        # running sums stay on the model's device (no per-step host sync on CUDA)
+        self.run_loss = torch.zeros(E, dtype=torch.float64, device=blocks.device)
+        self.run_acc = torch.zeros(E, dtype=torch.float64, device=blocks.device)
         self.run_count = 0
         self.gens = [torch.Generator().manual_seed(int(s) + 7919) for s in seeds]
         self.rows: list[list[list[Any]]] = [[] for _ in range(E)]
@@ -97,8 +98,8 @@ class MLPTracker:
         self.gcum.add_(grad)
         if self.betas:
             self.ema.lerp_(grad.unsqueeze(0).expand_as(self.ema), self._ema_weight)
-        self.run_loss += stats["loss"].double().cpu()
-        self.run_acc += stats["acc"].double().cpu()
+        self.run_loss += stats["loss"].double()
+        self.run_acc += stats["acc"].double()
         self.run_count += 1
         self.seconds += time.perf_counter() - start
 
@@ -127,6 +128,7 @@ class MLPTracker:
         if step == self.reference_step and self.ref_v1 is None:
             self.ref_v1 = Vh[0, :, :, 0].clone()
         test_loss, test_acc = self._evaluate()
+        run_loss, run_acc = self.run_loss.cpu(), self.run_acc.cpu()
         epoch = step / self.epoch_steps
         for e in range(E):
             rows: list[list[Any]] = []
@@ -177,8 +179,8 @@ class MLPTracker:
                     add("W", "rotation_deg", angle[layer], layer=layer)
                 add("W", "rotation_deg", angle.mean())
             if self.run_count:
-                add("train", "loss", self.run_loss[e] / self.run_count)
-                add("train", "acc", self.run_acc[e] / self.run_count)
+                add("train", "loss", run_loss[e] / self.run_count)
+                add("train", "acc", run_acc[e] / self.run_count)
             add("test", "loss", test_loss[e])
             add("test", "acc", test_acc[e])
             self.rows[e].extend(rows)
@@ -211,7 +213,8 @@ class MLPTracker:
         device = self.gcum.device
         self.w0, self.gcum, self.ema = (state[k].to(device) for k in ("w0", "gcum", "ema"))
         self.ref_v1, self.warm = state["ref_v1"], state["warm"]
-        self.run_loss, self.run_acc, self.run_count = state["run_loss"], state["run_acc"], state["run_count"]
+        self.run_loss, self.run_acc = state["run_loss"].to(device), state["run_acc"].to(device)
+        self.run_count = state["run_count"]
         for gen, gstate in zip(self.gens, state["gens"], strict=True):
             gen.set_state(gstate)
         self.rows, self.seconds, self.vectors = state["rows"], state["seconds"], state["vectors"]
