@@ -11,6 +11,7 @@ verdict.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -135,15 +136,23 @@ def decompose(
     Returns:
         ``{(role, layer): SVDTriplets}``.
     """
+    roles = ws.roles()
+    keys = sorted(ws, key=lambda key: (key[1], roles.index(key[0])))
     out = {}
-    for key in sorted(ws, key=lambda key: (key[1], list(ws.roles()).index(key[0]))):
-        W = ws[key]
-        derived = derive(key, W) if derive is not None else {}
-        for name, matrix in [(key, W), *derived.items()]:
-            out[name] = top_k_svd(matrix, min(k or min(matrix.shape), min(matrix.shape)))
-        del W, derived
-        if progress is not None:
-            progress(f"{key[0]}[{key[1]}]")
+    # One reader thread loads (reads + dequantizes) the next matrix while this one is decomposed:
+    # at most two matrices are resident, and reading overlaps with the SVD on a second core.
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        pending = reader.submit(ws.__getitem__, keys[0]) if keys else None
+        for index, key in enumerate(keys):
+            assert pending is not None
+            W = pending.result()
+            pending = reader.submit(ws.__getitem__, keys[index + 1]) if index + 1 < len(keys) else None
+            derived = derive(key, W) if derive is not None else {}
+            for name, matrix in [(key, W), *derived.items()]:
+                out[name] = top_k_svd(matrix, min(k or min(matrix.shape), min(matrix.shape)))
+            del W, derived
+            if progress is not None:
+                progress(f"{key[0]}[{key[1]}]")
     return out
 
 

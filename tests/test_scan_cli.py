@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from _checkpoints import hf_config, llama_state, write_hf_folder
 from typer.testing import CliRunner
 
-from _checkpoints import hf_config, llama_state, write_hf_folder
 from geodrift.cli.main import _register, app, main
 from geodrift.linalg import top_k_svd
-from geodrift.scan.scan import load_weights
+from geodrift.scan.scan import load_weights, ov_composite_hook
 
 _register()
 runner = CliRunner()
@@ -116,3 +116,16 @@ def test_fast_top1_vectors_agree_with_full_svd_on_embedded_layers():
 @pytest.mark.slow
 def test_fast_top1_vectors_agree_with_full_svd_on_every_embedded_matrix():
     assert _top1_agreement(None) >= 0.999
+
+
+def test_ov_composite_sums_each_query_head_with_its_shared_kv_head():
+    g = torch.Generator().manual_seed(0)
+    n_heads, n_kv, hd, d = 4, 2, 3, 5
+    V = torch.randn(n_kv * hd, d, generator=g)
+    O = torch.randn(d, n_heads * hd, generator=g)
+    hook = ov_composite_hook(n_heads, n_kv)
+    assert hook(("attn_v", 7), V) == {}
+    (key, ov), = hook(("attn_o", 7), O).items()
+    group = n_heads // n_kv
+    expected = sum(O[:, h * hd:(h + 1) * hd] @ V[(h // group) * hd:(h // group + 1) * hd] for h in range(n_heads))
+    assert key == ("attn_ov", 7) and torch.allclose(ov, expected, atol=1e-5)

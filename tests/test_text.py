@@ -11,7 +11,13 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.sim.llama import LlamaLM
 from geodrift.sim.text import (
-    BPETokenizer, ByteTokenizer, eval_windows, load_corpus, perplexity, sample_batch, split_documents,
+    BPETokenizer,
+    ByteTokenizer,
+    eval_windows,
+    load_corpus,
+    perplexity,
+    sample_batch,
+    split_documents,
     tokenizer_from_dict,
 )
 

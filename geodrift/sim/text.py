@@ -24,6 +24,7 @@ library is needed.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import heapq
 import math
@@ -86,6 +87,12 @@ def _dedupe(docs: Iterable[str]) -> list[str]:
 
 def stdlib_documents() -> list[str]:
     """The default corpus's documents: pydoc topics, then stdlib docstrings (fixed order)."""
+    return list(_stdlib_documents())
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_documents() -> tuple[str, ...]:
+    # Parsed once per process (about 2 s); the result is immutable.
     docs: list[str] = []
     try:
         from pydoc_data.topics import topics  # type: ignore[import-not-found]
@@ -115,7 +122,7 @@ def stdlib_documents() -> list[str]:
             "default corpus: the Python standard library sources and pydoc topics are missing on this "
             "install; pass --corpus PATH (a text file, a folder of .txt files or a WikiText folder)"
         )
-    return docs
+    return tuple(docs)
 
 
 def load_corpus(path: str | Path | None = None, max_chars: int | None = None) -> Corpus:

@@ -9,7 +9,8 @@ Presets:
   cosine to 10%, untied, RoPE) are standard LLM practice, chosen here, not the paper's.
 - ``cpu``: the same architecture family shrunk to show the per-projection pattern on a 2-core
   machine within 20 minutes (one thread): D 128, 8 layers, 4 heads, d_ff 512, sequence 64,
-  batch 16, 1500 steps, BPE 2048.
+  batch 16, 600 steps (about 3 minutes on one free core; far longer when the cores are shared),
+  BPE 2048.
 - ``tiny``: for tests (seconds).
 
 Ablations (``ABLATIONS``, ``config -> config``): the MLP activation (``silu``, ``relu``, ``gelu``,
@@ -109,7 +110,7 @@ PRESETS: dict[str, TransformerConfig] = {
     "paper": TransformerConfig(),
     "cpu": TransformerConfig(
         name="cpu", d_model=128, n_layers=8, n_heads=4, d_ff=512, vocab=2048, seq_len=64, batch_size=16,
-        steps=1500, lr=1e-3, warmup_steps=50, track_every=100, eval_every=500, eval_windows=128,
+        steps=600, lr=1e-3, warmup_steps=30, track_every=50, eval_every=200, eval_windows=128,
     ),
     "tiny": TransformerConfig(
         name="tiny", d_model=32, n_layers=3, n_heads=2, d_ff=64, tokenizer="bytes", vocab=256,

@@ -33,9 +33,23 @@ from geodrift.linalg import batched_svd
 from geodrift.metrics import adjacent_abs_cos
 from geodrift.sim.config import TrainConfig
 from geodrift.sim.llama import LlamaLM
-from geodrift.sim.record import RunRecord, load_checkpoint, run_dir, save_checkpoint, write_record
+from geodrift.sim.record import (
+    RunRecord,
+    load_checkpoint,
+    load_record,
+    run_dir,
+    save_checkpoint,
+    write_record,
+)
 from geodrift.sim.text import (
-    Corpus, Tokenizer, encode_ids, eval_windows, load_corpus, make_tokenizer, perplexity, sample_batch,
+    Corpus,
+    Tokenizer,
+    encode_ids,
+    eval_windows,
+    load_corpus,
+    make_tokenizer,
+    perplexity,
+    sample_batch,
 )
 from geodrift.sim.train import make_optimizer, resolve_device, train
 from geodrift.sim.transformer_presets import TransformerConfig
@@ -212,10 +226,16 @@ def run_transformer(cfg: TransformerConfig, seed: int = 42, device: str = "cpu",
         >>> res = run_transformer(make_config("tiny"), out="/tmp/gd")  # doctest: +SKIP
     """
     dev = resolve_device(device)
-    data = prepare_data(cfg)
-    cfg = replace(cfg, vocab=data.tokenizer.vocab_size)
     folder = run_dir(out, cfg.name, seed)
     ckpt_path = folder / "checkpoint.pt"
+    if resume and (folder / "run.json").exists() and (folder / "scan.json").exists():
+        done = load_record(folder)
+        if done.status == "complete" and _same_config(done.config, cfg):
+            # Finished earlier: reload for re-rendering, no training.
+            return TransformerResult(TransformerConfig.from_dict(done.config), seed, done, load_scan(folder / "scan.json"),
+                                     folder)
+    data = prepare_data(cfg)
+    cfg = replace(cfg, vocab=data.tokenizer.vocab_size)
     model = build_model(cfg, data.tokenizer.vocab_size, seed).to(dev)
     record = RunRecord(label=cfg.name, seed=seed, config=cfg.to_dict(), device=str(dev), preset=cfg.name.split("+")[0],
                        data=f"{data.corpus.name}:{data.corpus.sha256[:16]} ({data.corpus.source}); "
@@ -279,6 +299,12 @@ def run_transformer(cfg: TransformerConfig, seed: int = 42, device: str = "cpu",
     write_json(folder / "tokenizer.json", data.tokenizer.to_dict())
     path = write_record(out, record)
     return TransformerResult(cfg, seed, record, report, path.parent)
+
+
+def _same_config(recorded: dict[str, Any], cfg: TransformerConfig) -> bool:
+    # The record stores the vocabulary the tokenizer produced; compare everything else.
+    mine = cfg.to_dict()
+    return all(recorded.get(k) == (list(v) if isinstance(v, tuple) else v) for k, v in mine.items() if k != "vocab")
 
 
 def _summary(record: RunRecord, report: ScanReport) -> dict[str, float | None]:
