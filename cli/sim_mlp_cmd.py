@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 import typer
-from geodrift.cli.main import simulate_app
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from geodrift.cli.main import simulate_app
 from geodrift.errors import GeodriftError
 from geodrift.render import err_console
 from geodrift.sim.config import PAPER_SEEDS, PRESET_SEEDS, PRESETS, RunSpec

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from geodrift.cli.main import simulate_app
 from geodrift.errors import GeodriftError
@@ -56,8 +56,11 @@ def transformer_command(
         with Progress(TextColumn(f"{cfg.name} seed {s}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=True) as bar:
             task = bar.add_task("train", total=cfg.steps)
-            results.append(run_transformer(cfg, seed=s, device=device, out=out, resume=resume,
-                                           progress=lambda done, task=task: bar.update(task, completed=done)))
+
+            def advance(done: int, task: TaskID = task, bar: Progress = bar) -> None:
+                bar.update(task, completed=done)
+
+            results.append(run_transformer(cfg, seed=s, device=device, out=out, resume=resume, progress=advance))
     reference = smollm2_reference(out, cfg.scan_k, cfg.null_draws) if smollm2 else None
     reports = [r.scan for r in results]
     records = [r.record for r in results]

@@ -61,16 +61,17 @@ def derive() -> Derivation:
         "Head: $HR^\\top R h - H h = 0$.", is_zero(sp.expand(H * R.T * R * h).subs(R.T * R, I) - H * h)
     )
     # Whole orbit flat for the linear residual net: loss independent of theta, d = 2.
-    th = sp.Symbol("theta", real=True)
-    Rt = rotation2(sp.cos(th), sp.sin(th))
+    th = sp.Symbol("s", real=True)
+    Rt = rotation2((1 - th**2) / (1 + th**2), 2 * th / (1 + th**2))
     ms = lambda n, r, c: sp.Matrix(r, c, sp.symbols(f"{n}1:{r * c + 1}", real=True))  # noqa: E731
     E2, Wa, Wb, H2, x2 = ms("e", 2, 2), ms("a", 2, 2), ms("b", 2, 2), ms("k", 1, 2), ms("x", 2, 1)
     y_t = H2 * Rt.T * (sp.eye(2) + Rt * Wb * Rt.T) * (sp.eye(2) + Rt * Wa * Rt.T) * Rt * E2 * x2
     ell = sp.Function("ell")
-    loss_t = ell(sp.trigsimp(sp.expand(y_t[0])))
+    loss_t = ell(sp.cancel(sp.expand(y_t[0])))
     out.check(
-        "Linear residual net, $d=2$, two layers, symbolic weights and $R_\\theta$: the loss "
-        "$\\ell(y'(\\theta))$ satisfies $\\partial_\\theta\\,\\ell = 0$, so the whole orbit is flat.",
+        "Linear residual net, $d=2$, two layers, symbolic weights and the rational "
+        "parametrisation $R_s = \\frac{1}{1+s^2}\\begin{pmatrix}1-s^2&-2s\\\\2s&1-s^2\\end{pmatrix}$ of $SO(2)$ "
+        "(all rotations but $-I$): $\\partial_s\\,\\ell(y'(s)) = 0$, so the whole orbit is flat.",
         is_zero(sp.diff(loss_t, th)),
     )
     # Element-wise: the gauge by R* changes the function (E = W = H = I, x = x*).

@@ -26,7 +26,7 @@ COHERENT = FLOOR + 5 * NOISE
 STEPS = 938
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _summary(residual: bool, activation: str) -> dict:
     spec = RunSpec("x", MLPConfig(residual=residual, activation=activation), TrainConfig(steps=STEPS),
                    TrackConfig(ema_betas=()))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from geodrift.cli.main import _register, app
 from sim_helpers import mnist5k, smoke_spec
 from typer.testing import CliRunner
 
+from geodrift.cli.main import _register, app
 from geodrift.sim.ensemble import run_group
 from geodrift.sim.record import RunRecord, load_record
 

@@ -16,6 +16,7 @@ from geodrift.sim.record import RunRecord, slug  # noqa: E402
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
     write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
     return path

@@ -161,7 +161,7 @@ def write_comparison_plot(reports: list[ScanReport], paper_row: str | None, refe
         vals = [s.spaces[space].vectors[0].mean for s in sims if s is not None]
         null = statistics.fmean(s.spaces[space].vectors[0].null_mean for s in sims if s is not None)
         ax.bar(i - width, statistics.fmean(vals), width, color="tab:blue", label="simulated" if i == 0 else None)
-        ax.hlines(null, i - 1.5 * width, i - 0.5 * width, color="k", lw=1, label="null" if i == 0 else None)
+        ax.hlines(null, i - 1.5 * width, i - 0.5 * width, color="k", lw=1, label="null" if i == 0 else "_")
         if paper_row and role in PAPER_TABLE2.get(paper_row, {}):
             ax.bar(i, PAPER_TABLE2[paper_row][role], width, color="tab:gray", label=f"paper {paper_row}" if i == 0 else None)
         ref = _role(reference, role) if reference is not None else None

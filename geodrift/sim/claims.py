@@ -3,8 +3,10 @@
 Every criterion is built from three primitives, derived from the noise floor of Eq. 1 and the seed
 spread, never from the paper's values:
 
-- ``coherent(x)``: ``mean(x) > floor + 5 noise``;
-- ``near_floor(x)``: ``mean(x) <= floor + 5 noise``;
+- ``coherent(x)``: ``mean(x) > floor + 5 noise`` and, where the permutation null was recorded,
+  ``mean(x - null mean) > 5 noise`` (vectors with a shared all-positive or near-uniform component
+  score high under any coordinate order; the null removes that part);
+- ``near_floor(x)``: not coherent;
 - ``exceeds(a, b)``: ``mean(a) - mean(b) > 5 max(pooled seed std, noise)``.
 
 A claim whose configurations were not run is ``n/a``.
@@ -63,16 +65,18 @@ class _Judge:
         return 5 * max(pooled, self.noise)
 
     def coherent(self, lab: str, col: str) -> bool:
-        return self.s(lab, col).mean > self.threshold
+        excess = self.s(lab, f"{col} excess")
+        return self.s(lab, col).mean > self.threshold and (excess.n == 0 or excess.mean > 5 * self.noise)
 
     def exceeds(self, a: tuple[str, str], b: tuple[str, str]) -> bool:
         sa, sb = self.s(*a), self.s(*b)
         return sa.mean - sb.mean > self.margin(sa, sb)
 
     def fmt(self, lab: str, col: str) -> str:
-        st = self.s(lab, col)
+        st, excess = self.s(lab, col), self.s(lab, f"{col} excess")
         spread = f"±{st.std:.3f}" if st.std == st.std else ""
-        return f"{lab} {col} = {st.mean:.3f}{spread}"
+        null = f" (null excess {excess.mean:+.3f})" if excess.n else ""
+        return f"{lab} {col} = {st.mean:.3f}{spread}{null}"
 
     def add(self, claim: str, criterion: str, needed: list[tuple[str, str]], test: bool | None = None,
             measured: list[str] | None = None) -> None:
@@ -101,18 +105,20 @@ def judge(preset: str, stats: dict[str, dict[str, Stat]], runs: dict[str, list[d
     """
     j = _Judge(stats, runs, floor, noise)
     thr = f"{j.threshold:.3f}"
+    coh = f"coherent (> {thr}, null excess > {5 * noise:.3f})"
     ex = "by more than 5·max(seed std, noise)"
     if preset == "table1":
         j.add("Condition 1: with a residual, gradients are coherent at the first backward pass",
-              f"Res+ReLU G v1 at step 0 coherent (> {thr}) while W v1 at step 0 is not",
+              f"Res+ReLU G v1 at step 0 {coh} while W v1 at step 0 is not",
               [("Res+ReLU", "G0 v1"), ("Res+ReLU", "W0 v1")],
               j.have(("Res+ReLU", "G0 v1"), ("Res+ReLU", "W0 v1")) and j.coherent("Res+ReLU", "G0 v1")
               and not j.coherent("Res+ReLU", "W0 v1"))
         nores = [("NoRes+GELU", "G v1"), ("NoRes+ReLU", "G v1"), ("NoRes+None", "G v1")]
-        j.add("No residual, no gradient coherence", f"every NoRes G v1 near the floor (<= {thr})", nores,
+        j.add("No residual, no gradient coherence",
+              f"no NoRes G v1 is {coh}", nores,
               j.have(*nores) and not any(j.coherent(*p) for p in nores))
         j.add("Residual alone is not enough (Res+None)",
-              f"Res+None G v1 coherent (> {thr}) and Res+ReLU W v1 exceeds Res+None W v1 {ex}",
+              f"Res+None G v1 {coh} and Res+ReLU W v1 exceeds Res+None W v1 {ex}",
               [("Res+None", "G v1"), ("Res+ReLU", "W v1"), ("Res+None", "W v1")],
               j.have(("Res+None", "G v1"), ("Res+ReLU", "W v1"), ("Res+None", "W v1"))
               and j.coherent("Res+None", "G v1") and j.exceeds(("Res+ReLU", "W v1"), ("Res+None", "W v1")))
@@ -131,7 +137,8 @@ def judge(preset: str, stats: dict[str, dict[str, Stat]], runs: dict[str, list[d
         j.add("Element-wise activations (GELU, SiLU, ReLU) all transfer coherence to weights",
               f"each of GELU/SiLU/ReLU W v1 exceeds Res+None W v1 {ex}", acts,
               j.have(*acts) and all(j.exceeds(a, acts[3]) for a in acts[:3]))
-        j.add("Tanh keeps v1 but kills u1", f"Res+Tanh W v1 coherent and W u1 near the floor (<= {thr})",
+        j.add("Tanh keeps v1 but kills u1",
+              f"Res+Tanh W v1 {coh}, W u1 not",
               [("Res+Tanh", "W v1"), ("Res+Tanh", "W u1")],
               j.have(("Res+Tanh", "W v1"), ("Res+Tanh", "W u1")) and j.coherent("Res+Tanh", "W v1")
               and not j.coherent("Res+Tanh", "W u1"))
@@ -145,13 +152,14 @@ def judge(preset: str, stats: dict[str, dict[str, Stat]], runs: dict[str, list[d
               "Res+None+LN W σ²-WA is the largest among Res+* (ordering only)", [("Res+None+LN", "W s2wa(v)")],
               best == "Res+None+LN", [j.fmt("Res+None+LN", "W s2wa(v)"), f"largest: {best}"])
         j.add("NoRes+ReLU: output-space u1 above input-space v1",
-              f"NoRes+ReLU W u1 exceeds its W v1 {ex}", [("NoRes+ReLU", "W u1"), ("NoRes+ReLU", "W v1")],
-              j.have(("NoRes+ReLU", "W u1"), ("NoRes+ReLU", "W v1"))
+              f"NoRes+ReLU W u1 {coh} and exceeds its W v1 {ex}",
+              [("NoRes+ReLU", "W u1"), ("NoRes+ReLU", "W v1")],
+              j.have(("NoRes+ReLU", "W u1"), ("NoRes+ReLU", "W v1")) and j.coherent("NoRes+ReLU", "W u1")
               and j.exceeds(("NoRes+ReLU", "W u1"), ("NoRes+ReLU", "W v1")))
     elif preset == "table3":
         b2 = "Adam β1=.9, β2=0 (ε=1), default init"
         j.add("‖ΔW‖/‖W0‖ small (β2=0, ε=1): gradients coherent, weights not",
-              f"G v1 coherent (> {thr}) and W v1 near the floor", [(b2, "G v1"), (b2, "W v1")],
+              f"G v1 {coh} and W v1 near the floor", [(b2, "G v1"), (b2, "W v1")],
               j.have((b2, "G v1"), (b2, "W v1")) and j.coherent(b2, "G v1") and not j.coherent(b2, "W v1"))
         small = "β2=0, init std 0.0001"
         j.add("Shrinking the init restores transfer", f"W v1 at init std 1e-4 exceeds W v1 at default init {ex}",
@@ -168,17 +176,17 @@ def judge(preset: str, stats: dict[str, dict[str, Stat]], runs: dict[str, list[d
             test, shown = False, None
         j.add("‖ΔW‖/‖W0‖ controls transfer", "rank correlation of ‖ΔW‖/‖W0‖ and W v1 over the β2=0 rows > 0",
               pairs, test, shown)
-        j.add("Adam β1=0 barely matters", f"Adam β1=0 W v1 stays coherent (> {thr})",
+        j.add("Adam β1=0 barely matters", f"Adam β1=0 W v1 stays {coh}",
               [("Adam β1=0, β2=.999", "W v1")], j.have(("Adam β1=0, β2=.999", "W v1"))
               and j.coherent("Adam β1=0, β2=.999", "W v1"))
     elif preset == "drift":
         none, relu = "Res+None init 1e-4", "Res+ReLU init 1e-4"
         peak, fin = j.s(none, "W v1 peak").mean, j.s(none, "W v1").mean
         j.add("Res+None: weight continuity rises then collapses (drift)",
-              f"peak W v1 coherent (> {thr}) and final excess over the floor below half the peak's",
+              f"peak W v1 {coh} and final excess over the floor below half the peak's",
               [(none, "W v1 peak"), (none, "W v1")],
               peak > j.threshold and (fin - floor) < 0.5 * (peak - floor))
-        j.add("Res+ReLU: weight continuity stays", f"final W v1 coherent (> {thr})", [(relu, "W v1")],
+        j.add("Res+ReLU: weight continuity stays", f"final W v1 {coh}", [(relu, "W v1")],
               j.have((relu, "W v1")) and j.coherent(relu, "W v1"))
         a, b = j.s(none, "rotation_deg"), j.s(relu, "rotation_deg")
         stds = [x.std for x in (a, b) if x.std == x.std]

@@ -8,7 +8,8 @@ compute-bound, so batching buys little; on a GPU a single member leaves the devi
 batching is where the speed comes from (benchmarks/bench_sim_mlp.py measures both).
 
 With ``out`` set, records go to ``<out>/<label>/seed<seed>/run.json`` and a resumable checkpoint to
-``<out>/<label>/<group>/checkpoint.pt`` (``group`` = ``seed42`` or ``ens-42-123-777``).
+``<out>/<label>/<group>/checkpoint.pt`` (``group`` = ``seed42`` or ``ens-42-123-777``), removed
+once the run completes.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def run_group(
                 on_checkpoint=save if ckpt is not None else None, on_step=on_step)
     seconds = elapsed + time.perf_counter() - t0
     status = "complete" if end == spec.train.steps else "partial"
+    if status == "complete" and ckpt is not None and ckpt.is_file():
+        ckpt.unlink()  # the records now hold everything; resume reuses them
     records = []
     for e, seed in enumerate(seeds):
         rows = tracker.rows[e] if tracker is not None else []

@@ -310,8 +310,8 @@ def llama_from_checkpoint(ckpt: Any) -> LlamaLM:
             model.lm_head.weight.copy_(load_canonical(ckpt, ("lm_head", None)))
         model.model.norm.weight.copy_(load_canonical(ckpt, ("norm_final", None)))  # type: ignore[operator]
         for layer_idx, layer in enumerate(model.model.layers):
-            layer.input_layernorm.weight.copy_(load_canonical(ckpt, ("norm_attn", layer_idx)))
-            layer.post_attention_layernorm.weight.copy_(load_canonical(ckpt, ("norm_mlp", layer_idx)))
+            layer.input_layernorm.weight.copy_(load_canonical(ckpt, ("norm_attn", layer_idx)))  # type: ignore[union-attr,operator]
+            layer.post_attention_layernorm.weight.copy_(load_canonical(ckpt, ("norm_mlp", layer_idx)))  # type: ignore[union-attr,operator]
             for role in TRANSFORMER_ROLES:
                 model.projection(role, layer_idx).weight.copy_(load_canonical(ckpt, (role, layer_idx)))
     return model.eval()

@@ -291,6 +291,7 @@ def summarize(rows: list[list[Any]]) -> dict[str, float | None]:
     out["rotation_deg"] = pick("W", "rotation_deg")
     out["G0 v1"] = pick("G", "cont", "v", 1, step=0)
     out["W0 v1"] = pick("W", "cont", "v", 1, step=0)
+    out["W0 v1 excess"] = pick("W", "null_excess", "v", 1, step=0)
     out["G0 v1 excess"] = pick("G", "null_excess", "v", 1, step=0)
     out["align G"] = pick("G", "align_w_v1", "v", 1)
     out["align Gcum"] = pick("Gcum", "align_w_v1", "v", 1)

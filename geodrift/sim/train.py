@@ -131,8 +131,8 @@ def train(
         steps: total optimiser steps of the run.
         start_step: first step to run (a resumed run passes its checkpoint's step).
         stop_at: stop before this step (simulates an interruption); ``on_checkpoint`` is called.
-        checkpoint_every: call ``on_checkpoint(next_step)`` every this many steps (0 = never,
-            except at ``stop_at`` and at the end).
+        checkpoint_every: call ``on_checkpoint(next_step)`` every this many steps (0 = only at
+            ``stop_at``; a finished run needs no checkpoint).
         on_checkpoint: saves a resumable state; receives the next step to run.
         on_step: progress callback, receives the number of completed steps.
 
@@ -167,6 +167,6 @@ def train(
         loss.backward()
         tracker.track(steps)
         optimizer.zero_grad(set_to_none=True)
-    if on_checkpoint is not None:
+    if on_checkpoint is not None and end < steps:
         on_checkpoint(end)
     return end

@@ -16,6 +16,7 @@ The training loop, optimiser, run record and checkpoints are the shared ones
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -275,7 +276,9 @@ def run_transformer(cfg: TransformerConfig, seed: int = 42, device: str = "cpu",
         record.timing["train_seconds"] = elapsed0 + time.perf_counter() - t0
         save_checkpoint(ckpt_path, {"config": cfg.to_dict(), "seed": seed, "step": next_step,
                                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                    "record": record.to_dict(),
+                                    # JSON round trip: plain types only (torch.__version__ is a str
+                                    # subclass that weights_only loading refuses).
+                                    "record": json.loads(json.dumps(record.to_dict())),
                                     "tracker": tracker.state_dict() if tracker else {}})
         if next_step < cfg.steps:
             write_record(out, record)
@@ -338,8 +341,6 @@ def load_scan(path: str | Path) -> ScanReport:
     Raises:
         GeodriftError: missing or unreadable file.
     """
-    import json
-
     try:
         return scan_report_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -355,6 +356,7 @@ def smollm2_reference(out: str | Path, k: int, null_draws: int, seed: int = 0) -
     path = Path(out) / f"smollm2-135m_scan_k{k}_n{null_draws}_s{seed}.json"
     if path.exists():
         return load_scan(path)
-    report = scan(load_weights(None), k=k, null_draws=null_draws, seed=seed)
+    weights, heads = load_weights(None)
+    report = scan(weights, k=k, null_draws=null_draws, seed=seed, heads=heads)
     write_json(path, report.to_dict())
     return report
