@@ -7,9 +7,13 @@ fresh child process; its peak RSS comes from ``os.wait4`` (``ru_maxrss`` of that
 side with a child that only imports geodrift (the interpreter + torch floor):
 
 1. ``import``: ``import geodrift.scan.readers`` and nothing else;
-2. ``read raw``: ``open_checkpoint`` + every projection through ``weightset(ckpt)``, one at a time;
-3. ``read folded``: the same through the folded view (each load also reads its norm gain);
-4. ``scan``: ``geodrift scan PATH --json-out out.json --brief`` (the real job), unless ``--no-scan``.
+2. ``read entries``: ``open_checkpoint`` + every projection's ``WeightEntry.load()`` (the reader
+   with its shape and NaN/Inf checks), one at a time;
+3. ``read raw``: the same through ``WeightSet[key]`` (which checks the tensor again);
+4. ``read folded``: ``WeightSet[key]`` of the folded view (each load also reads its norm gain);
+5. ``scan``: ``geodrift scan PATH --json-out out.json --brief`` (the real job), unless ``--no-scan``;
+6. ``scan what-if``: the same scan with ``WeightSet.__getitem__``'s NaN/Inf check replaced by the
+   readers' ``all_finite`` (a proposed change, reported separately, not counted in the verdict).
 
 Usage::
 
@@ -79,13 +83,37 @@ torch.set_num_threads(1)
 from geodrift.scan.readers import open_checkpoint, weightset
 t = time.perf_counter()
 ckpt = open_checkpoint(sys.argv[1])
-ws = weightset(ckpt, sys.argv[2])
+ws = weightset(ckpt, sys.argv[2].split("-")[0])
 total = 0.0
 for key in ws:
-    w = ws[key]
+    # "-entry": the WeightEntry's own loader (reader + its checks) instead of WeightSet[key]
+    w = ws.entries[key].load() if sys.argv[2].endswith("-entry") else ws[key]
     total += float(w[0, 0])
     del w
 print(f"{len(ws)} matrices in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+"""
+
+
+# What-if: the same scan with WeightSet.__getitem__'s NaN/Inf check done by readers.all_finite
+# (one reduction) instead of torch.isfinite(t).all() (full-size temporaries). Shown as its own row.
+_CHILD_SCAN_CHEAP_CHECK = """
+import sys, torch
+import geodrift.weights as weights
+from geodrift.errors import GeodriftError
+from geodrift.scan.readers import all_finite
+
+def getitem(self, key):
+    entry = self.entries[key]
+    tensor = entry.load()
+    if tuple(tensor.shape) != entry.shape:
+        raise GeodriftError(f"{entry.source}: shape")
+    if not all_finite(tensor):
+        raise GeodriftError(f"{entry.source}: NaN or Inf")
+    return tensor
+
+weights.WeightSet.__getitem__ = getitem
+from geodrift.cli.main import main
+main(sys.argv[1:])
 """
 
 
@@ -140,6 +168,7 @@ def main() -> None:
               f"GQA {N_HEADS}/{N_KV} heads, bf16) in {time.perf_counter() - t:.0f} s to {folder}", flush=True)
         py = sys.executable
         rows.append(run_child([py, "-c", "import torch, geodrift.scan.readers"], "import", 600))
+        rows.append(run_child([py, "-c", _CHILD_READ, str(folder), "raw-entry"], "read entries", 1800))
         rows.append(run_child([py, "-c", _CHILD_READ, str(folder), "raw"], "read raw", 1800))
         rows.append(run_child([py, "-c", _CHILD_READ, str(folder), "folded"], "read folded", 1800))
         if not args.no_scan:
@@ -148,6 +177,8 @@ def main() -> None:
                                   "scan", args.scan_timeout))
             if rows[-1]["exit"] == 0:
                 json.loads((work / "out.json").read_text())  # the report parses
+            rows.append(run_child([py, "-c", _CHILD_SCAN_CHEAP_CHECK, "scan", str(folder), "--json-out",
+                                   str(work / "out2.json"), "--brief"], "scan what-if", args.scan_timeout))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     import resource
@@ -184,16 +215,20 @@ def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, obj
         "|---|---|---:|---:|---:|---:|",
     ]
     what = {"import": "imports torch + geodrift.scan.readers only (floor)",
-            "read raw": "open_checkpoint + every projection via weightset(ckpt), one at a time",
+            "read entries": "open_checkpoint + every projection's WeightEntry.load() (reader + checks), one at a time",
+            "read raw": "same through WeightSet[key] (adds WeightSet.__getitem__'s own checks)",
             "read folded": "same, folded view (weight x norm gain)",
-            "scan": "`geodrift scan PATH --json-out out.json --brief` (full job)"}
+            "scan": "`geodrift scan PATH --json-out out.json --brief` (full job)",
+            "scan what-if": "the same scan with WeightSet.__getitem__'s isfinite check replaced by "
+                            "readers.all_finite (a proposed change, not the shipped code)"}
     for row in rows:
         peak = float(row["peak_rss_gb"])  # type: ignore[arg-type]
         lines.append(f"| {row['label']} | {what[str(row['label'])]} | {peak:.3f} | {peak / (size / 1e9):.1%} | "
                      f"{float(row['wall_s']):.1f} | {row['exit']} |")  # type: ignore[arg-type]
-    worst = max(float(r["peak_rss_gb"]) for r in rows)  # type: ignore[arg-type]
+    worst = max(float(r["peak_rss_gb"]) for r in rows if r["label"] != "scan what-if")  # type: ignore[arg-type]
     verdict = "meets" if worst < LIMIT_GB and all(r["exit"] == 0 for r in rows) else "MISSES"
-    lines += ["", f"Target: peak RSS < {LIMIT_GB} GB. Worst child: {worst:.3f} GB -> {verdict} the target.", ""]
+    lines += ["", f"Target: peak RSS < {LIMIT_GB} GB. Worst child of the shipped code: {worst:.3f} GB -> "
+              f"{verdict} the target.", ""]
     write_text(path, "\n".join(lines))
     print(f"wrote {path}")
 

@@ -11,7 +11,7 @@ verdict.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -29,6 +29,8 @@ Z_SIGNIFICANT = 3.0
 QUIET_EXCESS = 0.3
 # Vectors shown per space in the k table (the SVD may compute more for the full Eq. 2).
 SPACES = ("v", "u")
+# Matrices up to this many entries (64 MB in float32) are read ahead on a second thread.
+PREFETCH_MAX_NUMEL = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -139,14 +141,21 @@ def decompose(
     roles = ws.roles()
     keys = sorted(ws, key=lambda key: (key[1], roles.index(key[0])))
     out = {}
-    # One reader thread loads (reads + dequantizes) the next matrix while this one is decomposed:
-    # at most two matrices are resident, and reading overlaps with the SVD on a second core.
+    # One reader thread loads (reads + dequantizes) the next matrix while this one is decomposed, so
+    # reading overlaps with the SVD on a second core. Only matrices up to PREFETCH_MAX_NUMEL are
+    # prefetched: a 14336 x 4096 projection is read alone, keeping peak memory to one large matrix.
+    def fetch(index: int) -> Future[torch.Tensor] | None:
+        if index >= len(keys):
+            return None
+        if _numel(ws.entries[keys[index]].shape) <= PREFETCH_MAX_NUMEL:
+            return reader.submit(ws.__getitem__, keys[index])
+        return None
+
     with ThreadPoolExecutor(max_workers=1) as reader:
-        pending = reader.submit(ws.__getitem__, keys[0]) if keys else None
+        pending = fetch(0)
         for index, key in enumerate(keys):
-            assert pending is not None
-            W = pending.result()
-            pending = reader.submit(ws.__getitem__, keys[index + 1]) if index + 1 < len(keys) else None
+            W = pending.result() if pending is not None else ws[key]
+            pending = fetch(index + 1)
             derived = derive(key, W) if derive is not None else {}
             for name, matrix in [(key, W), *derived.items()]:
                 out[name] = top_k_svd(matrix, min(k or min(matrix.shape), min(matrix.shape)))
@@ -295,6 +304,10 @@ def _verdict(predicted: str | None, spaces: dict[str, SpaceContinuity]) -> tuple
                  f"or its excess over the null is below {QUIET_EXCESS:g}")
     quiet = all(x.z < Z_SIGNIFICANT or (x.mean - x.null_mean) < QUIET_EXCESS for x in (v1, u1))
     return ("holds" if quiet else "fails"), criterion
+
+
+def _numel(shape: tuple[int, int]) -> int:
+    return shape[0] * shape[1]
 
 
 def _role_order(role: str) -> int:

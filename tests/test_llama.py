@@ -102,6 +102,7 @@ def test_init_is_normal_with_std_0_02_and_seeded() -> None:
     assert float(a.model.norm.weight.min()) == 1.0  # type: ignore[union-attr]
 
 
+@torch.no_grad()
 def test_linear_attention_is_the_documented_causal_mean_of_raw_scores() -> None:
     torch.manual_seed(0)
     m = LlamaLM(20, 8, 1, 1, 8, attention="linear", generator=torch.Generator().manual_seed(3))
@@ -162,3 +163,16 @@ def test_bad_switch_or_shape_raises_geodrift_error() -> None:
         LlamaLM(10, 8, 1, 2, 8, activation="swish")
     with pytest.raises(GeodriftError, match="n_heads"):
         LlamaLM(10, 10, 1, 3, 8)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "linear"])
+def test_the_whole_model_is_causal(attention: str) -> None:
+    # Changing token t never changes the logits at positions < t (no leak from the future).
+    m = LlamaLM(40, 16, 2, 2, 32, attention=attention, v_activation="silu",
+                generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, 40, (1, 12), generator=torch.Generator().manual_seed(1))
+    changed = ids.clone()
+    changed[0, 7] = (ids[0, 7] + 1) % 40
+    a, b = m(ids), m(changed)
+    assert torch.allclose(a[0, :7], b[0, :7], atol=1e-6)
+    assert not torch.allclose(a[0, 7:], b[0, 7:])

@@ -23,6 +23,7 @@ from geodrift.scan.gguf_header import read_gguf_header
 from geodrift.scan.readers import (
     _part,
     canonical_keys,
+    canonical_shape,
     canonical_tensors,
     load_canonical,
     open_checkpoint,
@@ -208,6 +209,21 @@ def test_sharded_bf16_hf_folder_reads_back_the_bf16_values(tmp_path) -> None:
         assert torch.equal(ws[(role, layer)], ref)
     assert canonical_tensors(ckpt)["model.layers.2.mlp.down_proj.weight"] == ("mlp_down", 2)
     assert ("norm_final", None) in canonical_keys(ckpt) and ("lm_head", None) in canonical_keys(ckpt)
+    for key in canonical_keys(ckpt):  # header-only shapes agree with what loading returns
+        assert canonical_shape(ckpt, key) == tuple(load_canonical(ckpt, key).shape), key
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_safetensors_chunked_read_is_exact_for_every_float_dtype(tmp_path, dtype: torch.dtype) -> None:
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(2)
+    big = torch.randn(2100, 1100, generator=g).to(dtype)  # > one 8 MB read chunk in f32/f64
+    save_file({"model.layers.0.mlp.up_proj.weight": big, "model.layers.1.mlp.up_proj.weight": big[:7].clone()},
+              str(tmp_path / "m.safetensors"))
+    ckpt = open_checkpoint(tmp_path / "m.safetensors")
+    got = ckpt.load("model.layers.0.mlp.up_proj.weight")
+    assert got.dtype == torch.float32 and torch.equal(got, big.float())
 
 
 def test_single_safetensors_file_without_config_guesses_architecture_and_config(tmp_path) -> None:
@@ -217,6 +233,17 @@ def test_single_safetensors_file_without_config_guesses_architecture_and_config(
     assert (ckpt.format, ckpt.architecture) == ("safetensors", "qwen3")
     assert (ckpt.config["n_layers"], ckpt.config["d_model"], ckpt.config["d_ff"]) == (2, 32, 48)
     assert torch.equal(load_canonical(ckpt, ("norm_k", 1)), state["model.layers.1.self_attn.k_norm.weight"])
+
+
+def test_all_finite_catches_nan_and_inf_and_tolerates_overflowing_sums() -> None:
+    from geodrift.weights import all_finite
+
+    x = torch.ones(3000, 700)
+    assert all_finite(x) and all_finite(torch.full((10,), 3e38))  # the sum overflows, the values do not
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = x.clone()
+        y[2999, 699] = bad
+        assert not all_finite(y)
 
 
 def test_loading_is_lazy_one_tensor_per_access(tmp_path) -> None:

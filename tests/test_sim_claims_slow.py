@@ -47,8 +47,13 @@ def test_residual_gradients_are_coherent_from_the_first_backward_pass():
 
 
 def test_no_residual_gradient_continuity_is_near_the_floor():
+    # "Near the floor" = not coherent: either below floor + 5 noise, or within 5 noise of the
+    # permutation null. The null matters here: NoRes+ReLU's gradient v1 is 0.13 raw at this step
+    # count (above the random-vector floor) but only ~0.01 above its permutation null - its
+    # vectors share a coordinate distribution (sparse, same-signed), not a frame.
     for act in ("relu", "none"):
-        assert _summary(False, act)["G v1"] < COHERENT, act
+        s = _summary(False, act)
+        assert s["G v1"] < COHERENT or s["G v1 excess"] < 5 * NOISE, (act, s["G v1"], s["G v1 excess"])
 
 
 def test_delta_gw_separates_rotation_preserving_from_symmetry_breaking_activations():

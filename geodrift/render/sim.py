@@ -81,4 +81,4 @@ def render_reproduction(rep: Reproduction) -> None:
         console.print(f"[dim]• {note}[/dim]")
     timing = [r.timing.get("wall_s", 0.0) / max(1.0, r.timing.get("members", 1.0)) for r in rep.records]
     if timing:
-        console.print(f"[dim]• {len(rep.records)} runs, {sum(timing):.0f} s of training wall time in total[/dim]")
+        console.print(f"[dim]• {len(rep.records)} runs, {sum(timing):.1f} s of training wall time in total[/dim]")

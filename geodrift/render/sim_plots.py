@@ -54,8 +54,12 @@ def continuity_plot(records: list[RunRecord], path: Path, floor: float) -> Path:
 def rotation_plot(records: list[RunRecord], path: Path) -> Path:
     """Each layer's v1 angle from its epoch-1 reference over training (first seed of each configuration)."""
     labels = list(dict.fromkeys(r.label for r in records))
-    fig, axes = plt.subplots(1, len(labels), figsize=(4 * len(labels), 3), squeeze=False, sharey=True)
-    for ax, label in zip(axes.flat, labels, strict=True):
+    cols = min(4, len(labels))
+    fig, axes = plt.subplots(math.ceil(len(labels) / cols), cols, figsize=(4 * cols, 3 * math.ceil(len(labels) / cols)),
+                             squeeze=False, sharey=True)
+    for ax in list(axes.flat)[len(labels):]:
+        ax.axis("off")
+    for ax, label in zip(axes.flat, labels, strict=False):
         rec = next(r for r in records if r.label == label)
         rows = [r for r in rec.rows if r[2] == "W" and r[3] == "rotation_deg" and r[6] is not None]
         layers = sorted({r[6] for r in rows})
@@ -93,10 +97,12 @@ def pca_trajectory(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def pca_plot(records: list[RunRecord], path: Path) -> Path:
     """3-D PCA trajectory of W's v1 across layers at the end of training (and at init), per configuration."""
     labels = list(dict.fromkeys(r.label for r in records))
-    fig = plt.figure(figsize=(4 * len(labels), 4))
+    cols = min(4, len(labels))
+    rows = math.ceil(len(labels) / cols)
+    fig = plt.figure(figsize=(4 * cols, 4 * rows))
     for i, label in enumerate(labels):
         rec = next(r for r in records if r.label == label)
-        ax = fig.add_subplot(1, len(labels), i + 1, projection="3d")
+        ax = fig.add_subplot(rows, cols, i + 1, projection="3d")
         for key, color in (("W v1 init", "grey"), ("W v1 final", "C3")):
             if key in rec.vectors:
                 coords, evr = pca_trajectory(np.array(rec.vectors[key], dtype=np.float64))

@@ -88,7 +88,8 @@ def folded_loader(ckpt: Checkpoint, role: str, layer: int) -> Callable[[], torch
                     f"{ckpt.label}: {kind} of layer {layer} has {gain.numel()} entries but {role} needs "
                     f"{expected}; the norm/weight names are mismatched - check the name mapping"
                 )
-            weight = fold_weight(weight, gain, side)
+            # in place: load_canonical returned a fresh tensor, so no second full-size copy is made
+            weight.mul_(gain.reshape(1, -1) if side == "in" else gain.reshape(-1, 1))
         return weight
 
     return load

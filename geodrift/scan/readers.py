@@ -13,6 +13,8 @@ Public API::
     canonical_tensors(ckpt)    # file name -> canonical key, e.g. "blk.3.attn_q.weight" -> ("attn_q", 3)
     canonical_keys(ckpt)       # every key load_canonical accepts (fused tensors split)
     load_canonical(ckpt, key)  # one canonical tensor, Hugging Face transformers' layout
+    canonical_shape(ckpt, key) # its shape, from headers only
+    all_finite(tensor)         # the cheap NaN/Inf check every load runs
     norm_gain(ckpt, key)       # a norm's effective multiplicative gain (gemma: 1 + w)
     weightset(ckpt, view)      # WeightSet of the 7 projections, "raw" or "folded" (geodrift.scan.fold)
     validate_for_continuity(ws)  # >= 2 layers per role; the scan calls it after --roles/--layers
@@ -37,11 +39,11 @@ from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scan.gguf_reader import GGUFCheckpoint
 from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey, NameRule, load_name_mapping
 from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
-from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet
+from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet, all_finite
 
 __all__ = [
-    "Checkpoint", "open_checkpoint", "canonical_tensors", "canonical_keys", "load_canonical",
-    "norm_gain", "weightset", "validate_for_continuity", "load_name_mapping",
+    "Checkpoint", "open_checkpoint", "canonical_tensors", "canonical_keys", "canonical_shape", "load_canonical",
+    "norm_gain", "weightset", "validate_for_continuity", "load_name_mapping", "all_finite",
 ]
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
@@ -161,11 +163,13 @@ def _part(ckpt: Checkpoint, key: CanonicalKey) -> Part:
 
 
 def canonical_shape(ckpt: Checkpoint, key: CanonicalKey) -> tuple[int, ...]:
-    """The shape :func:`load_canonical` returns for ``key``, from headers only."""
-    if key not in ckpt.plan and key == ("lm_head", None):
-        return ckpt.canonical_shape(("embed", None)) if ("embed", None) in ckpt.plan else ckpt.canonical_shape(key)
-    _part(ckpt, key)
-    return ckpt.canonical_shape(key)
+    """The shape :func:`load_canonical` returns for ``key``, from headers only.
+
+    Raises:
+        GeodriftError: when the checkpoint has no tensor for ``key``.
+    """
+    _part(ckpt, key)  # raises for an absent key
+    return ckpt.canonical_shape(key if key in ckpt.plan else ("embed", None))  # tied lm_head
 
 
 def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
@@ -192,7 +196,7 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
     if part.rows is not None:
         tensor = tensor[part.rows[0]:part.rows[1]]
     tensor = tensor.contiguous()
-    if not bool(torch.isfinite(tensor).all()):
+    if not all_finite(tensor):
         raise GeodriftError(
             f"{ckpt.label}:{part.name}: tensor contains NaN or Inf values; the checkpoint is corrupt or was "
             "saved mid-divergence - re-export it or exclude this projection with --roles/--layers"

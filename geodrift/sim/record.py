@@ -92,7 +92,9 @@ class RunRecord:
 
 
 def slug(label: str) -> str:
-    """A folder-safe name for a label (``Res+ReLU+LN`` -> ``Res+ReLU+LN``, spaces -> ``_``)."""
+    """A folder-safe name for a label (``Adam β1=0`` -> ``Adam_beta1=0``)."""
+    greek: dict[str, str | int | None] = {"β": "beta", "ε": "eps", "σ": "sigma"}
+    label = label.translate(str.maketrans(greek))
     return re.sub(r"[^A-Za-z0-9+.=_-]+", "_", label).strip("_") or "run"
 
 

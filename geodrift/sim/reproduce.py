@@ -72,10 +72,12 @@ def noise_floor(d: int, layers: int) -> tuple[float, float]:
 
 
 def derived_summary(record: RunRecord) -> dict[str, float | None]:
-    """The record's summary plus series-derived values (peak W v1, lowest test accuracy)."""
+    """The record's summary plus series-derived values (peak W v1; lowest test accuracy from epoch 1 on)."""
     out = dict(record.summary)
     w = [v for _, v in record.select("W", "cont", "v", 1)]
-    acc = [v for _, v in record.select("test", "acc")]
+    # the dip of Fig. 2 is after training has started: ignore tracks before the first epoch
+    start = record.config.get("train", {}).get("epoch_steps") or 1
+    acc = [v for step, v in record.select("test", "acc") if step >= start]
     out["W v1 peak"] = max(w) if w else None
     out["acc min"] = min(acc) if acc else None
     return out
@@ -115,6 +117,8 @@ def build_specs(name: str, *, steps: int | None = None, epochs: float | None = N
         if ablations:
             mlp = apply_ablations(mlp, ablations)
             label = mlp.name() if spec.label == spec.mlp.name() else f"{spec.label} [{', '.join(ablations)}]"
+        if any(s.label == label for s in specs):  # ablations can make two rows identical
+            label = f"{label} #{len(specs) + 1}"
         specs.append(RunSpec(label, mlp, train, track))
     return specs
 
