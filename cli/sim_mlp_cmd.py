@@ -67,7 +67,7 @@ def mlp_command(
                                      "configuration as one batched ensemble (default: only on CUDA)."),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's choice)."),
     checkpoint_every: int = typer.Option(0, "--checkpoint-every", help="Save a resumable checkpoint every N "
-                                         "steps under --out (0: only when a run stops)."),
+                                         "steps under --out (0: none; a killed run restarts from step 0)."),
 ) -> None:
     """Train the toy residual MLP (paper section 4) and print geodrift vs the paper with verdicts."""
     if threads:

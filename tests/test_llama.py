@@ -90,16 +90,16 @@ def test_weight_tensors_are_hf_projections_in_d_out_d_in_orientation() -> None:
     ws = m.weightset()
     assert ws.roles() == list(TRANSFORMER_ROLES)
     assert ws.shape("attn_k") == (8, 16) and ws.shape("mlp_down") == (16, 24)
-    assert m.state_dict()["model.layers.1.mlp.up_proj.weight"] is m.projection("mlp_up", 1).weight
+    assert m.state_dict()["model.layers.1.mlp.up_proj.weight"].data_ptr() == m.projection("mlp_up", 1).weight.data_ptr()
 
 
 def test_init_is_normal_with_std_0_02_and_seeded() -> None:
     a = LlamaLM(300, 64, 2, 4, 128, generator=torch.Generator().manual_seed(5))
     b = LlamaLM(300, 64, 2, 4, 128, generator=torch.Generator().manual_seed(5))
-    w = torch.cat([p.flatten() for n, p in a.named_parameters() if "norm" not in n])
+    w = torch.cat([p.detach().flatten() for n, p in a.named_parameters() if "norm" not in n])
     assert abs(float(w.std()) - 0.02) < 0.0005 and abs(float(w.mean())) < 0.0005
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
-    assert float(a.model.norm.weight.min()) == 1.0  # type: ignore[union-attr]
+    assert float(a.model.norm.weight.detach().min()) == 1.0  # type: ignore[union-attr]
 
 
 @torch.no_grad()

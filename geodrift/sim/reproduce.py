@@ -103,7 +103,7 @@ def build_specs(name: str, *, steps: int | None = None, epochs: float | None = N
     """
     if steps is not None and epochs is not None:
         raise GeodriftError("--steps and --epochs: give one of them, not both")
-    specs = []
+    specs: list[RunSpec] = []
     for spec in preset(name):
         train, track, mlp = spec.train, spec.track, spec.mlp
         if steps is not None:
