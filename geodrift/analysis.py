@@ -29,6 +29,8 @@ Z_SIGNIFICANT = 3.0
 QUIET_EXCESS = 0.3
 # Vectors shown per space in the k table (the SVD may compute more for the full Eq. 2).
 SPACES = ("v", "u")
+# Up to this many vectors per space, one permutation sample serves both the Eq. 1 and Eq. 2 nulls.
+NULL_MAX_VECTORS = 32
 # Matrices up to this many entries (64 MB in float32) are read ahead on a second thread.
 PREFETCH_MAX_NUMEL = 16 * 2**20
 
@@ -197,6 +199,7 @@ def analyze_weightset(
     """
     spectra = decompose(ws, None if full_spectrum else k, progress, derive)
     generator = torch.Generator().manual_seed(seed)
+    bank = PermutationBank(generator)
     roles = sorted({role for role, _ in spectra}, key=_role_order)
     reports, notes = [], []
     for role in roles:
@@ -205,7 +208,7 @@ def analyze_weightset(
             notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
             continue
         reports.append(analyze_role(role, [spectra[(role, layer)] for layer in layers], layers,
-                                    null_draws, generator, k=k))
+                                    null_draws, generator, k=k, bank=bank))
     return ScanReport(ws.origin, ws.view, k, null_draws, seed, reports, notes)
 
 
@@ -216,6 +219,7 @@ def analyze_role(
     null_draws: int,
     generator: torch.Generator,
     k: int | None = None,
+    bank: PermutationBank | None = None,
 ) -> RoleReport:
     """Continuity of one role from its per-layer triplets (ordered by depth).
 
@@ -226,6 +230,7 @@ def analyze_role(
         null_draws: permutation-null draws.
         generator: source of the null's randomness.
         k: vector indices to report (None = all available); Eq. 2 uses every available triplet.
+        bank: permutations shared with other roles of the same shape (None = a private one).
 
     Returns:
         RoleReport with both spaces, floors, prediction and verdict.
@@ -238,7 +243,8 @@ def analyze_role(
         "v": torch.stack([t.Vh[:available] for t in triplets]),  # (L, K, d_in)
         "u": torch.stack([t.U[:, :available].T for t in triplets]),  # (L, K, d_out)
     }
-    spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, generator) for s in SPACES}
+    bank = bank or PermutationBank(generator)
+    spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank) for s in SPACES}
     shape = (triplets[0].U.shape[0], triplets[0].Vh.shape[1])
     lower, upper = metrics.effective_rank_bounds(sigma, fro, min(shape))
     predicted = PREDICTED_SPACE.get(role)
@@ -260,12 +266,23 @@ def analyze_role(
 
 def _space_continuity(
     space: str, vectors: torch.Tensor, sigma: torch.Tensor, fro: torch.Tensor, k: int, draws: int,
-    generator: torch.Generator,
+    bank: PermutationBank,
 ) -> SpaceContinuity:
     # vectors: (L, K, d) with K >= k; the first k are reported one by one, all K enter Eq. 2.
-    dim = vectors.shape[-1]
+    n_pairs, available, dim = vectors.shape[0] - 1, vectors.shape[1], vectors.shape[2]
     cos = metrics.adjacent_abs_cos(vectors[:, :k])  # (L-1, k)
-    null = metrics.permutation_null(vectors[:, :k], draws, generator)
+    # One set of permuted samples serves both nulls when all K vectors are few; with the full
+    # spectrum, Eq. 2's null permutes every vector per draw, so its draws are capped (~32 x draws).
+    shared = available <= NULL_MAX_VECTORS
+    samples = metrics.permuted_abs_cos(vectors[:, :available if shared else k], draws, bank.generator,
+                                       bank.get(draws, n_pairs, dim))
+    null = metrics.null_of_continuity(samples[..., :k])
+    if shared:
+        wa_draws, wa_samples = draws, samples
+    else:
+        wa_draws = max(8, draws * NULL_MAX_VECTORS // available)
+        wa_samples = metrics.permuted_abs_cos(vectors, wa_draws, bank.generator, bank.get(wa_draws, n_pairs, dim))
+    wa_null = metrics.null_of_sigma2(wa_samples, sigma, fro)
     means = cos.mean(0)
     z = null.z(means)
     rows = [
@@ -278,15 +295,32 @@ def _space_continuity(
     ]
     wa = metrics.sigma2_weighted_alignment(vectors, sigma, fro)
     gap = metrics.sigma2_truncation_gap(sigma, fro)
-    # The Eq. 2 null permutes all K vectors per draw; cap its cost at about 32 vectors x draws.
-    wa_draws = max(8, draws * 32 // vectors.shape[1]) if vectors.shape[1] > 32 else draws
-    wa_null = metrics.permutation_null_sigma2(vectors, sigma, fro, wa_draws, generator)
     return SpaceContinuity(
         space=space, dim=dim, vectors=rows, sigma2_wa=float(wa.mean()),
         sigma2_wa_upper=float((wa + gap).mean()), sigma2_wa_per_pair=wa.tolist(),
         sigma2_null_mean=float(wa_null.mean), sigma2_null_std=float(wa_null.std), sigma2_null_draws=wa_draws,
         subspace_overlap=float(metrics.subspace_overlap(vectors[:, :k]).mean()), subspace_baseline=k / dim,
     )
+
+
+class PermutationBank:
+    """Permutations shared by every null statistic of one shape ``(pairs, d)`` within a report.
+
+    Each statistic still gets an exact permutation null; sharing only correlates the nulls of
+    different statistics, and it spares generating the same-shaped permutations again.
+    """
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+        self._banks: dict[tuple[int, int], torch.Tensor] = {}
+
+    def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
+        """``(>= draws, n_pairs, dim)`` permutations, drawn on first use of the shape."""
+        bank = self._banks.get((n_pairs, dim))
+        if bank is None or bank.shape[0] < draws:
+            bank = metrics.random_permutations(draws, n_pairs, dim, self.generator)
+            self._banks[(n_pairs, dim)] = bank
+        return bank
 
 
 def _verdict(predicted: str | None, spaces: dict[str, SpaceContinuity]) -> tuple[str, str]:

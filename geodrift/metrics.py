@@ -173,7 +173,25 @@ class NullStats:
         return (observed - self.mean) / self.std.clamp_min(1e-12)
 
 
-def permuted_abs_cos(vectors: torch.Tensor, draws: int, generator: torch.Generator) -> torch.Tensor:
+def random_permutations(draws: int, n_pairs: int, d: int, generator: torch.Generator) -> torch.Tensor:
+    """Independent uniform permutations of ``d`` coordinates, one per draw and adjacent pair.
+
+    Args:
+        draws, n_pairs, d: the shape.
+        generator: the only source of randomness.
+
+    Returns:
+        ``(draws, n_pairs, d)`` int64 indices.
+    """
+    return torch.rand(draws, n_pairs, d, generator=generator).argsort(-1)
+
+
+def permuted_abs_cos(
+    vectors: torch.Tensor,
+    draws: int,
+    generator: torch.Generator,
+    permutations: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Adjacent ``|cos|`` after independently permuting the coordinates of each layer's vectors.
 
     ``cos(P_l a, P_{l+1} b) = cos(a, P_l^T P_{l+1} b)`` and the ``P_l^T P_{l+1}`` are independent
@@ -183,20 +201,24 @@ def permuted_abs_cos(vectors: torch.Tensor, draws: int, generator: torch.Generat
     Args:
         vectors: ``(L, K, d)``.
         draws: number of null draws.
-        generator: the only source of randomness.
+        generator: the only source of randomness (unused when ``permutations`` is given).
+        permutations: optional ``(>= draws, L-1, d)`` from :func:`random_permutations`; sharing
+            one bank between statistics of the same shape gives each a valid null for less work.
 
     Returns:
         ``(draws, L-1, K)``.
     """
     unit = _normalise(vectors.float())
     n_pairs, k, d = unit.shape[0] - 1, unit.shape[1], unit.shape[2]
+    if permutations is None:
+        permutations = random_permutations(draws, n_pairs, d, generator)
     chunk = max(1, _NULL_CHUNK_ELEMENTS // max(1, n_pairs * k * d))
     out = []
     for start in range(0, draws, chunk):
-        n = min(chunk, draws - start)
-        perm = torch.rand(n, n_pairs, d, generator=generator).argsort(-1)  # (n, L-1, d)
+        perm = permutations[start:min(start + chunk, draws)]  # (n, L-1, d)
         shuffled = torch.gather(
-            unit[1:].unsqueeze(0).expand(n, -1, -1, -1), 3, perm.unsqueeze(2).expand(-1, -1, k, -1)
+            unit[1:].unsqueeze(0).expand(perm.shape[0], -1, -1, -1), 3,
+            perm.unsqueeze(2).expand(-1, -1, k, -1),
         )  # (n, L-1, K, d)
         out.append((unit[:-1].unsqueeze(0) * shuffled).sum(-1).abs())
     return torch.cat(out, 0)
@@ -222,8 +244,28 @@ def permutation_null(vectors: torch.Tensor, draws: int, generator: torch.Generat
         >>> permutation_null(torch.randn(5, 1, 64, generator=g), 50, g).mean.shape
         torch.Size([1])
     """
-    samples = permuted_abs_cos(vectors, draws, generator).mean(1)  # (draws, K)
-    return NullStats(samples.mean(0), samples.std(0), draws)
+    return null_of_continuity(permuted_abs_cos(vectors, draws, generator))
+
+
+def null_of_continuity(samples: torch.Tensor) -> NullStats:
+    """Eq. 1 null from permuted ``|cos|`` samples ``(draws, L-1, K)``: per-``k`` mean and std."""
+    means = samples.mean(1)  # (draws, K)
+    return NullStats(means.mean(0), means.std(0), samples.shape[0])
+
+
+def null_of_sigma2(samples: torch.Tensor, sigma: torch.Tensor, frobenius_sq: torch.Tensor | None) -> NullStats:
+    """Eq. 2 null from permuted ``|cos|`` samples ``(draws, L-1, K)`` with the observed weights.
+
+    Args:
+        samples: from :func:`permuted_abs_cos` on all ``K`` vectors.
+        sigma: ``(L, K)``; frobenius_sq: ``(L,)`` or None (as in Eq. 2).
+
+    Returns:
+        NullStats with scalar ``mean`` and ``std``.
+    """
+    weights = _energy_share(sigma, frobenius_sq)[:-1].float()  # (L-1, K)
+    per_draw = (samples * weights).sum(-1).mean(-1)  # (draws,)
+    return NullStats(per_draw.mean(), per_draw.std(), samples.shape[0])
 
 
 def permutation_null_sigma2(
@@ -241,9 +283,7 @@ def permutation_null_sigma2(
     Returns:
         NullStats with scalar ``mean`` and ``std``.
     """
-    weights = _energy_share(sigma, frobenius_sq)[:-1].float()  # (L-1, K)
-    samples = (permuted_abs_cos(vectors, draws, generator) * weights).sum(-1).mean(-1)  # (draws,)
-    return NullStats(samples.mean(), samples.std(), draws)
+    return null_of_sigma2(permuted_abs_cos(vectors, draws, generator), sigma, frobenius_sq)
 
 
 def _normalise(vectors: torch.Tensor) -> torch.Tensor:
