@@ -10,11 +10,13 @@ verdict.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
+from threadpoolctl import threadpool_limits
 
 from geodrift import metrics
 from geodrift.linalg import SVDTriplets, top_k_svd
@@ -153,7 +155,9 @@ def decompose(
             return reader.submit(ws.__getitem__, keys[index])
         return None
 
-    with ThreadPoolExecutor(max_workers=1) as reader:
+    # The SVDs run single-threaded: the second core reads ahead, and multi-threaded BLAS on
+    # small matrices next to a busy core was 7x slower here (thread oversubscription).
+    with ThreadPoolExecutor(max_workers=1) as reader, single_threaded_blas():
         pending = fetch(0)
         for index, key in enumerate(keys):
             W = pending.result() if pending is not None else ws[key]
@@ -338,6 +342,18 @@ def _verdict(predicted: str | None, spaces: dict[str, SpaceContinuity]) -> tuple
                  f"or its excess over the null is below {QUIET_EXCESS:g}")
     quiet = all(x.z < Z_SIGNIFICANT or (x.mean - x.null_mean) < QUIET_EXCESS for x in (v1, u1))
     return ("holds" if quiet else "fails"), criterion
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Limit numpy/scipy BLAS and torch to one thread inside the block, then restore both."""
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        torch.set_num_threads(torch_threads)
 
 
 def _numel(shape: tuple[int, int]) -> int:

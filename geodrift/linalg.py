@@ -78,7 +78,8 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
     m, n = W.shape
     if not 1 <= k <= min(m, n):
         raise ValueError(f"k must be in [1, {min(m, n)}], got {k}")
-    frobenius_sq = float(W.double().pow(2).sum()) if W.numel() < 2**22 else _frobenius_sq_chunked(W)
+    # float32 norm (an accurate scaled reduction in torch), without a float64 copy of W.
+    frobenius_sq = float(torch.linalg.vector_norm(W.float())) ** 2
     use_exact = method == "exact" or (
         method == "auto" and (W.numel() <= EXACT_MAX_NUMEL or k > EXACT_K_SHARE * min(m, n))
     )
@@ -127,7 +128,7 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTri
     side = gram.shape[0]
     # ARPACK's start vector is fixed (ones) so results are deterministic without a global RNG.
     v0 = np.ones(side, dtype=gram.dtype)
-    ncv = min(side - 1, max(2 * k + 1, 40))
+    ncv = min(side - 1, max(2 * k + 1, 24))
     try:
         eigvals, eigvecs = eigsh(gram, k=k, which="LA", tol=tol * 1e-2, ncv=ncv, v0=v0)
     except (ArpackNoConvergence, ValueError):
@@ -162,11 +163,3 @@ def _residual(W: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tenso
     left = W.T @ U - Vh.T * S
     worst = torch.maximum(right.norm(dim=0), left.norm(dim=0)).max()
     return float(worst / S[0].clamp_min(1e-300))
-
-
-def _frobenius_sq_chunked(W: torch.Tensor) -> float:
-    # Avoids a full float64 copy of a large matrix.
-    total = 0.0
-    for rows in torch.split(W, 1024, dim=0):
-        total += float(rows.double().pow(2).sum())
-    return total

@@ -155,7 +155,7 @@ def software_versions() -> dict[str, str]:
         own = version("geodrift")
     except PackageNotFoundError:
         own = "unknown"
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+    return {"python": platform.python_version(), "torch": str(torch.__version__), "numpy": np.__version__,
             "geodrift": own}
 
 
