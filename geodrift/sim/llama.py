@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from geodrift.errors import GeodriftError
+from geodrift.sim.mlp import radial
 from geodrift.weights import TRANSFORMER_ROLES, WeightSet
 
 MLP_ACTIVATIONS: tuple[str, ...] = ("silu", "relu", "gelu", "none", "radial")
@@ -67,7 +68,7 @@ def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x)
     if name == "radial":
         # sigma_rad(g) = g * tanh(||g||), norm over the feature axis of one token: SO(d)-equivariant.
-        return x * torch.tanh(x.norm(dim=-1, keepdim=True))
+        return radial(x)
     return x  # "none"
 
 

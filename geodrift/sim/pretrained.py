@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.text import _PRETOKEN, eval_windows, perplexity
+from geodrift.sim.text import encode_pretokenized, eval_windows, perplexity
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -98,10 +98,7 @@ class GGUFTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (no BOS)."""
-        out: list[int] = []
-        for word in _PRETOKEN.findall(text):
-            out.extend(self._encode_word(word))
-        return out
+        return encode_pretokenized(text, self._encode_word)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Inverse of :meth:`encode` for ordinary (non-special) tokens."""

@@ -32,7 +32,7 @@ import math
 import re
 import sysconfig
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +48,14 @@ _DOC_PACKAGES = ("asyncio", "collections", "concurrent", "email", "html", "http"
                  "logging", "multiprocessing", "unittest", "urllib", "xml", "xmlrpc", "zoneinfo")
 # GPT-2's pre-tokenisation with unicode classes that the standard ``re`` supports.
 _PRETOKEN = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
+
+
+def encode_pretokenized(text: str, encode_word: Callable[[str], list[int]]) -> list[int]:
+    """Split ``text`` with the GPT-2 pre-tokenizer pattern and encode each piece with ``encode_word``."""
+    out: list[int] = []
+    for word in _PRETOKEN.findall(text):
+        out.extend(encode_word(word))
+    return out
 
 
 @dataclass(frozen=True)
@@ -307,10 +315,7 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``."""
-        out: list[int] = []
-        for word in _PRETOKEN.findall(text):
-            out.extend(self._encode_word(word))
-        return out
+        return encode_pretokenized(text, self._encode_word)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Inverse of :meth:`encode` (invalid UTF-8 is replaced)."""
