@@ -53,6 +53,12 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(0)
         typer.echo(f"error: {error.format_message()}", err=True)  # type: ignore[attr-defined]
         sys.exit(2)
+    except OSError as error:
+        # Disk full, permission denied, a folder where a file was expected: the environment's, not a bug.
+        where = f"{error.filename}: " if error.filename else ""
+        typer.echo(f"error: {where}{error.strerror or error}; check the path, its permissions and free space",
+                   err=True)
+        sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("error: interrupted", err=True)
         sys.exit(130)

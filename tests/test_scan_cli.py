@@ -129,3 +129,14 @@ def test_ov_composite_sums_each_query_head_with_its_shared_kv_head():
     group = n_heads // n_kv
     expected = sum(O[:, h * hd:(h + 1) * hd] @ V[(h // group) * hd:(h // group + 1) * hd] for h in range(n_heads))
     assert key == ("attn_ov", 7) and torch.allclose(ov, expected, atol=1e-5)
+
+
+def test_an_unwritable_output_path_is_a_one_line_error(tmp_path: Path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["scan", "--layers", "0-1", "--k", "1", "--null-draws", "2", "--json-out", str(blocker / "r.json")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "file" in err[0]
+    assert blocker.read_text() == "x"
