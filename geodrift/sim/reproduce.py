@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from geodrift.errors import GeodriftError
+from geodrift.metrics import random_baseline
 from geodrift.sim.claims import Stat, Verdict, judge
 from geodrift.sim.config import PAPER_SEEDS, PRESET_SEEDS, RunSpec, apply_ablations, preset
 from geodrift.sim.data import load_dataset
@@ -68,7 +69,8 @@ class Reproduction:
 
 def noise_floor(d: int, layers: int) -> tuple[float, float]:
     """``(floor, noise)`` of Eq. 1 for random unit vectors in ``R^d`` over ``layers`` layers."""
-    return math.sqrt(2.0 / (math.pi * d)), math.sqrt((1.0 - 2.0 / math.pi) / d) / math.sqrt(max(1, layers - 1))
+    # E|cos| ~ sqrt(2/(pi d)); Var|cos| ~ (1 - 2/pi)/d; the layer mean averages L-1 pairs.
+    return random_baseline(d), math.sqrt((1.0 - 2.0 / math.pi) / d) / math.sqrt(max(1, layers - 1))
 
 
 def derived_summary(record: RunRecord) -> dict[str, float | None]:
