@@ -227,8 +227,8 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
             ``geodrift.scan.fold``).
 
     Returns:
-        A WeightSet with ``view`` set; each entry's loader reads one tensor and checks its shape
-        and finiteness.
+        A WeightSet with ``view`` set; each entry's loader reads one tensor, whose shape and
+        finiteness ``WeightSet.__getitem__`` checks.
 
     Raises:
         GeodriftError: unknown view, no projections found, fewer than 2 layers, or shapes that
@@ -253,7 +253,7 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
             raise GeodriftError(f"{ckpt.label}:{part.name}: expected a 2-D weight matrix, got shape {shape}")
         source = f"{ckpt.label}:{part.name}" + (f"[rows {part.rows[0]}:{part.rows[1]}]" if part.rows else "")
         loader = folded_loader(ckpt, role, layer) if view == "folded" else _raw_loader(ckpt, role, layer)
-        entries[(role, layer)] = WeightEntry((shape[0], shape[1]), source, _checked(loader, (shape[0], shape[1]), source))
+        entries[(role, layer)] = WeightEntry((shape[0], shape[1]), source, loader)
     if not entries:
         sample = ", ".join(ckpt.tensor_names()[:6])
         raise GeodriftError(
@@ -284,15 +284,3 @@ def validate_for_continuity(ws: WeightSet) -> None:
 
 def _raw_loader(ckpt: Checkpoint, role: str, layer: int) -> Callable[[], torch.Tensor]:
     return lambda: load_canonical(ckpt, (role, layer))
-
-
-def _checked(loader: Callable[[], torch.Tensor], shape: tuple[int, int], source: str) -> Callable[[], torch.Tensor]:
-    # Every load is checked even when a caller bypasses WeightSet.__getitem__: load_canonical has
-    # already refused NaN/Inf (naming the file tensor); the shape is checked here.
-    def load() -> torch.Tensor:
-        tensor = loader()
-        if tuple(tensor.shape) != shape:
-            raise GeodriftError(f"{source}: loaded shape {tuple(tensor.shape)} differs from the header's {shape}")
-        return tensor
-
-    return load
