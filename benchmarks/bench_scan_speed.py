@@ -5,7 +5,7 @@ Measures, each as the median of --repeats runs:
   gguf floor  the same with the `gguf` package's own reader and dequantizer (GGUFReader + dequantize)
   scan        the default scan end to end (top-k SVD, k = 8, every metric, both floors, OV composite)
   topk        the singular-vector stage alone on matrices already in memory, run as the scan runs it
-              (geodrift.linalg.top_k_svd inside analysis.single_threaded_blas)
+              (geodrift.linalg.top_k_svd inside continuity.schedule.single_threaded_blas)
   full64      a full-spectrum float64 SVD of every matrix (WeightWatcher's approach), same matrices,
               with torch's default threads and with one thread; the faster one is the baseline
 and prints the target ratios: scan / floor (target <= 1.5) and full64 / topk (target >= 10).
@@ -21,7 +21,8 @@ import time
 
 import torch
 
-from geodrift.analysis import single_threaded_blas
+from geodrift.continuity import MeasureSpec
+from geodrift.continuity.schedule import single_threaded_blas
 from geodrift.linalg import top_k_svd
 from geodrift.scan.embedded import embedded_model_path
 from geodrift.scan.scan import load_weights, scan
@@ -52,7 +53,7 @@ def main() -> None:
 
     def scan_all() -> None:
         ws, heads = load_weights(None)
-        scan(ws, k=args.k, heads=heads)
+        scan(ws, MeasureSpec(k=args.k), heads=heads)
 
     def read_all_gguf() -> None:
         from gguf import GGUFReader

@@ -21,9 +21,16 @@ from dataclasses import replace
 
 import torch
 
-from geodrift.sim.config import PAPER_EPOCH_STEPS, MLPConfig, RunSpec, TrackConfig, TrainConfig, preset
-from geodrift.sim.data import load_dataset
-from geodrift.sim.ensemble import run_group, run_spec
+from geodrift.sim.config import (
+    PAPER_EPOCH_STEPS,
+    ImageData,
+    MLPConfig,
+    RunSpec,
+    TrackConfig,
+    TrainConfig,
+    preset,
+)
+from geodrift.sim.run import run, run_seeds
 
 
 def _timed(fn) -> float:  # type: ignore[no-untyped-def]
@@ -45,23 +52,22 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="comma list of sections to skip: overhead,table1,ensemble")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
-    data = load_dataset("mnist5k")
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, device {args.device}")
 
     if "overhead" not in skip:
-        base = RunSpec("Res+ReLU", MLPConfig(), TrainConfig(steps=args.steps, device=args.device))
+        base = RunSpec("mlp", "Res+ReLU", MLPConfig(), ImageData(), TrainConfig(steps=args.steps))
         variants = {
             "off (floor)": replace(base, track=TrackConfig(every=0)),
-            "table1 set (every 469, no EMA)": replace(base, track=TrackConfig(ema_betas=())),
-            "full set (every 469, 3 EMAs)": replace(base, track=TrackConfig()),
+            "table1 set (every 469, no EMA)": replace(base, track=TrackConfig()),
+            "full set (every 469, 3 EMAs)": replace(base, track=TrackConfig(ema_betas=(0.9, 0.99, 0.999))),
         }
         walls: dict[str, float] = dict.fromkeys(variants, 0.0)
         tracker_s: dict[str, float] = dict.fromkeys(variants, 0.0)
         for _ in range(args.repeats):
             for name, spec in variants.items():
                 recs: list = []
-                walls[name] += _timed(lambda spec=spec, recs=recs: recs.extend(run_group(spec, [42], data)))
-                tracker_s[name] += recs[0].timing["track_s"]
+                walls[name] += _timed(lambda spec=spec, recs=recs: recs.extend(run(spec, [42], device=args.device)))
+                tracker_s[name] += recs[0].record.timing["track_s"]
         floor = walls["off (floor)"]
         print(f"\n## 1. Tracking overhead ({args.steps} steps, Res+ReLU, seed 42, x{args.repeats})\n")
         print("| tracking | wall s | ratio to floor | tracker's own s |")
@@ -70,11 +76,12 @@ def main() -> None:
             print(f"| {name} | {walls[name]:.1f} | {walls[name] / floor:.3f} | {tracker_s[name]:.1f} |")
 
     if "table1" not in skip:
-        specs = [replace(s, train=replace(s.train, steps=args.floor_steps, device=args.device)) for s in preset("table1")]
+        specs = [replace(s, train=replace(s.train, steps=args.floor_steps)) for s in preset("mlp", "table1")]
         tracked = untracked = 0.0
         for spec in specs:
-            untracked += _timed(lambda spec=spec: run_group(replace(spec, track=TrackConfig(every=0)), [42], data))
-            tracked += _timed(lambda spec=spec: run_group(spec, [42], data))
+            untracked += _timed(lambda spec=spec: run(replace(spec, track=TrackConfig(every=0)), [42],
+                                                      device=args.device))
+            tracked += _timed(lambda spec=spec: run(spec, [42], device=args.device))
         print(f"\n## 2. table1-style: 11 configurations x 1 seed x {args.floor_steps} steps\n")
         print("| | wall s |\n|---|---|")
         print(f"| tracking off (floor) | {untracked:.1f} |\n| table1 tracking | {tracked:.1f} |")
@@ -82,12 +89,12 @@ def main() -> None:
 
     if "ensemble" not in skip:
         seeds = [42 + i for i in range(args.members)]
-        spec = RunSpec("Res+ReLU", MLPConfig(), TrainConfig(steps=args.ens_steps, device=args.device),
+        spec = RunSpec("mlp", "Res+ReLU", MLPConfig(), ImageData(), TrainConfig(steps=args.ens_steps),
                        TrackConfig(every=0))
         seq = bat = 0.0
         for _ in range(args.repeats):
-            seq += _timed(lambda: run_spec(spec, seeds, data, batched=False))
-            bat += _timed(lambda: run_spec(spec, seeds, data, batched=True))
+            seq += _timed(lambda: run_seeds(spec, seeds, batched=False, device=args.device))
+            bat += _timed(lambda: run_seeds(spec, seeds, batched=True, device=args.device))
         work = args.members * args.ens_steps * args.repeats
         print(f"\n## 3. Batched ensemble vs sequential ({args.members} seeds x {args.ens_steps} steps, tracking off)\n")
         print("| mode | wall s | member-steps/s |\n|---|---|---|")

@@ -1,14 +1,20 @@
-"""The geodrift command line: each command parses options, makes one library call, renders.
+"""The geodrift command line: ``cli/main.py`` only composes the command modules' Typer apps.
 
-Errors a user can cause (GeodriftError) are printed on one line and exit with status 2.
+Each command module (``scan_cmd``, ``prove_cmd``, ``simulate_cmd``) owns its app; its commands parse
+options, make one library call and render. Heavy imports (torch, rich tables, matplotlib) happen
+inside command bodies, so ``geodrift --help`` and ``--version`` stay fast. Errors a user can cause
+(GeodriftError, bad options, OS errors) print one line and exit with status 2.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
+from geodrift import __version__
+from geodrift.cli import prove_cmd, scan_cmd, simulate_cmd
 from geodrift.errors import GeodriftError
 
 app = typer.Typer(
@@ -18,15 +24,25 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-simulate_app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.",
-                           no_args_is_help=True)
-app.add_typer(simulate_app, name="simulate")
+app.add_typer(scan_cmd.app)
+app.add_typer(prove_cmd.app)
+app.add_typer(simulate_cmd.app, name="simulate")
 
 
-def _register() -> None:
-    # Each command lives in its own module and registers itself on the shared apps.
-    from geodrift.cli import prove_cmd, scan_cmd, sim_mlp_cmd, sim_transformer_cmd  # noqa: F401
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"geodrift {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Geometric continuity of weight singular vectors across depth."""
 
 
 def _click_exception() -> type[Exception]:
@@ -40,7 +56,6 @@ def _click_exception() -> type[Exception]:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: user errors print one line and exit 2, never a traceback."""
-    _register()
     click_exception = _click_exception()
     try:
         code = app(args=argv, standalone_mode=False)
@@ -66,7 +81,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # Run through the imported module so commands register on the same app object.
-    from geodrift.cli.main import main as _main
-
-    _main()
+    main()

@@ -2,51 +2,51 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from geodrift.atomic import write_json
-from geodrift.cli.main import app
-from geodrift.render import err_console
-from geodrift.render.scan import render_scan, write_csv, write_plot
-from geodrift.scan.scan import check_options, load_weights, parse_layers, parse_roles, scan
+app = typer.Typer()
 
 
 @app.command("scan")
 def scan_command(
-    model: str = typer.Argument(None, help="A .gguf file, a .safetensors file or a Hugging Face model "
-                                "folder. Default: the embedded SmolLM2-135M-Instruct (Q4_1 GGUF)."),
-    roles: str = typer.Option(None, "--roles", help="Projections, e.g. q,k,v,o,gate,up,down (default all)."),
-    layers: str = typer.Option(None, "--layers", help="Layers, e.g. 0-9,20 (default all)."),
-    k: int = typer.Option(8, "--k", help="Singular vectors per space (k = 1..K)."),
-    view: str = typer.Option("raw", "--view", help="raw weights, or folded (norm gains folded in)."),
-    null_draws: int = typer.Option(100, "--null-draws", help="Permutation-null draws per statistic."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the permutation null."),
-    names: Path = typer.Option(None, "--names", help="JSON mapping of tensor-name regex -> role."),
-    as_json: bool = typer.Option(False, "--json", help="Print the full report as JSON on stdout."),
-    json_out: Path = typer.Option(None, "--json-out", help="Also write the JSON report to this file."),
-    csv_out: Path = typer.Option(None, "--csv", help="Write flat rows (role × space × k) to this CSV."),
-    plot: Path = typer.Option(None, "--plot", help="Write a PNG of continuity vs depth per projection."),
-    detail: bool = typer.Option(True, "--detail/--brief", help="Also show the k = 1..K table."),
-    ov: bool = typer.Option(True, "--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer."),
-    full_spectrum: bool = typer.Option(False, "--full-spectrum", help="Full SVD of every matrix so "
-                                       "σ²-WA (Eq. 2) is exact instead of bounded (slower)."),
+    model: Annotated[str | None, typer.Argument(help="A .gguf file, a .safetensors file or a Hugging Face model "
+                                                "folder. Default: the embedded SmolLM2-135M-Instruct (Q4_1 GGUF).")] = None,
+    roles: Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down "
+                                              "(default all).")] = None,
+    layers: Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")] = None,
+    k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K).")] = 8,
+    view: Annotated[str, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")] = "raw",
+    null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")] = 100,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
+    names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON on stdout.")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json-out", help="Also write the JSON report here.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write flat rows (role × space × k) to this "
+                                                 "CSV.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of continuity vs depth per "
+                                              "projection.")] = None,
+    detail: Annotated[bool, typer.Option("--detail/--brief", help="Also show the k = 1..K table.")] = True,
+    ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
+    full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
+                                                "(Eq. 2) is exact instead of bounded (slower).")] = False,
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
+    from geodrift.atomic import to_json, write_json
+    from geodrift.continuity import MeasureSpec
+    from geodrift.render.progress import progress_bar
+    from geodrift.render.scan import render_scan, write_csv, write_plot
+    from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
+
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
-    check_options(k, null_draws)
+    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
     ws, heads = load_weights(model, view, names, role_list, layer_list)
-    with Progress(TextColumn("[bold]scanning[/bold] {task.description}"), BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                  transient=True, disable=as_json or not err_console.is_terminal) as bar:
-        task = bar.add_task("", total=len(ws))
-        report = scan(ws, k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum,
-                      heads=heads if ov else None,
-                      progress=lambda label: bar.update(task, advance=1, description=label))
+    with progress_bar(len(ws), "scanning", disable=as_json) as update:
+        report = scan(ws, spec, heads=heads if ov else None,
+                      progress=lambda label: update(advance=1, description=label))
     if json_out:
         write_json(json_out, report.to_dict())
     if csv_out:
@@ -54,6 +54,6 @@ def scan_command(
     if plot:
         write_plot(report, plot)
     if as_json:
-        sys.stdout.write(json.dumps(report.to_dict()) + "\n")
+        sys.stdout.write(to_json(report.to_dict()) + "\n")
     else:
         render_scan(report, detail=detail)

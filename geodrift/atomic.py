@@ -6,6 +6,7 @@ A crash or an error midway leaves the old file (or nothing) in place, never a ha
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -41,9 +42,14 @@ def write_text(target: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def to_json(payload: Any, indent: int | None = None) -> str:
+    """Strict JSON (RFC 8259): NaN and +-Infinity, which strict parsers reject, become ``null``."""
+    return json.dumps(_finite_or_none(payload), indent=indent, allow_nan=False, default=str)
+
+
 def write_json(target: str | Path, payload: Any) -> None:
-    """Atomically write ``payload`` as indented JSON (NaN is written as null)."""
-    write_text(target, json.dumps(_nan_to_none(payload), indent=2, sort_keys=False) + "\n")
+    """Atomically write ``payload`` as indented strict JSON (see :func:`to_json`)."""
+    write_text(target, to_json(payload, indent=2) + "\n")
 
 
 def write_with(target: str | Path, writer: Callable[[Path], None]) -> None:
@@ -52,11 +58,11 @@ def write_with(target: str | Path, writer: Callable[[Path], None]) -> None:
         writer(tmp)
 
 
-def _nan_to_none(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _nan_to_none(v) for k, v in value.items()}
+        return {k: _finite_or_none(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_nan_to_none(v) for v in value]
+        return [_finite_or_none(v) for v in value]
     return value

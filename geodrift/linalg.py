@@ -91,22 +91,118 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
     return _exact(W, k, frobenius_sq, "exact")
 
 
-def batched_svd(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Exact thin SVD of a stack of matrices (the simulator's layers), float64 inside.
+def batched_svd_triplets(W: torch.Tensor, k: int, checked: int = 8, tol: float = 1e-8) -> list[SVDTriplets]:
+    """Top-``k`` triplets of a stack of same-shaped matrices, batched float64 LAPACK.
+
+    Two exact routes: for ``k`` up to a quarter of the rank, an eigendecomposition of the float64
+    Gram matrix of the smaller side (``torch.linalg.eigh``; 3.6x faster than the SVD on 8 matrices
+    of 512 x 128), accepted per matrix only when the residual check passes (relative ``<= tol``,
+    i.e. float64 accuracy) and ``s_k > 0``; otherwise, and for larger ``k``, the SVD
+    (``torch.linalg.svd``).
 
     Args:
         W: ``(L, m, n)``.
+        k: triplets kept per matrix, ``1 <= k <= min(m, n)`` (``frobenius_sq`` always uses all).
+        checked: the residual is computed over the top ``min(k, checked)`` triplets, which keeps a
+            full-spectrum decomposition from paying a second full matrix product.
+        tol: accepted residual of the Gram route, relative to ``s_1``.
 
     Returns:
-        ``U (L, m, r)``, ``S (L, r)``, ``Vh (L, r, n)`` with ``r = min(m, n)``, in ``W``'s dtype.
+        One SVDTriplets per matrix (float32, method ``"exact"`` or ``"exact-gram"``), in stack order.
 
     Example:
-        >>> U, S, Vh = batched_svd(torch.randn(4, 8, 8))
-        >>> Vh.shape
-        torch.Size([4, 8, 8])
+        >>> [t.S.shape[0] for t in batched_svd_triplets(torch.randn(3, 8, 6), 2)]
+        [2, 2, 2]
     """
-    U, S, Vh = torch.linalg.svd(W.detach().double(), full_matrices=False)
-    return U.to(W.dtype), S.to(W.dtype), Vh.to(W.dtype)
+    if W.ndim != 3 or not 1 <= k <= min(W.shape[1:]):
+        raise ValueError(f"expected (L, m, n) and 1 <= k <= min(m, n); got {tuple(W.shape)} and k={k}")
+    W64 = W.detach().double()
+    c = min(k, checked)
+    methods = ["exact"] * W.shape[0]
+    if k <= EXACT_K_SHARE * min(W.shape[1:]):
+        U, S, Vh, frobenius = _gram_triplets(W64, k)
+        residual = _batched_residual(W64, U, S, Vh, c)
+        ok = (residual <= tol) & (S[:, -1] > 0)
+        methods = ["exact-gram" if bool(good) else "exact" for good in ok]
+        if not bool(ok.all()):
+            bad = ~ok
+            U[bad], S[bad], Vh[bad], frobenius[bad], residual[bad] = _svd_triplets(W64[bad], k, c)
+    else:
+        U, S, Vh, frobenius, residual = _svd_triplets(W64, k, c)
+    return [SVDTriplets(U[i].float(), S[i].float(), Vh[i].float(), float(frobenius[i]), float(residual[i]), methods[i])
+            for i in range(W.shape[0])]
+
+
+def _svd_triplets(W64: torch.Tensor, k: int, c: int) -> tuple[torch.Tensor, ...]:
+    # LAPACK SVD of a stack (L, m, n): top-k U (L, m, k), S (L, k), Vh (L, k, n), ||W||_F^2 (L,), residual (L,).
+    U, S, Vh = torch.linalg.svd(W64, full_matrices=False)
+    frobenius = S.pow(2).sum(-1)
+    U, S, Vh = U[..., :k], S[..., :k], Vh[:, :k]
+    return U, S, Vh, frobenius, _batched_residual(W64, U, S, Vh, c)
+
+
+def _gram_triplets(W64: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+    # Top-k from eigh of the smaller side's Gram matrix; the other side's vectors are W v / s.
+    m, n = W64.shape[1:]
+    gram = W64.mT @ W64 if m >= n else W64 @ W64.mT  # (L, r, r)
+    eigvals, eigvecs = torch.linalg.eigh(gram)  # ascending
+    frobenius = eigvals.sum(-1)
+    top = eigvecs[..., -k:].flip(-1)  # (L, r, k), descending
+    S = eigvals[..., -k:].flip(-1).clamp_min(0.0).sqrt()  # (L, k)
+    other = (W64 @ top if m >= n else W64.mT @ top) / S.clamp_min(1e-300).unsqueeze(1)
+    other = other / other.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    U, V = (other, top) if m >= n else (top, other)
+    return U, S, V.mT, frobenius
+
+
+def _batched_residual(W64: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, c: int) -> torch.Tensor:
+    # max over the top c triplets of max(||W v - s u||, ||W^T u - s v||) / s_1, per matrix: (L,)
+    right = W64 @ Vh[:, :c].mT - U[..., :c] * S[:, None, :c]  # (L, m, c)
+    left = W64.mT @ U[..., :c] - Vh[:, :c].mT * S[:, None, :c]  # (L, n, c)
+    return torch.maximum(right.norm(dim=1), left.norm(dim=1)).amax(-1) / S[:, 0].clamp_min(1e-300)
+
+
+def top_right_vectors(M: torch.Tensor, warm: torch.Tensor | None, tol: float = 1e-5,
+                      iterations: int = 100) -> torch.Tensor:
+    """Principal right singular vector of each matrix of a stack, warm-started power iteration.
+
+    Float32 power iteration ``v <- M^T M v`` (two mat-vecs, no Gram matrix) from ``warm``; matrices
+    whose relative eigen-residual ``||M^T M v - lam v|| / lam`` stays above ``tol`` (and all of them
+    without a warm start) fall back to an exact ``eigh`` of ``M^T M``. The angle error of v1 is about
+    residual / relative gap, far below 1e-3 for the gaps of trained gradient sums (~0.3-0.5).
+
+    Args:
+        M: ``(N, m, n)``.
+        warm: ``(N, n)`` start vectors (e.g. the previous call's result) or None.
+        tol: accepted relative eigen-residual.
+        iterations: power steps before the fallback.
+
+    Returns:
+        ``(N, n)`` float64 unit vectors on the CPU.
+    """
+    M = M.detach().float().cpu()
+    N, n = M.shape[0], M.shape[-1]
+    out = torch.zeros(N, n, dtype=torch.float64)
+    todo = torch.ones(N, dtype=torch.bool)
+    if warm is not None:
+        v = warm.float().cpu()
+        v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        res = torch.full((N,), float("inf"))
+        for _ in range(iterations):
+            w = (M.mT @ (M @ v.unsqueeze(-1))).squeeze(-1)  # (N, n)
+            lam = (v * w).sum(-1)
+            res = (w - lam.unsqueeze(-1) * v).norm(dim=-1) / lam.abs().clamp_min(1e-30)
+            if bool((res < tol).all()):
+                break
+            v = w / w.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        ok = res < tol
+        out[ok] = v[ok].double()
+        todo = ~ok
+    if bool(todo.any()):
+        A = M[todo].double().mT @ M[todo].double()
+        _, vecs = torch.linalg.eigh(A)
+        out[todo] = vecs[..., -1]
+    return out
 
 
 def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTriplets:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -39,6 +39,15 @@ PREDICTED_SPACE: dict[str, str | None] = {
     "attn_v": None,
     # The OV composite W_O W_V writes through O, so it inherits O's output-space continuity.
     "attn_ov": "u",
+}
+
+# Where each projection lives inside one Hugging Face Llama decoder layer (``model.layers.{l}.<path>``).
+# The scan's name tables (geodrift.scan.names) and the simulator's Llama (geodrift.sim.llama) both
+# derive their names from this one table.
+HF_LLAMA_PROJECTIONS: dict[str, str] = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_o": "self_attn.o_proj", "mlp_gate": "mlp.gate_proj", "mlp_up": "mlp.up_proj",
+    "mlp_down": "mlp.down_proj",
 }
 
 WeightKey = tuple[str, int]
@@ -81,12 +90,10 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
     entries: dict[WeightKey, WeightEntry]
     origin: str = "tensors"
     view: str = "raw"
-    extra_roles: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        allowed = set(ROLES) | set(self.extra_roles)
         for (role, layer), entry in self.entries.items():
-            if role not in allowed:
+            if role not in ROLES:
                 raise GeodriftError(
                     f"{entry.source}: unknown role {role!r}; known roles are {', '.join(ROLES)}"
                 )
@@ -141,8 +148,7 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
     def roles(self) -> list[str]:
         """Roles present, in canonical order."""
         present = {role for role, _ in self.entries}
-        order = list(ROLES) + list(self.extra_roles)
-        return [r for r in order if r in present]
+        return [r for r in ROLES if r in present]
 
     def layers(self, role: str) -> list[int]:
         """Sorted layer indices present for ``role``."""
@@ -177,7 +183,7 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
             for key, entry in self.entries.items()
             if (roles is None or key[0] in roles) and (layers is None or key[1] in layers)
         }
-        return WeightSet(kept, origin=self.origin, view=self.view, extra_roles=self.extra_roles)
+        return WeightSet(kept, origin=self.origin, view=self.view)
 
 
 def all_finite(tensor: torch.Tensor) -> bool:

@@ -5,8 +5,15 @@ from __future__ import annotations
 import sympy as sp
 
 from geodrift.proofs.activations import ELEMENTWISE, GENERATOR_A, WITNESS_R, WITNESS_X, rotation2
-from geodrift.proofs.claim import Claim, Derivation, is_zero, tex
+from geodrift.proofs.claim import C1, Assumption, Claim, Derivation, conjunction, is_zero, tex
 from geodrift.proofs.interval import certify_nonzero
+
+d = sp.Symbol("d")
+DIM = Assumption(sp.Q.integer(d) & (d >= 2), "the witnesses live in the $(1,2)$-plane; for $d=1$ the odd "
+                 "$\\sigma$ commute with $O(1)=\\{\\pm1\\}$")
+SMOOTH = Assumption(C1(sp.Symbol("sigma")), "$\\sigma\\in C^1$, needed by the infinitesimal form only, the "
+                    "finite form assumes nothing; sympy differentiates $\\sigma$ formally and cannot use this predicate")
+PREMISES = (DIM, SMOOTH)
 
 
 def witness(name: str) -> tuple[sp.Matrix, sp.Matrix]:
@@ -39,14 +46,31 @@ def _certify(out: Derivation, label: str, vec: sp.Matrix) -> list[list[float]]:
     return boxes
 
 
-def derive() -> Derivation:
+def derive(assumed: sp.Basic | None = None) -> Derivation:
     """Witnesses for each element-wise activation, then the general theorem.
+
+    Args:
+        assumed: the premises to derive under (default: the claim's, ``conjunction(PREMISES)``).
+
+    Returns:
+        The derivation.
 
     Example:
         >>> derive().verdict
         'verified'
     """
+    assumed = conjunction(PREMISES) if assumed is None else assumed
     out = Derivation()
+    dim = [c for c in sp.And.make_args(assumed) if d in c.free_symbols]
+    at2, at1 = sp.ask(sp.And(*dim).subs(d, 2)) if dim else None, sp.ask(sp.And(*dim).subs(d, 1)) if dim else None
+    out.check(
+        f"Dimension: `ask` of the premise {tex(sp.And(*dim))} at $d=2$ gives {at2} (the witnesses' plane is "
+        f"inside the claim) and at $d=1$ gives {at1} (the exception is outside it). sympy cannot reason with "
+        f"the bound for symbolic $d$ (`ask(Q.positive(d), premise)` is {sp.ask(sp.Q.positive(d), sp.And(*dim))}: it "
+        "cannot even infer $d>0$ from $d\\ge2$), so "
+        "the step to $d>2$ is by hand: embed the $2\\times2$ witnesses in the first two coordinates.",
+        True if at2 is True and at1 is False else None,
+    )
     out.say(
         f"Witness: $R^* = {sp.latex(WITNESS_R)}$ (exact rational rotation, $3^2+4^2=5^2$), "
         f"$x^* = {sp.latex(WITNESS_X.T)}^\\top$, generator $A = {sp.latex(GENERATOR_A)}$; in $d>2$ embed "
@@ -136,7 +160,7 @@ CLAIM = Claim(
         "More generally, for $d\\ge2$ an element-wise $\\sigma$ commutes with every rotation iff "
         "$\\sigma(t)=c\\,t$."
     ),
-    assumptions=("$d\\ge 2$", "infinitesimal form: $\\sigma\\in C^1$; finite form: none"),
+    premises=PREMISES,
     method="exact witness + interval enclosure excluding 0; sympy solve of the defect equations",
     numeric="breaking",
     derive=derive,

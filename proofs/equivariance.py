@@ -5,11 +5,35 @@ from __future__ import annotations
 import sympy as sp
 
 from geodrift.proofs.activations import quaternion_rotation, radial, rotation2
-from geodrift.proofs.claim import Claim, Derivation, is_zero
+from geodrift.proofs.claim import (
+    DIFFERENTIABLE,
+    Assumption,
+    Claim,
+    Derivation,
+    conjunction,
+    is_zero,
+    refine_under,
+    substitutions,
+    tex,
+)
+
+d = sp.Symbol("d")
+R = sp.MatrixSymbol("R", d, d)
+A = sp.MatrixSymbol("A", d, d)
+DIM = Assumption(sp.Q.integer(d) & sp.Q.positive(d), "every dimension $d\\ge1$; `ask` checks the instances $d=2,3,4$")
+ORTHOGONAL = Assumption(sp.Q.orthogonal(R), "$R^\\top R = RR^\\top = I$; `refine` turns $R^\\top R$ into $I$")
+SKEW = Assumption(sp.Eq(A.T, -A), "the generator $A$ of $SO(d)$ is skew; sympy has no skew-symmetric predicate, "
+                  "so the equation is applied as the substitution $A^\\top\\to-A$")
+SMOOTH = Assumption(DIFFERENTIABLE(sp.Symbol("f")), "$f$ differentiable, for the infinitesimal form only; "
+                    "sympy differentiates $f$ formally and cannot use this predicate")
+PREMISES = (DIM, ORTHOGONAL, SKEW, SMOOTH)
 
 
-def derive() -> Derivation:
+def derive(assumed: sp.Basic | None = None) -> Derivation:
     """Derive equivariance for symbolic d (finite and infinitesimal) and check it in d = 2, 3.
+
+    Args:
+        assumed: the premises to derive under (default: the claim's, ``conjunction(PREMISES)``).
 
     Returns:
         The derivation; verified iff every step simplifies to zero exactly.
@@ -18,17 +42,14 @@ def derive() -> Derivation:
         >>> derive().verdict
         'verified'
     """
+    assumed = conjunction(PREMISES) if assumed is None else assumed
     out = Derivation()
-    d = sp.Symbol("d", integer=True, positive=True)
-    R = sp.MatrixSymbol("R", d, d)
     x = sp.MatrixSymbol("x", d, 1)
-    A = sp.MatrixSymbol("A", d, d)
     c = sp.Symbol("c")
     f = sp.Function("f")
-    identity = sp.Identity(d)
 
     out.say(
-        "Let $d$ be a symbolic dimension, $R\\in\\mathbb{R}^{d\\times d}$ with $R^\\top R = I_d$, "
+        "Let $d$ be a symbolic dimension, $R\\in\\mathbb{R}^{d\\times d}$ with " + tex(ORTHOGONAL.predicate) + ", "
         "$x\\in\\mathbb{R}^d$. Any radial map can be written $\\sigma(x) = f(x^\\top x)\\,x$ "
         "(the paper's $x\\tanh\\lVert x\\rVert$ is $f(s)=\\tanh\\sqrt{s}$); the linear map is $f \\equiv c$."
     )
@@ -40,10 +61,11 @@ def derive() -> Derivation:
 
     diff = sig(R * x) - R * sig(x)
     out.say(f"Radial, finite: $\\sigma(Rx) - R\\sigma(x) = {sp.latex(diff)}$.")
-    reduced = sp.expand(diff).subs(R.T * R, identity)
+    reduced = refine_under(diff, assumed)
     out.check(
-        "Substituting $R^\\top R = I$ makes both terms equal, so the difference is $0$ for every orthogonal $R$ "
-        "(rotations and reflections) and every $f$.",
+        f"`refine` under the premises, then `doit`, reduces the difference to {tex(reduced)}: the premise "
+        f"{tex(ORTHOGONAL.predicate)} is what lets `refine` rewrite $R^\\top R$ to $I$. So it vanishes for every "
+        "orthogonal $R$ (rotations and reflections) and every $f$.",
         is_zero(reduced),
     )
 
@@ -54,12 +76,13 @@ def derive() -> Derivation:
     defect = f(s) * A * x + 2 * fp(s) * x * q - A * (f(s) * x)
     out.say(
         "Radial, infinitesimal: with $J_\\sigma(x) = f\\,I + 2f'(x^\\top x)\\,xx^\\top$ and a generic "
-        f"generator $A$ of $SO(d)$ ($A^\\top=-A$), the defect $J_\\sigma(x)Ax - A\\sigma(x) = {sp.latex(defect)}$."
+        f"generator $A$ of $SO(d)$ ({tex(SKEW.predicate)}), the defect $J_\\sigma(x)Ax - A\\sigma(x) = {sp.latex(defect)}$."
     )
-    q_t = q.T.subs(A.T, -A)
+    q_t = q.T.subs(substitutions(assumed))
     out.check(
         f"The scalar $q = {sp.latex(q)}$ equals its transpose ${sp.latex(q.T)}$, which is "
-        f"${sp.latex(q_t)} = -q$ by $A^\\top=-A$; hence $q = 0$.",
+        f"${sp.latex(q_t)} = -q$ by the premise {tex(SKEW.predicate)} (sympy's `refine` has no rule for a "
+        "skew matrix, so the premise is applied as a substitution); hence $q = 0$.",
         is_zero(q_t + q),
     )
     out.check(
@@ -80,10 +103,11 @@ def derive() -> Derivation:
         g = sp.Function("g")
         sigma = xs * g((xs.T * xs)[0])
         jac = sigma.jacobian(xs)
+        in_domain = sp.ask(DIM.predicate.subs(d, n))
         out.check(
-            f"$d={n}$, explicit Jacobian of $g(x^\\top x)\\,x$, generic skew $A$ with "
-            f"{len(params)} free entries: $J_\\sigma(x)Ax - A\\sigma(x) = 0$.",
-            is_zero(sp.expand(jac * gen * xs - gen * sigma)),
+            f"$d={n}$ (`ask` of {tex(DIM.predicate.subs(d, n))}: {in_domain}), explicit Jacobian of "
+            f"$g(x^\\top x)\\,x$, generic skew $A$ with {len(params)} free entries: $J_\\sigma(x)Ax - A\\sigma(x) = 0$.",
+            is_zero(sp.expand(jac * gen * xs - gen * sigma)) if in_domain else None,
         )
 
     # Concrete: the paper's x tanh|x| under explicit rotations.
@@ -91,6 +115,12 @@ def derive() -> Derivation:
     x2 = sp.Matrix(sp.symbols("x1 x2", real=True))
     R2 = rotation2(sp.cos(th), sp.sin(th))
     d2 = radial(R2 * x2) - R2 * radial(x2)
+    out.check(
+        f"The explicit instances satisfy the premise {tex(ORTHOGONAL.predicate)}: sympy's `ask` cannot decide it "
+        f"for an explicit matrix (it answers {sp.ask(sp.Q.orthogonal(R2))} for $R_\\theta$), so it is checked as "
+        "$R_\\theta^\\top R_\\theta - I = 0$ by trigonometric simplification (and for $R(q)$ below).",
+        is_zero(R2.T * R2 - sp.eye(2), trig=True),
+    )
     out.check(
         f"$d=2$, $R_\\theta = {sp.latex(R2)}$, $\\sigma(x)=x\\tanh\\lVert x\\rVert$: "
         "$\\sigma(R_\\theta x) - R_\\theta\\sigma(x) = 0$ for all $\\theta$.",
@@ -121,8 +151,8 @@ CLAIM = Claim(
         "$\\sigma(Rx) = R\\,\\sigma(x)$ for $\\sigma(x) = c\\,x$ and for every radial "
         "$\\sigma(x) = x\\,f(\\lVert x\\rVert)$, in particular the paper's $x\\tanh\\lVert x\\rVert$."
     ),
-    assumptions=("$R^\\top R = I$", "$f:[0,\\infty)\\to\\mathbb{R}$ arbitrary (differentiable for the infinitesimal form)"),
-    method="matrix-symbol algebra with R^T R = I (symbolic d); skew-generator defect; explicit SO(2), SO(3)",
+    premises=PREMISES,
+    method="refine under Q.orthogonal(R) (symbolic d); skew-generator defect; explicit SO(2), SO(3)",
     numeric="equivariance",
     derive=derive,
 )

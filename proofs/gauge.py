@@ -5,20 +5,32 @@ from __future__ import annotations
 import sympy as sp
 
 from geodrift.proofs.activations import ELEMENTWISE, WITNESS_R, WITNESS_X, radial, rotation2
-from geodrift.proofs.claim import Claim, Derivation, is_zero
+from geodrift.proofs.claim import Assumption, Claim, Derivation, conjunction, is_zero, refine_under, tex
 from geodrift.proofs.interval import certify_nonzero
 
+d = sp.Symbol("d")
+R = sp.MatrixSymbol("R", d, d)
+DIM = Assumption(sp.Q.integer(d) & sp.Q.positive(d), "symbolic $d$ for linear and radial act; the orbit and the "
+                 "witnesses are $d=2$ instances")
+ORTHOGONAL = Assumption(sp.Q.orthogonal(R), "one $R$ for all layers; `refine` turns $R^\\top R$ into $I$")
+PREMISES = (DIM, ORTHOGONAL)
 
-def derive() -> Derivation:
+
+def derive(assumed: sp.Basic | None = None) -> Derivation:
     """Gauge invariance for symbolic d (linear, radial) and certified breaking (element-wise).
+
+    Args:
+        assumed: the premises to derive under (default: the claim's, ``conjunction(PREMISES)``).
+
+    Returns:
+        The derivation.
 
     Example:
         >>> derive().verdict
         'verified'
     """
+    assumed = conjunction(PREMISES) if assumed is None else assumed
     out = Derivation()
-    d = sp.Symbol("d", integer=True, positive=True)
-    R = sp.MatrixSymbol("R", d, d)
     I = sp.Identity(d)
     E = sp.MatrixSymbol("E", d, 3)
     H = sp.MatrixSymbol("H", 2, d)
@@ -27,21 +39,24 @@ def derive() -> Derivation:
     out.say(
         "Network: $h_0 = Ex$, $h_{l+1} = h_l + \\operatorname{act}(W_l h_l)$ (block A) or "
         "$h_{l+1} = h_l + U_l\\operatorname{act}(W_l h_l)$ (block B), $y = H h_L$. Gauge: "
-        "$E\\mapsto RE$, $W_l\\mapsto RW_lR^\\top$, $U_l\\mapsto RU_lR^\\top$, $H\\mapsto HR^\\top$, $R\\in O(d)$."
+        "$E\\mapsto RE$, $W_l\\mapsto RW_lR^\\top$, $U_l\\mapsto RU_lR^\\top$, $H\\mapsto HR^\\top$, with " + tex(ORTHOGONAL.predicate) + ". Each step below is reduced by `refine` "
+        "under the premises (its `MatMul` rule replaces $R^\\top R$ by $I$ only when `ask` says $R$ is orthogonal), "
+        "then `doit`."
     )
     conj = lambda M: R * M * R.T  # noqa: E731
     yA = H * (I + W2) * (I + W1) * E * x
     yA_g = H * R.T * (I + conj(W2)) * (I + conj(W1)) * R * E * x
-    diffA = sp.expand(yA_g).subs(R.T * R, I) - sp.expand(yA)
+    diffA = refine_under(yA_g - yA, assumed)
     out.check(
-        "Linear block A, two layers, symbolic $d$: $y' - y$ vanishes after $R^\\top R = I$.",
+        f"Linear block A, two layers, symbolic $d$: `refine` gives $y' - y = {sp.latex(diffA)}$.",
         is_zero(diffA),
     )
     yB = H * (I + U2 * W2) * (I + U1 * W1) * E * x
     yB_g = H * R.T * (I + conj(U2) * conj(W2)) * (I + conj(U1) * conj(W1)) * R * E * x
+    diffB = refine_under(yB_g - yB, assumed)
     out.check(
-        "Linear block B, two layers, symbolic $d$: $y'-y = 0$ after $R^\\top R = I$.",
-        is_zero(sp.expand(yB_g).subs(R.T * R, I) - sp.expand(yB)),
+        f"Linear block B, two layers, symbolic $d$: `refine` gives $y'-y = {sp.latex(diffB)}$.",
+        is_zero(diffB),
     )
     f = sp.Function("f")
     h = sp.MatrixSymbol("h", d, 1)
@@ -55,16 +70,24 @@ def derive() -> Derivation:
         "Radial act $f(v^\\top v)v$, induction step for symbolic $d$: if $h'_l = Rh_l$ then "
         "$h'_{l+1} - Rh_{l+1} = 0$ (blocks A and B); the base case is $h'_0 = REx$ and the head gives "
         "$HR^\\top Rh_L = Hh_L$.",
-        True if is_zero(sp.expand(stepA).subs(R.T * R, I)) and is_zero(sp.expand(stepB).subs(R.T * R, I)) else None,
+        True if is_zero(refine_under(stepA, assumed)) and is_zero(refine_under(stepB, assumed)) else None,
     )
-    out.check(
-        "Head: $HR^\\top R h - H h = 0$.", is_zero(sp.expand(H * R.T * R * h).subs(R.T * R, I) - H * h)
-    )
+    head = refine_under(H * R.T * R * h - H * h, assumed)
+    out.check(f"Head: `refine` gives $HR^\\top R h - H h = {sp.latex(head)}$.", is_zero(head))
     # Whole orbit flat for the linear residual net: loss independent of theta, d = 2.
     th = sp.Symbol("s", real=True)
     Rt = rotation2((1 - th**2) / (1 + th**2), 2 * th / (1 + th**2))
     ms = lambda n, r, c: sp.Matrix(r, c, sp.symbols(f"{n}1:{r * c + 1}", real=True))  # noqa: E731
     E2, Wa, Wb, H2, x2 = ms("e", 2, 2), ms("a", 2, 2), ms("b", 2, 2), ms("k", 1, 2), ms("x", 2, 1)
+    in_domain = sp.ask(DIM.predicate.subs(d, 2))
+    out.check(
+        f"The $d=2$ instances lie in the claim's domain (`ask` of {tex(DIM.predicate.subs(d, 2))}: {in_domain}), "
+        f"and $R_s$ satisfies the premise {tex(ORTHOGONAL.predicate)}: `ask` cannot decide it for an "
+        f"explicit matrix (it answers {sp.ask(sp.Q.orthogonal(Rt))}), so it is checked as $R_s^\\top R_s - I = 0$ "
+        "by rational simplification; likewise the witness $R^{*\\top}R^* = I$ exactly.",
+        True if in_domain and is_zero(sp.cancel(Rt.T * Rt - sp.eye(2)))
+        and (WITNESS_R.T * WITNESS_R - sp.eye(2)).is_zero_matrix else None,
+    )
     y_t = H2 * Rt.T * (sp.eye(2) + Rt * Wb * Rt.T) * (sp.eye(2) + Rt * Wa * Rt.T) * Rt * E2 * x2
     ell = sp.Function("ell")
     loss_t = ell(sp.cancel(sp.expand(y_t[0])))
@@ -121,8 +144,8 @@ CLAIM = Claim(
         "and radial act this holds for all $R\\in O(d)$; for a linear residual net the loss is constant "
         "on the whole orbit."
     ),
-    assumptions=("one $R$ for all layers", "$d$ symbolic for linear/radial; $d=2$ for the orbit and the witnesses"),
-    method="matrix-symbol algebra with R^T R = I and induction on layers; certified element-wise witnesses",
+    premises=PREMISES,
+    method="refine under Q.orthogonal(R) (symbolic d) and induction on layers; certified element-wise witnesses",
     numeric="gauge",
     derive=derive,
 )

@@ -19,13 +19,17 @@ OMP_NUM_THREADS=1 $PY benchmarks/bench_sim_transformer.py --preset cpu --steps 1
 OMP_NUM_THREADS=1 $G simulate mlp --preset table1 --steps 938 --out runs/t1 --resume --threads 1
 OMP_NUM_THREADS=1 $G simulate mlp --preset table1 --seeds 42 --out runs/t1full --resume --threads 1
 OMP_NUM_THREADS=1 $G simulate mlp --preset table3 --seeds 42 --steps 938 --out runs/t3 --resume --threads 1
-OMP_NUM_THREADS=1 $G simulate mlp --preset drift --seeds 42 --epochs 10 --out runs/drift --resume --threads 1 --plot runs/drift/plots
+OMP_NUM_THREADS=1 $G simulate mlp --preset drift --seeds 42 --steps 4690 --out runs/drift --resume --threads 1 --plot runs/drift/plots
 # Transformer (cpu preset, ~3-5 min per run on a free CPU): baseline and the three ablations, 2 seeds
 for abl in "" "--ablation none" "--ablation linear_attn" "--ablation v_silu"; do
   for seed in 42 43; do
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 $G simulate transformer --preset cpu $abl --seed $seed --out runs/transformer --json --no-smollm2
+    OMP_NUM_THREADS=1 $G simulate transformer --preset cpu $abl --seeds $seed --out runs/transformer --json --no-smollm2 > /dev/null
   done
   # shellcheck disable=SC2086
-  $G simulate transformer --preset cpu $abl --seeds 42,43 --out runs/transformer --resume --plot
+  COLUMNS=230 $G simulate transformer --preset cpu $abl --seeds 42,43 --out runs/transformer --resume --plot runs/transformer/plots
 done
+# SmolLM2-135M held-out perplexity on the same held-out text, with its own tokenizer (built from the GGUF metadata)
+OMP_NUM_THREADS=1 $PY -c "from geodrift.sim.text import load_corpus; from geodrift.pretrained import smollm2_perplexity; print(smollm2_perplexity(load_corpus().valid, 128, 32))"
+# CLI start-up (--help / --version vs import typer)
+$PY benchmarks/bench_cli_startup.py

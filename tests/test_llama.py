@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.llama import LlamaLM, llama_from_checkpoint
+from geodrift.pretrained import llama_from_checkpoint, smollm2_perplexity, smollm2_tokenizer
+from geodrift.sim.llama import LlamaLM
 from geodrift.weights import TRANSFORMER_ROLES
 
 
@@ -68,10 +69,7 @@ def test_smollm2_logits_match_hugging_face_llama(smollm2: LlamaLM) -> None:
 def test_smollm2_predicts_repeated_real_text_with_its_own_tokenizer(smollm2: LlamaLM) -> None:
     # A real Llama with correctly un-permuted Q/K rows (RoPE layout) copies a repeated sentence
     # (induction): the second occurrence costs far fewer nats than the first; chance is log(49152) = 10.8.
-    from geodrift.scan.embedded import embedded_model_path
-    from geodrift.sim.pretrained import GGUFTokenizer
-
-    tok = GGUFTokenizer.from_gguf(embedded_model_path())
+    tok = smollm2_tokenizer()
     sentence = "Geometric continuity of singular vectors emerges across the layers of residual networks."
     phrase = tok.encode(" " + sentence)
     assert tok.decode(phrase) == " " + sentence
@@ -153,7 +151,7 @@ def test_no_residual_and_no_norm_switches_change_the_function() -> None:
     ids = torch.randint(0, 30, (1, 6), generator=torch.Generator().manual_seed(0))
     base = LlamaLM(30, 16, 2, 2, 32)(ids)
     assert not torch.allclose(base, LlamaLM(30, 16, 2, 2, 32, residual=False)(ids))
-    nonorm = LlamaLM(30, 16, 2, 2, 32, norm=False)
+    nonorm = LlamaLM(30, 16, 2, 2, 32, norm="none")
     assert "model.norm.weight" not in nonorm.state_dict()
     assert not torch.allclose(base, nonorm(ids))
 
@@ -163,6 +161,8 @@ def test_bad_switch_or_shape_raises_geodrift_error() -> None:
         LlamaLM(10, 8, 1, 2, 8, activation="swish")
     with pytest.raises(GeodriftError, match="n_heads"):
         LlamaLM(10, 10, 1, 3, 8)
+    with pytest.raises(GeodriftError, match="norm"):
+        LlamaLM(10, 8, 1, 2, 8, norm="post")
 
 
 @pytest.mark.parametrize("attention", ["softmax", "linear"])
@@ -176,3 +176,14 @@ def test_the_whole_model_is_causal(attention: str) -> None:
     a, b = m(ids), m(changed)
     assert torch.allclose(a[0, :7], b[0, :7], atol=1e-6)
     assert not torch.allclose(a[0, 7:], b[0, 7:])
+
+
+def test_smollm2_perplexity_on_held_out_english_is_far_below_chance() -> None:
+    from geodrift.sim.text import load_corpus
+
+    text = load_corpus().valid[:4000]
+    out = smollm2_perplexity(text, seq_len=48, max_windows=2)
+    assert out["tokens"] == 96.0
+    assert math.isclose(out["ppl"], math.exp(out["nll"]))
+    assert out["ppl"] < 100.0 < 49152  # a trained model on English prose, vs chance = the vocabulary size
+    assert 0.0 < out["bits_per_byte"] < 2.5

@@ -1,10 +1,13 @@
-"""The symbolic claims: verdicts, certificates, agreement with torch, the CLI, and the sympy-only import."""
+"""The symbolic claims: verdicts, certificates, agreement with torch, the CLI, the sympy-only import, and
+the premises (sympy predicates that the derivations use through refine / ask and the report prints)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+from types import ModuleType
 
 import pytest
 import sympy as sp
@@ -12,20 +15,21 @@ import torch
 from typer.testing import CliRunner
 
 from geodrift.errors import GeodriftError
+from geodrift.proofs import breaking, commutants, equivariance, gauge, noether
 from geodrift.proofs.activations import ELEMENTWISE
 from geodrift.proofs.breaking import witness
-from geodrift.proofs.claim import Derivation, is_zero
+from geodrift.proofs.claim import Assumption, Derivation, conjunction, is_zero, refine_under
 from geodrift.proofs.interval import certify_nonzero, enclose
 from geodrift.proofs.registry import CLAIMS
-from geodrift.prove import run_claims, select
-from geodrift.symmetry_numeric import ELEMENTWISE as TORCH_ACTS
-from geodrift.symmetry_numeric import witness_tensors
+from geodrift.prove.runner import run_claims, select
+from geodrift.prove.symmetry import ELEMENTWISE as TORCH_ACTS
+from geodrift.prove.symmetry import witness_tensors
 
 
 def test_importing_proofs_does_not_import_torch() -> None:
-    code = ("import sys, geodrift.proofs, geodrift.proofs.registry; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    for code in ("import geodrift.proofs, sys; assert 'torch' not in sys.modules",
+                 "import sys, geodrift.proofs.registry; assert 'torch' not in sys.modules, 'torch imported'"):
+        subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +76,7 @@ def test_symbolic_witness_matches_torch(name: str) -> None:
 
 
 def test_numeric_check_disagrees_with_a_wrong_symbolic_fact() -> None:
-    from geodrift.symmetry_numeric import check_commutants
+    from geodrift.prove.symmetry import check_commutants
 
     claim = next(c for c in CLAIMS if c.name == "commutants")
     facts = claim.derive().facts
@@ -86,9 +90,8 @@ def test_unknown_claim_is_a_geodrift_error() -> None:
 
 
 def test_prove_cli_writes_json_and_markdown(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from geodrift.cli.main import _register, app
+    from geodrift.cli.main import app
 
-    _register()
     md = tmp_path / "proofs.md"
     res = CliRunner().invoke(app, ["prove", "breaking", "--json", "--markdown", str(md)])
     assert res.exit_code == 0, res.output
@@ -97,3 +100,75 @@ def test_prove_cli_writes_json_and_markdown(tmp_path) -> None:  # type: ignore[n
     assert payload["results"][0]["status"] == "verified"
     text = md.read_text()
     assert "## 1. Element-wise activations break" in text and "$" in text
+    assert payload["results"][0]["assumptions"] == list(breaking.CLAIM.assumptions)
+    assert f"${sp.latex(breaking.DIM.predicate)}$" in text
+
+
+def test_printed_assumptions_are_generated_from_the_predicates() -> None:
+    for claim in CLAIMS:
+        assert claim.premises and all(isinstance(a, Assumption) for a in claim.premises)
+        assert claim.assumptions == tuple(a.text for a in claim.premises)
+        for a, text in zip(claim.premises, claim.assumptions, strict=True):
+            assert text.startswith(f"${sp.latex(a.predicate)}$")
+        assert claim.predicate == sp.And(*(a.predicate for a in claim.premises))
+    orth = gauge.ORTHOGONAL
+    assert r"\operatorname{Q}_{\text{orthogonal}}(R)" in orth.text
+    changed = dataclasses.replace(orth, predicate=sp.Q.symmetric(gauge.R))
+    assert r"\text{symmetric}" in changed.text and "orthogonal}" not in changed.text.split("$")[1]
+    assert dataclasses.replace(breaking.DIM, predicate=sp.Q.integer(breaking.d) & (breaking.d >= 3)).text.startswith(
+        r"$\operatorname{Q}_{\text{integer}}(d) \wedge d \geq 3$")
+
+
+def test_refine_with_orthogonality_is_what_gives_the_identity() -> None:
+    d = sp.Symbol("d")
+    R, x = sp.MatrixSymbol("R", d, d), sp.MatrixSymbol("x", d, 1)
+    assert sp.refine(R.T * R, sp.Q.orthogonal(R)).doit() == sp.Identity(d)
+    assert sp.refine(R.T * R).doit() == R.T * R  # no premise: nothing to refine with
+    with sp.assuming(sp.Q.orthogonal(R)):
+        assert sp.refine(R * R.T).doit() == sp.Identity(d)
+    f = sp.Function("f")
+    diff = f(sp.Trace(x.T * R.T * R * x)) - f(sp.Trace(x.T * x))
+    assert is_zero(refine_under(diff, sp.Q.orthogonal(R))) is True
+    assert is_zero(refine_under(diff, sp.Q.symmetric(R))) is None  # a different predicate does not help
+    assert is_zero(refine_under(diff, sp.true)) is None
+
+
+# (module, premise, a fragment of the step that uses it): without the premise that step is undecided.
+USED = [
+    (equivariance, "ORTHOGONAL", "`refine` under the premises"),
+    (equivariance, "SKEW", "The scalar $q"),
+    (gauge, "ORTHOGONAL", "Linear block A"),
+    (commutants, "POSITIVE", "Positive rescaling"),
+    (noether, "FLOW", "Orbit momentum"),
+    (noether, "INVERTIBLE", "Linear residual nets"),
+    (breaking, "DIM", "Dimension"),
+]
+
+
+@pytest.mark.parametrize(("module", "premise", "step"), USED,
+                         ids=[f"{m.__name__.rsplit('.', 1)[1]}-{p}" for m, p, _ in USED])
+def test_dropping_a_premise_unproves_the_step_that_uses_it(module: ModuleType, premise: str, step: str) -> None:
+    dropped = getattr(module, premise)
+    rest = conjunction(tuple(a for a in module.PREMISES if a is not dropped))
+    out = module.derive(rest)
+    assert out.verdict == "unproven" and "could not decide" in out.reason
+    assert step in out.reason, out.reason
+
+
+def test_a_premise_sympy_cannot_use_is_declared_and_changes_nothing() -> None:
+    assert "cannot use this predicate" in breaking.SMOOTH.gloss
+    rest = conjunction(tuple(a for a in breaking.PREMISES if a is not breaking.SMOOTH))
+    assert breaking.derive(rest).verdict == "verified"
+    assert sp.ask(breaking.SMOOTH.predicate) is None  # an uninterpreted predicate: sympy cannot decide it
+
+
+def test_markdown_and_json_print_the_predicates(report, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from geodrift.render.proofs import proofs_markdown
+
+    for r, claim in zip(report.results, CLAIMS, strict=True):
+        assert r.assumptions == list(claim.assumptions)
+    json.dumps(report.to_dict())
+    text = proofs_markdown(report)
+    for claim in CLAIMS:
+        for a in claim.premises:
+            assert sp.latex(a.predicate) in text

@@ -13,11 +13,10 @@ import torch
 from _checkpoints import hf_config, llama_state, write_hf_folder
 from typer.testing import CliRunner
 
-from geodrift.cli.main import _register, app, main
+from geodrift.cli.main import app, main
 from geodrift.linalg import top_k_svd
 from geodrift.scan.scan import load_weights, ov_composite_hook
 
-_register()
 runner = CliRunner()
 
 

@@ -11,14 +11,12 @@ seed 42, batch 128, Adam 1e-3 (about 1 minute each on a free core).
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 
 import pytest
-from sim_helpers import mnist5k
 
-from geodrift.sim.config import MLPConfig, RunSpec, TrackConfig, TrainConfig
-from geodrift.sim.ensemble import run_group
+from geodrift.sim.config import ImageData, MLPConfig, RunSpec, TrackConfig, TrainConfig
 from geodrift.sim.reproduce import noise_floor
+from geodrift.sim.run import run
 
 pytestmark = pytest.mark.slow
 FLOOR, NOISE = noise_floor(256, 16)
@@ -28,9 +26,9 @@ STEPS = 938
 
 @functools.cache
 def _summary(residual: bool, activation: str) -> dict:
-    spec = RunSpec("x", MLPConfig(residual=residual, activation=activation), TrainConfig(steps=STEPS),
-                   TrackConfig(ema_betas=()))
-    return run_group(replace(spec, label=spec.mlp.name()), [42], mnist5k())[0].summary
+    model = MLPConfig(residual=residual, activation=activation)
+    spec = RunSpec("mlp", model.name(), model, ImageData(), TrainConfig(steps=STEPS), TrackConfig())
+    return run(spec, [42], device="cpu")[0].record.summary
 
 
 def test_res_relu_weight_v1_is_far_above_res_none_and_res_radial():

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from sim_helpers import mnist5k, smoke_spec
+from sim_helpers import smoke_result, smoke_spec
 
 from geodrift.render.sim_plots import pca_trajectory, write_plots
-from geodrift.sim.ensemble import run_group
+from geodrift.sim.reproduce import assemble
 
 
 def test_pca_of_a_smooth_curve_is_low_dimensional_and_sign_flips_do_not_matter():
@@ -22,7 +22,8 @@ def test_pca_of_a_smooth_curve_is_low_dimensional_and_sign_flips_do_not_matter()
 
 
 def test_write_plots_creates_three_pngs(tmp_path):
-    records = run_group(smoke_spec(0), [42], mnist5k())
-    paths = write_plots(records, tmp_path, "smoke", 0.14)
+    rep = assemble("mlp", "smoke", [smoke_spec(0), smoke_spec(1)], [smoke_result(0), smoke_result(1)], [42])
+    paths = write_plots(rep, tmp_path)
     assert [p.name for p in paths] == ["smoke_continuity.png", "smoke_rotation.png", "smoke_pca_v1.png"]
-    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+    assert all(p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 1000 for p in paths)
+    assert not list(tmp_path.glob("*.tmp"))

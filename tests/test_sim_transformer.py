@@ -1,131 +1,164 @@
-"""The transformer simulator end to end: records, determinism, resume, the CLI, the qualitative pattern."""
+"""The transformer simulator end to end: records, determinism, resume, presets, the CLI, the qualitative pattern."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
+from sim_helpers import strict_json, tiny_result, tiny_spec
 from typer.testing import CliRunner
 
+from geodrift.atomic import to_json
+from geodrift.cli.main import app
 from geodrift.errors import GeodriftError
-from geodrift.sim.record import load_record
-from geodrift.sim.transformer_presets import ABLATIONS, PRESETS, TransformerConfig, make_config, paper_row
-from geodrift.sim.transformer_run import load_scan, run_transformer
+from geodrift.sim.config import ABLATIONS, LlamaConfig, RunSpec, TrackConfig, ablate, preset, preset_seeds
+from geodrift.sim.record import load_checkpoint, load_record
+from geodrift.sim.reference import paper_row
+from geodrift.sim.reproduce import TRANSFORMER_COLUMNS, build_specs
+from geodrift.sim.run import checkpoint_path, load_result, run
 from geodrift.weights import TRANSFORMER_ROLES
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> None:
-    torch.set_num_threads(1)
+def _track(spec: RunSpec, **values: object) -> RunSpec:
+    return replace(spec, track=replace(spec.track, **values))
 
 
-def test_tiny_run_writes_record_scan_and_tokenizer(tmp_path: Path) -> None:
-    res = run_transformer(make_config("tiny", steps=12), seed=3, out=tmp_path)
+def test_tiny_run_writes_record_report_and_tokenizer(tmp_path: Path) -> None:
+    res = run(tiny_spec(steps=12), [3], out=tmp_path, device="cpu")[0]
     folder = tmp_path / "tiny" / "seed3"
     assert res.path == folder
+    assert {p.name for p in folder.iterdir()} == {"run.json", "report.json", "tokenizer.json"}
     rec = load_record(folder)
-    assert rec.status == "complete" and rec.seed == 3
-    # Tracked at step 0 (first backward pass), every track_every steps, and after the last step.
-    steps = sorted({s for s, _ in rec.select("W", "cont:attn_q", "v", 1)})
-    assert steps == [0, 10, 12]
-    assert {r.role for r in load_scan(folder / "scan.json").roles} == set(TRANSFORMER_ROLES)
+    assert rec.status == "complete" and rec.seed == 3 and rec.config["sim"] == "transformer"
+    # Tracked at step 0 (first backward pass), every track.every steps, and after the last step.
+    assert [s for s, _ in rec.select("W", "attn_q", "cont", "v", 1)] == [0, 10, 12]
+    report = load_result(folder).report
+    assert [r.role for r in report.roles] == list(TRANSFORMER_ROLES)
+    assert to_json(report.to_dict()) == to_json(res.report.to_dict())
+    assert len(report.roles[0].spaces["v"].vectors) == 4  # final_k of the tiny preset
     assert json.loads((folder / "tokenizer.json").read_text())["kind"] == "bytes"
-    assert rec.value("eval", "ppl") == pytest.approx(rec.summary["ppl"])
+    assert rec.value("eval", None, "ppl") == pytest.approx(rec.summary["ppl"])
     assert 1.0 < rec.summary["ppl"] < 256.0  # type: ignore[operator]
+    assert rec.summary["final attn_q v1"] == report.role("attn_q").spaces["v"].vectors[0].mean  # type: ignore[union-attr]
+    assert rec.timing["tokens_per_second"] > 0
 
 
-def test_same_seed_gives_bitwise_identical_runs_and_another_seed_does_not(tmp_path: Path) -> None:
-    cfg = make_config("tiny", steps=8)
-    a = run_transformer(cfg, seed=1, out=tmp_path / "a").record
-    b = run_transformer(cfg, seed=1, out=tmp_path / "b").record
-    c = run_transformer(cfg, seed=2, out=tmp_path / "c").record
-    assert a.rows == b.rows and a.summary == b.summary
-    assert a.rows != c.rows
+def test_same_seed_gives_bitwise_identical_runs_and_another_seed_does_not() -> None:
+    spec = tiny_spec(steps=12)
+    a, b = tiny_result(), run(spec, [42], device="cpu")[0]
+    c = run(_track(tiny_spec(steps=4), every=0), [43], device="cpu")[0]
+    assert a.record.rows == b.record.rows and a.record.summary == b.record.summary
+    assert to_json(a.report.to_dict()) == to_json(b.report.to_dict())
+    d = run(_track(tiny_spec(steps=4), every=0), [42], device="cpu")[0]
+    assert c.record.rows != d.record.rows  # seeds 43 and 42 differ
+    assert to_json(c.report.to_dict()) != to_json(d.report.to_dict())
 
 
-def test_interrupted_run_resumes_to_the_same_numbers(tmp_path: Path) -> None:
-    cfg = make_config("tiny", steps=20, eval_every=5)
-    full = run_transformer(cfg, seed=4, out=tmp_path / "full").record
-    part = run_transformer(cfg, seed=4, out=tmp_path / "part", stop_at=10).record
-    assert part.status == "partial"
-    resumed = run_transformer(cfg, seed=4, out=tmp_path / "part", resume=True).record
-    assert resumed.status == "complete"
-    assert resumed.rows == full.rows and resumed.summary == full.summary
+def test_interrupted_run_resumes_to_bitwise_the_same_numbers(tmp_path: Path) -> None:
+    # The cosine schedule warms up over 5 steps: a resumed run that lost the LambdaLR state would
+    # use another learning rate and diverge from the uninterrupted run.
+    spec = _track(tiny_spec(steps=14), every=4, eval_every=5)
+    full = run(spec, [4], out=tmp_path / "full", device="cpu")[0]
+    part = run(spec, [4], out=tmp_path / "part", stop_at=3, device="cpu")[0]
+    assert part.record.status == "partial"
+    state = load_checkpoint(checkpoint_path(tmp_path / "part", spec.label, [4]))
+    assert state["step"] == 3 and state["scheduler"]["last_epoch"] == 3
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(spec.train.lr * 4 / 5)
+    resumed = run(spec, [4], out=tmp_path / "part", resume=True, device="cpu")[0]
+    assert resumed.record.status == "complete"
+    assert resumed.record.rows == full.record.rows and resumed.record.summary == full.record.summary
+    assert to_json(resumed.report.to_dict()) == to_json(full.report.to_dict())
     # A finished run is reloaded, not retrained.
-    again = run_transformer(cfg, seed=4, out=tmp_path / "part", resume=True).record
-    assert again.rows == full.rows
+    again = run(spec, [4], out=tmp_path / "part", resume=True, device="cpu")[0]
+    assert again.record.rows == full.record.rows
 
 
 def test_resume_with_another_config_is_refused(tmp_path: Path) -> None:
-    run_transformer(make_config("tiny", steps=10, eval_every=5), seed=1, out=tmp_path, stop_at=5)
+    spec = _track(tiny_spec(steps=10), every=0)
+    run(spec, [1], out=tmp_path, stop_at=2, device="cpu")
+    other = replace(spec, train=replace(spec.train, lr=1e-2))
     with pytest.raises(GeodriftError, match="another configuration"):
-        run_transformer(make_config("tiny", steps=10, eval_every=5, lr=1e-2), seed=1, out=tmp_path, resume=True)
+        run(other, [1], out=tmp_path, resume=True, device="cpu")
 
 
-def test_gradient_continuity_is_high_at_the_first_backward_pass(tmp_path: Path) -> None:
+def test_untracked_run_still_reports_final_weights_and_perplexity() -> None:
+    res = run(tiny_spec(steps=3), [2], device="cpu", track=False)[0]
+    assert {r[2] for r in res.record.rows} == {"eval"}
+    assert res.record.timing["track_s"] == 0.0 and res.record.summary["ppl"] is not None
+    assert [r.role for r in res.report.roles] == list(TRANSFORMER_ROLES)
+
+
+def test_gradient_continuity_is_high_at_the_first_backward_pass() -> None:
     # Paper claim 2 (residual -> gradient coherence from step 0) in the transformer: the gradient's
     # output-space u1 of the writers (O, Down) is continuous before any update, the init's is not.
-    rec = run_transformer(make_config("tiny", steps=2), seed=5, out=tmp_path).record
+    rec = tiny_result().record
     for role in ("attn_o", "mlp_down"):
-        assert rec.value("G", f"cont:{role}", "u", 1, step=0) > 0.5
-        assert rec.value("W", f"cont:{role}", "u", 1, step=0) < 0.4
+        assert rec.value("G", role, "cont", "u", 1, step=0) > 0.5
+        assert rec.value("W", role, "cont", "u", 1, step=0) < 0.4
+        assert rec.value("G", role, "z", "u", 1, step=0) > rec.value("W", role, "z", "u", 1, step=0)
 
 
 def test_presets_and_ablations() -> None:
-    paper = PRESETS["paper"]
-    assert (paper.d_model, paper.n_layers, paper.n_heads, paper.d_ff, paper.seq_len, paper.batch_size,
-            paper.steps, paper.init_std) == (256, 8, 4, 1024, 128, 128, 10_000, 0.02)
-    assert not paper.tie_embeddings
-    cfg = make_config("cpu", ["none", "linear_attn", "v_silu"])
-    assert (cfg.activation, cfg.attention, cfg.v_activation, cfg.name) == ("none", "linear", "silu",
-                                                                           "cpu+none+linear_attn+v_silu")
-    assert paper_row(make_config("cpu", ["none"])) == "Res+None+Norm"
-    assert paper_row(make_config("cpu", ["linear_attn"])) is None
-    assert set(ABLATIONS) >= {"silu", "relu", "gelu", "none", "radial", "nores", "nonorm", "linear_attn", "v_silu"}
-    assert TransformerConfig.from_dict(cfg.to_dict()) == cfg
+    paper = preset("transformer", "paper")[0]
+    m, d, t = paper.model, paper.data, paper.train
+    assert isinstance(m, LlamaConfig)
+    assert (m.d_model, m.n_layers, m.n_heads, m.d_ff, d.seq_len, t.batch_size, t.steps, m.init_std) == (  # type: ignore[union-attr]
+        256, 8, 4, 1024, 128, 128, 10_000, 0.02)
+    assert not m.tie_embeddings and t.schedule == "cosine" and preset_seeds("transformer", "paper") == (42,)
+    cfg = ablate(LlamaConfig(), ["none", "linear_attn", "v_silu"])
+    assert (cfg.activation, cfg.attention, cfg.v_activation) == ("none", "linear", "silu")  # type: ignore[union-attr]
+    spec = build_specs("transformer", "cpu", ablations=["none", "linear_attn", "v_silu"])[0]
+    assert spec.label == "cpu+none+linear_attn+v_silu" and spec.model == replace(preset("transformer", "cpu")[0].model,
+                                                                                  activation="none", attention="linear",
+                                                                                  v_activation="silu")
+    assert paper_row(ablate(LlamaConfig(), ["none"])) == "Res+None+Norm"  # type: ignore[arg-type]
+    assert paper_row(LlamaConfig()) == "Res+SiLU+Norm"
+    assert paper_row(ablate(LlamaConfig(), ["linear_attn"])) is None  # type: ignore[arg-type]
+    assert ablate(LlamaConfig(), ["d_model=64", "n_heads=2", "nonorm"]) == LlamaConfig(d_model=64, n_heads=2,
+                                                                                      norm="none")
+    assert set(ABLATIONS["transformer"]) >= {"silu", "relu", "gelu", "none", "radial", "nores", "nonorm",
+                                             "linear_attn", "v_silu", "v_radial"}
+    assert RunSpec.from_dict(json.loads(to_json(spec.to_dict()))) == spec
+    assert tiny_spec().track == TrackConfig(every=10, k=1, null_draws=4, eval_every=15, final_k=4, final_null_draws=5)
     with pytest.raises(GeodriftError, match="--ablation"):
-        make_config("cpu", ["softmax_free"])
+        ablate(LlamaConfig(), ["softmax_free"])
     with pytest.raises(GeodriftError, match="--preset"):
-        make_config("huge")
+        preset("transformer", "huge")
+    with pytest.raises(GeodriftError, match="run spec"):
+        RunSpec.from_dict({**spec.to_dict(), "model": {"width": 3}})
 
 
-def _cli():  # type: ignore[no-untyped-def]
-    from geodrift.cli.main import _register, app
-
-    _register()
-    return app
-
-
-def test_cli_prints_the_side_by_side_table(tmp_path: Path) -> None:
-    result = CliRunner().invoke(_cli(), ["simulate", "transformer", "--preset", "tiny", "--steps", "6",
-                                         "--out", str(tmp_path), "--no-smollm2", "--plot"],
-                                env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
-    assert "Res+SiLU+Norm" in result.output and "Gate" in result.output and "verdict" in result.output
-    assert (tmp_path / "tiny" / "seed42" / "continuity_training.png").stat().st_size > 1000
-    assert (tmp_path / "tiny" / "comparison.png").exists()
+def test_cli_prints_the_side_by_side_table_and_writes_plots(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["simulate", "transformer", "--preset", "tiny", "--steps", "4", "--device", "cpu",
+                                      "--out", str(tmp_path / "runs"), "--no-smollm2", "--plot", str(tmp_path / "png")],
+                                env={"COLUMNS": "220"})
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "tiny" in result.output and "Gate" in result.output and "verdict" in result.output
+    assert "null" in result.output  # every value is shown beside its permutation null
+    pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
+    assert pngs == ["tiny_seed42_depth.png", "tiny_training.png"]
+    assert (tmp_path / "png" / "tiny_training.png").stat().st_size > 1000
 
 
-def test_cli_json_and_bad_option(tmp_path: Path) -> None:
-    result = CliRunner().invoke(_cli(), ["simulate", "transformer", "--preset", "tiny", "--steps", "4",
-                                         "--ablation", "linear_attn", "--out", str(tmp_path), "--no-smollm2",
-                                         "--json"])
-    assert result.exit_code == 0, result.output
-    payload = json.loads(result.stdout)
-    assert payload["config"]["attention"] == "linear" and payload["paper_row"] is None
-    assert {r["role"] for r in payload["runs"][0]["scan"]["roles"]} == set(TRANSFORMER_ROLES)
-    bad = CliRunner().invoke(_cli(), ["simulate", "transformer", "--preset", "tiny", "--ablation", "nope",
-                                      "--out", str(tmp_path)])
-    assert bad.exit_code != 0 and isinstance(bad.exception, GeodriftError)
+def test_cli_json_reports_every_projection_and_the_paper_columns(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["simulate", "transformer", "--preset", "tiny", "--steps", "3", "--device", "cpu",
+                                      "--ablation", "linear_attn", "--track-every", "0", "--no-smollm2", "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    payload = strict_json(result.stdout)
+    assert payload["columns"] == list(TRANSFORMER_COLUMNS)
+    assert [c["label"] for c in payload["configs"]] == ["tiny+linear_attn"]
+    assert payload["configs"][0]["paper_reference"] == {}  # the paper has no linear-attention row
+    assert {r["role"] for r in payload["runs"][0]["report"]["roles"]} == set(TRANSFORMER_ROLES)
+    assert {v["verdict"] for v in payload["verdicts"]} <= {"holds", "fails"} and len(payload["verdicts"]) == 7
 
 
 @pytest.mark.slow
 def test_cpu_preset_shows_the_per_projection_pattern(tmp_path: Path) -> None:
     # The paper's qualitative claim on the cpu preset: Q, K, Gate, Up continuous in input space,
     # O and Down in output space (each beats its permutation null and the other space).
-    report = run_transformer(make_config("cpu"), seed=42, out=tmp_path).scan
+    report = run(preset("transformer", "cpu")[0], [42], out=tmp_path)[0].report
     verdicts = {r.role: r.verdict for r in report.roles}
     for role in ("attn_q", "attn_k", "mlp_gate", "mlp_up", "attn_o", "mlp_down"):
         assert verdicts[role] == "holds", (role, verdicts)

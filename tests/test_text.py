@@ -1,4 +1,7 @@
-"""Corpora, the local byte-level BPE, batches and perplexity (real text: the embedded stdlib corpus)."""
+"""Corpora, splits, encoding, batches and perplexity (real text: the embedded stdlib corpus).
+
+The tokenizers themselves are tested in tests/test_tokenizer.py.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +14,16 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.sim.llama import LlamaLM
 from geodrift.sim.text import (
-    BPETokenizer,
-    ByteTokenizer,
+    TokenBatches,
+    encode_ids,
     eval_windows,
+    lm_loss,
     load_corpus,
     perplexity,
     sample_batch,
     split_documents,
-    tokenizer_from_dict,
 )
+from geodrift.sim.tokenizer import byte_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -47,36 +51,6 @@ def test_split_is_every_tenth_document() -> None:
     train, valid = split_documents(docs)
     assert valid.split("\n\n") == ["doc 9", "doc 19"]
     assert len(train.split("\n\n")) == 23
-
-
-def test_bpe_round_trips_and_compresses_real_text(corpus) -> None:  # type: ignore[no-untyped-def]
-    text = corpus.train[:200_000]
-    tok = BPETokenizer.train(text, 600)
-    assert tok.vocab_size == 600
-    held = corpus.valid[:20_000]
-    ids = tok.encode(held)
-    assert tok.decode(ids) == held  # lossless on unseen text (byte fallback)
-    assert len(ids) < 0.6 * len(held.encode("utf-8"))
-    assert max(ids) < 600 and min(ids) >= 0
-
-
-def test_bpe_training_is_deterministic_and_serialisable() -> None:
-    text = "low lower lowest newer newest wider " * 50 + "ünïcödé _under_score 12345 "
-    a, b = BPETokenizer.train(text, 300), BPETokenizer.train(text, 300)
-    assert a.merges == b.merges
-    c = tokenizer_from_dict(a.to_dict())
-    assert c.encode(text) == a.encode(text)
-    assert a.decode(a.encode(text)) == text
-
-
-def test_bpe_first_merge_is_the_most_frequent_pair() -> None:
-    tok = BPETokenizer.train("ab ab ab ab cd", 257)
-    assert tok.merges == [(ord("a"), ord("b"))]
-
-
-def test_byte_tokenizer_is_utf8() -> None:
-    tok = ByteTokenizer()
-    assert tok.encode("é") == [0xC3, 0xA9] and tok.decode([0xC3, 0xA9]) == "é"
 
 
 def test_wikitext_layout_is_recognised(tmp_path: Path) -> None:
@@ -112,6 +86,47 @@ def test_batches_are_windows_of_the_stream_and_seeded() -> None:
     assert torch.equal(a[:, 1:] - a[:, :-1], torch.ones(4, 16, dtype=torch.long))
     with pytest.raises(GeodriftError, match="fewer than one window"):
         sample_batch(torch.arange(10), 2, 16, torch.Generator())
+
+
+def test_max_chars_keeps_a_prefix_of_the_training_split_only(corpus) -> None:  # type: ignore[no-untyped-def]
+    short = load_corpus(max_chars=1000)
+    assert short.train == corpus.train[:1000] and short.valid == corpus.valid
+    assert short.sha256 != corpus.sha256
+
+
+def test_encode_ids_in_slices_equals_encoding_the_whole_text(corpus) -> None:  # type: ignore[no-untyped-def]
+    tok = byte_tokenizer()
+    text = corpus.train  # > 1 MB: encoded in more than one slice
+    assert len(text) > 1 << 20
+    ids = encode_ids(tok, text)
+    assert ids.dtype == torch.int64 and ids.tolist() == list(text.encode("utf-8"))
+    assert encode_ids(tok, "").numel() == 0
+
+
+def test_token_batches_are_a_pure_function_of_seed_and_step() -> None:
+    tokens = torch.arange(5000)
+    a, b = TokenBatches(tokens, 4, 16, 7, torch.device("cpu")), TokenBatches(tokens, 4, 16, 7, torch.device("cpu"))
+    assert torch.equal(a.batch(3), b.batch(3)) and a.batch(3).shape == (4, 17)
+    assert not torch.equal(a.batch(3), a.batch(4))
+    assert not torch.equal(a.batch(3), TokenBatches(tokens, 4, 16, 8, torch.device("cpu")).batch(3))
+    assert torch.equal(a.batch(9), a.batch(9))  # no hidden state: any order, any resume point
+
+
+def test_lm_loss_is_next_token_cross_entropy() -> None:
+    model = LlamaLM(50, 16, 1, 2, 32, generator=torch.Generator().manual_seed(0))
+    batch = torch.randint(0, 50, (3, 9), generator=torch.Generator().manual_seed(1))
+    loss, stats = lm_loss(model, batch)
+    logits = model(batch[:, :-1])
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), batch[:, 1:].reshape(-1))
+    assert torch.allclose(loss, want) and not stats["loss"].requires_grad
+
+
+def test_eval_windows_are_consecutive_and_overlap_by_one_token() -> None:
+    w = eval_windows(torch.arange(100), 10)
+    assert w.shape == (9, 11) and torch.equal(w[1, 0], w[0, -1]) and int(w[0, 0]) == 0
+    assert eval_windows(torch.arange(100), 10, max_windows=3).shape == (3, 11)
+    with pytest.raises(GeodriftError, match="fewer than one window"):
+        eval_windows(torch.arange(5), 10)
 
 
 def test_perplexity_of_an_untrained_model_is_near_vocab_size() -> None:

@@ -17,8 +17,3 @@ def fmt(value: float, digits: int = 3) -> str:
     if value != value:
         return "—"
     return f"{value:.{digits}f}"
-
-
-def fmt_with_floor(value: float, floor: float, digits: int = 3) -> str:
-    """A similarity beside its noise floor, e.g. ``0.812 (floor 0.050)``."""
-    return f"{fmt(value, digits)} [dim](floor {fmt(floor, digits)})[/dim]"

@@ -1,4 +1,4 @@
-"""Render a ScanReport: the per-projection table (rich), CSV, and the continuity-vs-depth plot."""
+"""Render a Report: the per-projection table (rich), CSV, and the continuity-vs-depth plot."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from geodrift.analysis import RoleReport, ScanReport, VectorContinuity
 from geodrift.atomic import write_text, write_with
+from geodrift.continuity import Report, RoleReport, VectorContinuity
 from geodrift.render import console, fmt
 
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -33,7 +33,7 @@ def _predicted(role: RoleReport) -> str:
     return {"v": "v (input)", "u": "u (output)", None: "neither"}[role.predicted_space]
 
 
-def scan_table(report: ScanReport, title: str | None = None) -> Table:
+def scan_table(report: Report, title: str | None = None) -> Table:
     """The main table: one row per projection, v1 and u1 continuity with both floors and the verdict."""
     table = Table(
         title=title or f"Geometric continuity — {report.origin} ({report.view} weights)",
@@ -68,7 +68,7 @@ def _wa(r: RoleReport, space: str) -> str:
     return f"{fmt(s.sigma2_wa)}{bound}\n[dim]({fmt(s.sigma2_null_mean)})[/dim]"
 
 
-def profile_table(report: ScanReport) -> Table:
+def profile_table(report: Report) -> Table:
     """Per-pair |cos| of v1 and u1 across depth as sparklines (one character per adjacent pair)."""
     table = Table(title="Depth profile: |cos(layer l, l+1)| per adjacent pair (▁ = 0, █ = 1)")
     table.add_column("Proj", style="bold")
@@ -80,7 +80,7 @@ def profile_table(report: ScanReport) -> Table:
     return table
 
 
-def k_table(report: ScanReport) -> Table:
+def k_table(report: Report) -> Table:
     """Continuity of v_k and u_k for k = 1..K, each with its permutation-null mean."""
     k = max((r.k for r in report.roles), default=1)
     table = Table(title="Continuity by singular-vector index k (mean |cos|, null mean in brackets)")
@@ -98,7 +98,7 @@ def k_table(report: ScanReport) -> Table:
     return table
 
 
-def render_scan(report: ScanReport, detail: bool = True) -> None:
+def render_scan(report: Report, detail: bool = True) -> None:
     """Print the scan report to the terminal."""
     console.print(scan_table(report))
     console.print(profile_table(report))
@@ -111,7 +111,7 @@ def render_scan(report: ScanReport, detail: bool = True) -> None:
         console.print(f"[yellow]note:[/yellow] {note}")
 
 
-def write_csv(report: ScanReport, path: str | Path) -> None:
+def write_csv(report: Report, path: str | Path) -> None:
     """Write the flat rows (role × space × k) as CSV, atomically."""
     rows = report.rows()
     buffer = io.StringIO()
@@ -121,7 +121,7 @@ def write_csv(report: ScanReport, path: str | Path) -> None:
     write_text(path, buffer.getvalue())
 
 
-def write_plot(report: ScanReport, path: str | Path) -> None:
+def write_plot(report: Report, path: str | Path) -> None:
     """PNG: adjacent-layer |cos| of v1 and u1 vs depth, one panel per projection, floors dashed."""
     import matplotlib
 

@@ -1,4 +1,9 @@
-"""PNG plots of simulator runs: continuity over training, per-layer rotation, 3-D PCA of v1 across layers."""
+"""PNG plots of simulator runs, both simulators; the noise floor is drawn on every similarity plot.
+
+MLP: continuity over training (W, G, Ḡ v1, each with its permutation-null mean dashed), per-layer
+rotation, 3-D PCA of v1 across layers. Transformer: per projection, weight v1/u1 continuity over
+training with the null dashed; the final weights' continuity vs depth (one PNG per run).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from geodrift.atomic import write_with  # noqa: E402
+from geodrift.render.scan import write_plot  # noqa: E402
 from geodrift.sim.record import RunRecord, slug  # noqa: E402
+from geodrift.sim.reference import PAPER_TABLE2_SPACE  # noqa: E402
+from geodrift.sim.reproduce import Reproduction  # noqa: E402
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -35,11 +43,16 @@ def continuity_plot(records: list[RunRecord], path: Path, floor: float) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharey=True)
     for ax, label in zip(axes.flat, labels, strict=False):
         for rec in (r for r in records if r.label == label):
+            first = rec.seed == records[0].seed
             for source, color in (("W", "C0"), ("G", "C1"), ("Gcum", "C2")):
-                pairs = rec.select(source, "cont", "v", 1)
+                pairs = rec.select(source, "block", "cont", "v", 1)
+                nulls = rec.select(source, "block", "null_mean", "v", 1)
                 if pairs:
                     ax.plot(_epoch_axis(rec, [p[0] for p in pairs]), [p[1] for p in pairs], color=color,
-                            alpha=0.8, label=f"{source} v1" if rec.seed == records[0].seed else None)
+                            alpha=0.8, label=f"{source} v1" if first else None)
+                if nulls:
+                    ax.plot(_epoch_axis(rec, [p[0] for p in nulls]), [p[1] for p in nulls], color=color, ls="--",
+                            lw=0.8, alpha=0.8, label=f"{source} v1 null" if first else None)
         ax.axhline(floor, color="grey", ls=":", lw=1, label="random floor")
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("epoch")
@@ -61,13 +74,18 @@ def rotation_plot(records: list[RunRecord], path: Path) -> Path:
         ax.axis("off")
     for ax, label in zip(axes.flat, labels, strict=False):
         rec = next(r for r in records if r.label == label)
-        rows = [r for r in rec.rows if r[2] == "W" and r[3] == "rotation_deg" and r[6] is not None]
-        layers = sorted({r[6] for r in rows})
+        rows = [r for r in rec.rows if r[2] == "W" and r[4] == "rotation_deg" and r[7] is not None]
+        layers = sorted({r[7] for r in rows})
         cmap = plt.get_cmap("viridis")
         for layer in layers:
-            pts = [(r[0], r[7]) for r in rows if r[6] == layer]
+            pts = [(r[0], r[8]) for r in rows if r[7] == layer]
             ax.plot(_epoch_axis(rec, [p[0] for p in pts]), [p[1] for p in pts],
                     color=cmap(layer / max(1, len(layers) - 1)), lw=1)
+        null = rec.select("W", "block", "rotation_null_deg")
+        if null:
+            ax.plot(_epoch_axis(rec, [p[0] for p in null]), [p[1] for p in null], color="grey", ls="--", lw=1,
+                    label="permutation null")
+            ax.legend(fontsize=7)
         ax.set_title(f"{label} (seed {rec.seed})", fontsize=9)
         ax.set_xlabel("epoch")
         ax.set_ylim(0, 92)
@@ -113,14 +131,48 @@ def pca_plot(records: list[RunRecord], path: Path) -> Path:
     return _save(fig, path)
 
 
-def write_plots(records: list[RunRecord], out: str | Path, preset: str, floor: float) -> list[Path]:
-    """Write the three PNGs under ``out`` and return their paths."""
+def transformer_training_plot(records: list[RunRecord], path: Path) -> Path:
+    """Per projection, weight v1 and u1 continuity vs step for every seed, each with its null dashed."""
+    fig, axes = plt.subplots(2, 4, figsize=(16, 6.4), squeeze=False, sharey=True)
+    for ax, role in zip(axes.flat, PAPER_TABLE2_SPACE, strict=False):
+        for space, color in (("v", "tab:blue"), ("u", "tab:orange")):
+            for i, rec in enumerate(records):
+                pts = rec.select("W", role, "cont", space, 1)
+                null = rec.select("W", role, "null_mean", space, 1)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, alpha=0.9 if i == 0 else 0.5,
+                        label=f"W {space}1" if i == 0 else None)
+                ax.plot([p[0] for p in null], [p[1] for p in null], color=color, ls="--", lw=0.8,
+                        label=f"{space}1 null" if i == 0 else None)
+        ax.set_title(f"{role} (paper: {PAPER_TABLE2_SPACE[role]}1)")
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=7)
+    axes.flat[-1].axis("off")
+    axes.flat[0].set_ylabel("adjacent-layer |cos|")
+    fig.suptitle(f"{records[0].label}: continuity over training")
+    return _save(fig, path)
+
+
+def write_plots(rep: Reproduction, out: str | Path) -> list[Path]:
+    """Write the reproduction's PNGs under ``out`` and return their paths."""
     out = Path(out)
-    done = [r for r in records if r.rows]
+    done = [r for r in rep.records if r.rows]
     if not done:
         return []
+    if rep.sim == "transformer":
+        paths = []
+        for spec in rep.specs:
+            runs = [r for r in done if r.label == spec.label]
+            if runs:
+                paths.append(transformer_training_plot(runs, out / f"{slug(spec.label)}_training.png"))
+        for result in rep.results:
+            path = out / f"{slug(result.record.label)}_seed{result.record.seed}_depth.png"
+            write_plot(result.report, path)
+            paths.append(path)
+        return paths
+    floor = rep.floor
     return [
-        continuity_plot(done, out / f"{slug(preset)}_continuity.png", floor),
-        rotation_plot(done, out / f"{slug(preset)}_rotation.png"),
-        pca_plot(done, out / f"{slug(preset)}_pca_v1.png"),
+        continuity_plot(done, out / f"{slug(rep.preset)}_continuity.png", floor),
+        rotation_plot(done, out / f"{slug(rep.preset)}_rotation.png"),
+        pca_plot(done, out / f"{slug(rep.preset)}_pca_v1.png"),
     ]

@@ -72,16 +72,22 @@ def fold_weight(weight: torch.Tensor, gain: torch.Tensor, side: str) -> torch.Te
     raise ValueError(f"side must be 'in' or 'out', got {side!r}")
 
 
-def folded_loader(ckpt: Checkpoint, role: str, layer: int) -> Callable[[], torch.Tensor]:
-    """A loader returning the folded ``(role, layer)`` weight (reads the weight and its norm gains)."""
-    from geodrift.scan.readers import load_canonical, norm_gain
+def folded_loader(ckpt: Checkpoint, role: str, layer: int, load_weight: Callable[[], torch.Tensor],
+                  load_gain: Callable[[str], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """A loader returning the folded ``(role, layer)`` weight.
 
+    Args:
+        ckpt: the checkpoint (its plan says which norms exist).
+        role, layer: the projection.
+        load_weight: reads the raw weight (a fresh tensor: it is scaled in place).
+        load_gain: reads a norm's effective gain of this layer by norm kind.
+    """
     plan = fold_plan(ckpt, role, layer)
 
     def load() -> torch.Tensor:
-        weight = load_canonical(ckpt, (role, layer))
+        weight = load_weight()
         for kind, side in plan:
-            gain = norm_gain(ckpt, (kind, layer))
+            gain = load_gain(kind)
             expected = weight.shape[1] if side == "in" else weight.shape[0]
             if gain.numel() != expected:
                 raise GeodriftError(

@@ -79,13 +79,18 @@ class _Cursor:
             if self.pos > self.size:
                 raise ValueError("string array runs past the end of the file")
 
-    def value(self, vtype: int) -> Any:
+    def value(self, vtype: int, keep: bool = False) -> Any:
+        # keep: decode an array in full (the tokenizer tables), else record big arrays by length only
         if vtype in _SCALARS:
             return self.take(_SCALARS[vtype])
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
             item_type, count = self.take("I"), self.take("Q")
+            if keep:
+                if count > self.size:
+                    raise ValueError(f"implausible array length {count}")
+                return [self.value(item_type) for _ in range(count)]
             if item_type == _STRING:
                 self.skip_strings(count)
             elif item_type in _SCALARS:
@@ -104,12 +109,14 @@ class _Cursor:
         raise ValueError(f"unknown metadata value type {vtype}")
 
 
-def read_gguf_header(path: Path, label: str | None = None) -> GGUFHeader:
+def read_gguf_header(path: Path, label: str | None = None, arrays: frozenset[str] = frozenset()) -> GGUFHeader:
     """Parse a GGUF file's metadata and tensor index (no tensor data is read).
 
     Args:
         path: the ``.gguf`` file.
         label: how to name the file in errors (default: the path).
+        arrays: metadata keys whose arrays are decoded in full (e.g. ``tokenizer.ggml.tokens``);
+            other large arrays are recorded as ``{"array_len": n}``.
 
     Returns:
         A GGUFHeader.
@@ -140,7 +147,7 @@ def read_gguf_header(path: Path, label: str | None = None) -> GGUFHeader:
             metadata: dict[str, Any] = {}
             for _ in range(n_kv):
                 key = cur.string()
-                metadata[key] = cur.value(cur.take("I"))
+                metadata[key] = cur.value(cur.take("I"), keep=key in arrays)
             infos = []
             for _ in range(n_tensors):
                 name = cur.string()

@@ -63,13 +63,6 @@ def unpermute_qk(weight: torch.Tensor, n_head: int) -> torch.Tensor:
     return weight.reshape(n_head, rows // n_head // 2, 2, *rest).swapaxes(1, 2).reshape(weight.shape).contiguous()
 
 
-def permute_qk(weight: torch.Tensor, n_head: int) -> torch.Tensor:
-    """llama.cpp's ``LlamaModel.permute`` (HF -> GGUF row order); the inverse of :func:`unpermute_qk`."""
-    rows = weight.shape[0]
-    rest = tuple(weight.shape[1:])
-    return weight.reshape(n_head, 2, rows // n_head // 2, *rest).swapaxes(1, 2).reshape(weight.shape).contiguous()
-
-
 _ITEM_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8,
                 "I16": np.int16, "I32": np.int32, "I64": np.int64}
 

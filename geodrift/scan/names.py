@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodrift.errors import GeodriftError
-from geodrift.weights import TRANSFORMER_ROLES
+from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES
 
 CanonicalKey = tuple[str, int | None]
 
@@ -86,16 +86,12 @@ def _layer_rules(prefix: str, table: list[tuple[str, str]], transpose: bool = Fa
 _HF_PREFIX = r"(?:model\.|model\.language_model\.|language_model\.model\.)?layers\."
 _HF_GLOBAL = r"(?:model\.|model\.language_model\.|language_model\.model\.)?"
 
-_LLAMA_LAYER = [
-    ("self_attn.q_proj.weight", "attn_q"), ("self_attn.k_proj.weight", "attn_k"),
-    ("self_attn.v_proj.weight", "attn_v"), ("self_attn.o_proj.weight", "attn_o"),
-    ("self_attn.q_proj.bias", "attn_q_bias"), ("self_attn.k_proj.bias", "attn_k_bias"),
-    ("self_attn.v_proj.bias", "attn_v_bias"), ("self_attn.o_proj.bias", "attn_o_bias"),
-    ("mlp.gate_proj.weight", "mlp_gate"), ("mlp.up_proj.weight", "mlp_up"),
-    ("mlp.down_proj.weight", "mlp_down"),
-    ("input_layernorm.weight", "norm_attn"),
-    ("self_attn.q_norm.weight", "norm_q"), ("self_attn.k_norm.weight", "norm_k"),
-]
+_LLAMA_LAYER = (
+    [(f"{path}.weight", role) for role, path in HF_LLAMA_PROJECTIONS.items()]
+    + [(f"{HF_LLAMA_PROJECTIONS[r]}.bias", f"{r}_bias") for r in ("attn_q", "attn_k", "attn_v", "attn_o")]
+    + [("input_layernorm.weight", "norm_attn"),
+       ("self_attn.q_norm.weight", "norm_q"), ("self_attn.k_norm.weight", "norm_k")]
+)
 _HF_GLOBALS = [
     NameRule(_HF_GLOBAL + r"embed_tokens\.weight", "embed"),
     NameRule(_HF_GLOBAL + r"norm\.weight", "norm_final"),

@@ -28,6 +28,7 @@ fused qkv/gate_up split, gpt2's Conv1D transposed; norms as Hugging Face stores 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +37,7 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, Part
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
+from geodrift.scan.fold import folded_loader
 from geodrift.scan.gguf_reader import GGUFCheckpoint
 from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey, NameRule, load_name_mapping
 from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
@@ -204,6 +206,10 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
     return tensor
 
 
+def _layer_norm_gain(ckpt: Checkpoint, layer: int, kind: str) -> torch.Tensor:
+    return norm_gain(ckpt, (kind, layer))
+
+
 def norm_gain(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
     """A norm's effective multiplicative gain: the stored weight, or ``1 + w`` for the gemma family.
 
@@ -241,8 +247,6 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
     """
     if view not in ("raw", "folded"):
         raise GeodriftError(f"--view: unknown view {view!r}; use raw or folded")
-    from geodrift.scan.fold import folded_loader
-
     entries: dict[tuple[str, int], WeightEntry] = {}
     for (role, layer), part in ckpt.plan.items():
         if role not in TRANSFORMER_ROLES or layer is None:
@@ -252,7 +256,11 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
         if len(shape) != 2:
             raise GeodriftError(f"{ckpt.label}:{part.name}: expected a 2-D weight matrix, got shape {shape}")
         source = f"{ckpt.label}:{part.name}" + (f"[rows {part.rows[0]}:{part.rows[1]}]" if part.rows else "")
-        loader = folded_loader(ckpt, role, layer) if view == "folded" else _raw_loader(ckpt, role, layer)
+        if view == "folded":
+            loader = folded_loader(ckpt, role, layer, _raw_loader(ckpt, role, layer),
+                                   functools.partial(_layer_norm_gain, ckpt, layer))
+        else:
+            loader = _raw_loader(ckpt, role, layer)
         entries[(role, layer)] = WeightEntry((shape[0], shape[1]), source, loader)
     if not entries:
         sample = ", ".join(ckpt.tensor_names()[:6])

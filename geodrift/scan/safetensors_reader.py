@@ -1,10 +1,12 @@
 """Safetensors (single file, or a Hugging Face folder with shards) and PyTorch pickle readers.
 
 Safetensors: headers are validated once at open with ``safetensors.safe_open``. ``load(name)``
-then reads just that tensor's byte range (offsets from the header) in chunks of a few MB and
-converts each chunk to float32 (bf16/f16/f8 included) straight into the output tensor. Only the
-float32 result and one chunk are resident - no second full-size copy in the stored dtype and no
-mapped pages left behind - so a multi-GB checkpoint streams in the memory of its largest tensor.
+re-opens the tensor's shard with ``safe_open(...).get_slice(name)`` and reads it in row chunks of
+a few MB, converting each chunk to float32 (bf16/f16/f8 included) straight into the output tensor:
+no second full-size copy in the stored dtype is ever allocated. The library memory-maps the shard;
+the pages of the tensor being read stay mapped until ``load`` returns (at most that one tensor in
+its stored dtype), so a multi-GB checkpoint streams in about 1.5x the float32 size of its largest
+tensor (benchmarks/RESULTS_memory.md compares this with reading byte ranges by hand).
 
 PyTorch pickles are read only with ``torch.load(weights_only=True, mmap=True)``; a pickle that
 needs arbitrary code to load is refused.
@@ -13,8 +15,8 @@ needs arbitrary code to load is refused.
 from __future__ import annotations
 
 import json
+import math
 import pickle
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,7 @@ from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
 from geodrift.scan.names import HF_IGNORED, HF_TABLES, NameRule, guess_hf_architecture, normalise_model_type
 
-_CHUNK_BYTES = 8 << 20  # read/convert granularity
-_DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-}
+_CHUNK_BYTES = 8 << 20  # float32 bytes per read/convert chunk
 
 
 def read_hf_config(path: Path) -> dict[str, Any]:
@@ -92,7 +89,6 @@ class SafetensorsCheckpoint(Checkpoint):
         self.format = "hf-folder" if path.is_dir() else "safetensors"
         self.label = str(path)
         self._where: dict[str, Path] = {}
-        self._offset_cache: dict[Path, dict[str, tuple[torch.dtype, tuple[int, ...], int, int]]] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
         for file in files:
             self._read_header(file)
@@ -131,50 +127,46 @@ class SafetensorsCheckpoint(Checkpoint):
             raise GeodriftError(f"{self.label}: no tensor named {name!r}") from None
 
     def load(self, name: str) -> torch.Tensor:
+        """Read one tensor as float32 (row chunks through ``safe_open(...).get_slice``).
+
+        Args:
+            name: a tensor name of the checkpoint.
+
+        Returns:
+            A new float32 tensor of the header's shape.
+
+        Raises:
+            GeodriftError: an unknown name, or a shard that is gone, truncated, corrupt or replaced
+                since open (a one-line message naming the file and tensor).
+        """
+        from safetensors import SafetensorError, safe_open
+
         file = self._where.get(name)
         if file is None:
             raise GeodriftError(f"{self.label}: no tensor named {name!r}")
+        expected = self._shapes[name]
         try:
-            dtype, shape, begin, end = self._offsets(file)[name]
-            out = torch.empty(shape, dtype=torch.float32)
-            flat = out.view(-1)
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            if (end - begin) != flat.numel() * itemsize:
-                raise ValueError(f"{end - begin} bytes for {flat.numel()} {dtype} values")
-            step = max(1, _CHUNK_BYTES // itemsize)
-            with file.open("rb") as handle:
-                handle.seek(begin)
-                for start in range(0, flat.numel(), step):
-                    count = min(step, flat.numel() - start)
-                    raw = handle.read(count * itemsize)
-                    if len(raw) != count * itemsize:
-                        raise ValueError("the file ends inside the tensor")
-                    flat[start:start + count] = torch.frombuffer(bytearray(raw), dtype=dtype)
-        except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+            with safe_open(str(file), framework="pt") as handle:
+                view = handle.get_slice(name)
+                shape = tuple(int(d) for d in view.get_shape())
+                if shape != expected:
+                    raise ValueError(f"shape {shape} is not the {expected} read at open")
+                if not shape:
+                    return handle.get_tensor(name).to(torch.float32)
+                out = torch.empty(shape, dtype=torch.float32)
+                step = max(1, _CHUNK_BYTES // (4 * max(1, math.prod(shape[1:]))))
+                for start in range(0, shape[0], step):
+                    stop = min(start + step, shape[0])
+                    out[start:stop] = view[start:stop]  # stored dtype -> float32, one chunk at a time
+        except FileNotFoundError:
+            raise GeodriftError(f"{file}: shard not found (removed since open); re-download the model") from None
+        except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise GeodriftError(
-                f"{file}:{name}: cannot read the tensor data ({exc}); the file is truncated or corrupt - "
+                f"{file}:{name}: cannot read the tensor data ({reason}); the file is truncated or corrupt - "
                 "re-download or re-save it"
             ) from None
         return out
-
-    def _offsets(self, file: Path) -> dict[str, tuple[torch.dtype, tuple[int, ...], int, int]]:
-        # name -> (dtype, shape, absolute begin, absolute end); the header is re-read per shard and
-        # cached (a few kB of JSON), so a file replaced after open is noticed by the size check.
-        cached = self._offset_cache.get(file)
-        if cached is not None:
-            return cached
-        with file.open("rb") as handle:
-            (length,) = struct.unpack("<Q", handle.read(8))
-            header = json.loads(handle.read(length))
-        base = 8 + length
-        table = {}
-        for key, info in header.items():
-            if key == "__metadata__":
-                continue
-            begin, end = info["data_offsets"]
-            table[key] = (_DTYPES[info["dtype"]], tuple(info["shape"]), base + begin, base + end)
-        self._offset_cache = {file: table}  # one shard's table at a time
-        return table
 
 
 class PytorchCheckpoint(Checkpoint):

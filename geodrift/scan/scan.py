@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from geodrift.analysis import ScanReport, analyze_weightset
+from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.weights import TRANSFORMER_ROLES, WeightSet
@@ -57,22 +57,10 @@ def parse_layers(text: str | None) -> list[int] | None:
     return sorted(set(layers))
 
 
-def check_options(k: int, null_draws: int) -> None:
-    """Reject bad numeric options before any file is read.
-
-    Raises:
-        GeodriftError: naming the option and its valid range.
-    """
-    if k < 1:
-        raise GeodriftError(f"--k: must be at least 1, got {k}")
-    if null_draws < 2:
-        raise GeodriftError(f"--null-draws: must be at least 2, got {null_draws}")
-
-
 def ov_composite_hook(
     n_heads: int, n_kv_heads: int
 ) -> Callable[[tuple[str, int], torch.Tensor], dict[tuple[str, int], torch.Tensor]]:
-    """A :func:`geodrift.analysis.decompose` hook that yields ``W_O W_V`` once a layer's V and O are seen.
+    """A :func:`geodrift.continuity.measure` ``derive`` hook that yields ``W_O W_V`` once a layer's V and O are seen.
 
     With grouped-query attention, V's rows are expanded to one block per query head (key-value head
     ``j`` serves query heads ``j*g .. j*g+g-1``, ``g = n_heads / n_kv_heads``, as in transformers'
@@ -126,36 +114,29 @@ def load_weights(
 
 def scan(
     ws: WeightSet,
+    spec: MeasureSpec,
     *,
-    k: int = 8,
-    null_draws: int = 100,
-    seed: int = 0,
     progress: Callable[[str], None] | None = None,
-    full_spectrum: bool = False,
     heads: tuple[int, int] | None = None,
-) -> ScanReport:
+) -> Report:
     """Per-projection geometric continuity of a checkpoint's projections.
 
     Args:
-        ws: the projections, from :func:`load_weights` (streamed: one matrix resident at a time).
-        k: singular vectors per space.
-        null_draws: permutation-null draws.
-        seed: seed of the permutation null.
+        ws: the projections, from :func:`load_weights` (streamed: one large matrix resident at a time).
+        spec: k, null draws, seed, full spectrum (see :class:`geodrift.continuity.MeasureSpec`).
         progress: called after each matrix.
-        full_spectrum: full SVD of every matrix, so Eq. 2 is exact rather than bounded.
         heads: ``(n_heads, n_kv_heads)`` to add the OV composite ``W_O W_V`` (None = skip it).
 
     Returns:
-        ScanReport.
+        The continuity Report.
 
     Raises:
-        GeodriftError: bad options, fewer than 2 layers, NaN/Inf in a tensor.
+        GeodriftError: fewer than 2 layers, NaN/Inf in a tensor.
 
     Example:
         >>> ws, heads = load_weights(None)  # doctest: +SKIP
-        >>> report = scan(ws, k=4, heads=heads)  # doctest: +SKIP
+        >>> report = scan(ws, MeasureSpec(k=4), heads=heads)  # doctest: +SKIP
     """
-    check_options(k, null_draws)
     if all(len(ws.layers(role)) < 2 for role in ws.roles()):
         raise GeodriftError(
             f"{ws.origin}: every projection has fewer than 2 layers; continuity compares adjacent "
@@ -164,5 +145,4 @@ def scan(
     derive = None
     if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
         derive = ov_composite_hook(*heads)
-    return analyze_weightset(ws, k=k, null_draws=null_draws, seed=seed, progress=progress,
-                             derive=derive, full_spectrum=full_spectrum)
+    return measure(ws, spec, progress=progress, derive=derive)

@@ -1,19 +1,25 @@
-"""Simulator configurations: frozen dataclasses, named presets and named ablations.
+"""One configuration vocabulary for both simulators: frozen dataclasses, presets and ablations by name.
 
-``MLPConfig`` describes the toy residual MLP (paper section 4.1), ``TrainConfig`` the optimisation
-(shared with the transformer simulator), ``TrackConfig`` what is measured during training. A
-*preset* is a named list of ``RunSpec`` (a label plus the three configs); an *ablation* is a named
-function ``config -> config``. Only ``geodrift.sim.mlp.build_mlp`` turns an ``MLPConfig`` into
-modules.
+A run is a :class:`RunSpec`: which simulator (``"mlp"`` or ``"transformer"``), a label, the model
+(:class:`MLPConfig` or :class:`LlamaConfig`, which share the names ``d_model, n_layers,
+activation, residual, norm, init_std``), the data (:class:`ImageData` or :class:`TextData`), one
+:class:`TrainConfig` and one :class:`TrackConfig`. The seed is not part of a spec: it is an argument
+of ``geodrift.sim.run.run`` (one spec, many seeds). Device and checkpoint interval are run options
+too: they do not change the numbers.
 
-Step counts: the paper trains 20 epochs of the 60k MNIST training set at batch 128, i.e.
-``20 * ceil(60000 / 128) = 9380`` steps. The embedded data set is a 5k subset, so the reproduction
-presets run *the same number of optimiser steps* (many more passes over the smaller set) and report
-time in "paper epochs" of ``PAPER_EPOCH_STEPS = 469`` steps (``epoch_steps``).
+- ``preset(sim, name)`` gives a preset's specs (``PRESETS[sim]``; ``PRESET_SEEDS`` their seeds);
+- ``ablate(model, names)`` applies named ablations (``ABLATIONS[sim]``) in order, and any
+  ``field=value`` of the model config (``d_model=128``, ``init_std=1e-4``, ``activation=gelu``).
+
+Only ``geodrift.sim.run`` turns a spec into modules (through ``build_mlp`` / ``LlamaLM``).
+
+MLP step counts: the paper trains 20 epochs of the 60k MNIST training set at batch 128, i.e.
+``20 * ceil(60000 / 128) = 9380`` steps. The embedded data set is a 5k subset, so the MLP presets
+run *the same number of optimiser steps* (many more passes over the smaller set) and report time in
+"paper epochs" of ``PAPER_EPOCH_STEPS = 469`` steps (``epoch_steps``).
 
 Example:
-    >>> from dataclasses import replace
-    >>> cfg = apply_ablations(MLPConfig(), ["nores", "gelu"])
+    >>> cfg = ablate(MLPConfig(), ["nores", "gelu"])
     >>> (cfg.residual, cfg.activation)
     (False, 'gelu')
 """
@@ -21,14 +27,17 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from geodrift.errors import GeodriftError
 
 PAPER_EPOCH_STEPS = 469  # ceil(60000 / 128): one epoch of full MNIST at batch 128
 PAPER_SEEDS: tuple[int, ...] = (42, 123, 777)
-LAYERNORM_PLACEMENTS = ("none", "pre", "post", "branch")
+SIMULATORS: tuple[str, ...] = ("mlp", "transformer")
+MLP_NORMS = ("none", "pre", "post", "branch")
+LLAMA_NORMS = ("pre", "none")
+_ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU", "tanh": "Tanh", "none": "None", "radial": "Radial"}
 
 
 @dataclass(frozen=True)
@@ -36,59 +45,122 @@ class MLPConfig:
     """The toy MLP: ``h0 = E x``; ``h_{l+1} = h_l + act(W_l h_l)`` (or ``act(W_l h_l)`` without residual).
 
     Attributes:
-        width: hidden size D (256 in the paper).
-        depth: number of residual blocks L (16).
-        residual: keep the skip connection.
+        d_model: hidden size D (256 in the paper).
+        n_layers: number of residual blocks L (16).
         activation: ``relu, gelu, silu, tanh, none, radial`` (``x * tanh(||x||)`` over the feature
             vector) or any element-wise function of ``torch.nn.functional`` / ``torch`` by name.
-        layernorm: ``"none"``; ``"pre"``: ``h + act(W LN(h))`` (the paper does not state its
-            placement; pre-norm on the branch input is the natural reading and the ``ln`` ablation's
-            default); ``"post"``: ``LN(h + act(W h))``; ``"branch"``: ``h + LN(act(W h))``.
+        residual: keep the skip connection.
+        norm: LayerNorm placement: ``"none"``; ``"pre"``: ``h + act(W LN(h))`` (the paper does not
+            state its placement; pre-norm on the branch input is the natural reading);
+            ``"post"``: ``LN(h + act(W h))``; ``"branch"``: ``h + LN(act(W h))``.
         init_std: when set, the block matrices ``W_l`` are drawn from ``N(0, init_std^2)`` instead of
             PyTorch's default ``U(-1/sqrt(D), 1/sqrt(D))``; embedding and head keep the default.
     """
 
-    width: int = 256
-    depth: int = 16
-    residual: bool = True
+    d_model: int = 256
+    n_layers: int = 16
     activation: str = "relu"
-    layernorm: str = "none"
+    residual: bool = True
+    norm: str = "none"
     init_std: float | None = None
 
     def __post_init__(self) -> None:
-        if self.width < 2 or self.depth < 2:
-            raise GeodriftError(f"MLPConfig: width and depth must be >= 2 (got {self.width}, {self.depth})")
-        if self.layernorm not in LAYERNORM_PLACEMENTS:
-            raise GeodriftError(
-                f"MLPConfig.layernorm: unknown placement {self.layernorm!r}; use one of {LAYERNORM_PLACEMENTS}"
-            )
+        if self.d_model < 2 or self.n_layers < 2:
+            raise GeodriftError(f"d_model and n_layers must be >= 2 (got {self.d_model}, {self.n_layers})")
+        _check("norm", self.norm, MLP_NORMS)
         if self.init_std is not None and not self.init_std > 0:
-            raise GeodriftError(f"MLPConfig.init_std must be > 0, got {self.init_std}")
+            raise GeodriftError(f"init_std must be > 0, got {self.init_std}")
 
     def name(self) -> str:
         """The paper's label, e.g. ``Res+ReLU+LN``."""
-        act = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU", "tanh": "Tanh", "none": "None",
-               "radial": "Radial"}.get(self.activation, self.activation)
-        label = ("Res+" if self.residual else "NoRes+") + act
-        if self.layernorm != "none":
-            label += "+LN" if self.layernorm == "pre" else f"+LN({self.layernorm})"
+        label = ("Res+" if self.residual else "NoRes+") + _ACT_NAMES.get(self.activation, self.activation)
+        if self.norm != "none":
+            label += "+LN" if self.norm == "pre" else f"+LN({self.norm})"
         return label
 
 
 @dataclass(frozen=True)
+class LlamaConfig:
+    """A Llama-style decoder (see ``geodrift.sim.llama``) with the paper's ablation switches.
+
+    Attributes:
+        d_model, n_layers, n_heads, n_kv_heads (None = n_heads), d_ff: the shape.
+        activation: the MLP nonlinearity on Gate's output (``silu`` = SwiGLU, ``relu``, ``gelu``,
+            ``none`` = bilinear, ``radial``).
+        residual: keep the skip connections.
+        norm: ``"pre"`` (RMSNorm pre-norm, Llama) or ``"none"`` (every norm is the identity).
+        init_std: N(0, init_std^2) init of every Linear and the embedding.
+        attention: ``softmax`` or ``linear`` (no softmax; test (a)).
+        v_activation: a nonlinearity on V's output (test (b)): element-wise ``silu, relu, gelu, tanh``
+            or the rotation-equivariant ``radial``; ``none`` by default.
+        rope_theta, norm_eps, tie_embeddings: as in a Llama config.
+    """
+
+    d_model: int = 256
+    n_layers: int = 8
+    activation: str = "silu"
+    residual: bool = True
+    norm: str = "pre"
+    init_std: float = 0.02
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    d_ff: int = 1024
+    attention: str = "softmax"
+    v_activation: str = "none"
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    tie_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        _check("norm", self.norm, LLAMA_NORMS)
+        _check("activation", self.activation, ("silu", "relu", "gelu", "none", "radial"))
+        _check("attention", self.attention, ("softmax", "linear"))
+        _check("v_activation", self.v_activation, ("none", "radial", "silu", "relu", "gelu", "tanh"))
+        if self.d_model % self.n_heads:
+            raise GeodriftError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+
+
+@dataclass(frozen=True)
+class ImageData:
+    """MLP data: ``mnist5k`` (embedded), ``digits`` (scikit-learn), an IDX folder or a ``.npz`` file."""
+
+    name: str = "mnist5k"
+
+
+@dataclass(frozen=True)
+class TextData:
+    """Transformer data: a corpus and its tokenizer.
+
+    Attributes:
+        corpus: None = the embedded stdlib-docs corpus, else a text file, a folder of .txt files or a
+            WikiText folder.
+        max_chars: cap on the training text (None = all).
+        tokenizer: ``bpe`` (trained on the training split) or ``bytes``; vocab: the BPE size.
+        seq_len: tokens per training window; eval_windows: held-out windows per evaluation.
+    """
+
+    corpus: str | None = None
+    max_chars: int | None = None
+    tokenizer: str = "bpe"
+    vocab: int = 8192
+    seq_len: int = 128
+    eval_windows: int = 256
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings, shared by every simulator.
+    """Optimisation, shared by both simulators. The loop runs clip -> step -> schedule, in that order.
 
     Attributes:
         optimizer: ``adam``, ``adamw`` or ``sgd`` (SGD with ``momentum``).
         lr, beta1, beta2, eps, weight_decay, momentum: optimiser hyper-parameters.
-        batch_size: examples per step (per ensemble member).
+        batch_size: examples (windows) per step (per ensemble member).
         steps: optimiser steps.
-        epoch_steps: length of the "epoch" used for the time axis and the rotation reference;
-            ``None`` = one pass over the training data.
-        seed: the run's only source of randomness (init and batch order).
-        device: ``cpu``, ``cuda`` or ``auto``.
-        checkpoint_every: save a resumable checkpoint every this many steps (0 = only at the end).
+        schedule: ``constant`` or ``cosine`` (linear warm-up over ``warmup_steps``, then cosine to
+            ``lr * min_lr_ratio`` at the last step), as a ``torch.optim.lr_scheduler.LambdaLR``.
+        grad_clip: clip the global gradient norm to this before each step (0 = off).
+        epoch_steps: the "epoch" of the time axis and of the rotation reference; None = one pass
+            over the training data.
     """
 
     optimizer: str = "adam"
@@ -100,157 +172,244 @@ class TrainConfig:
     momentum: float = 0.9
     batch_size: int = 128
     steps: int = 20 * PAPER_EPOCH_STEPS
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 0.0
     epoch_steps: int | None = PAPER_EPOCH_STEPS
-    seed: int = 42
-    device: str = "cpu"
-    checkpoint_every: int = 0
 
     def __post_init__(self) -> None:
-        if self.optimizer not in ("adam", "adamw", "sgd"):
-            raise GeodriftError(f"TrainConfig.optimizer: unknown {self.optimizer!r}; use adam, adamw or sgd")
-        if self.device not in ("cpu", "cuda", "auto"):
-            raise GeodriftError(f"--device: unknown {self.device!r}; use cpu, cuda or auto")
-        if self.steps < 1 or self.batch_size < 1:
-            raise GeodriftError(f"steps and batch size must be >= 1 (got {self.steps}, {self.batch_size})")
+        _check("optimizer", self.optimizer, ("adam", "adamw", "sgd"))
+        _check("schedule", self.schedule, ("constant", "cosine"))
+        if self.steps < 1:
+            raise GeodriftError(f"--steps: must be >= 1, got {self.steps}")
+        if self.batch_size < 1:
+            raise GeodriftError(f"batch size must be >= 1, got {self.batch_size}")
 
 
 @dataclass(frozen=True)
 class TrackConfig:
-    """What the tracker measures and how often.
+    """What is measured during training and at the end, and how often.
 
     Attributes:
         every: track every this many steps (plus step 0 = the first backward pass, the rotation
-            reference step and the final step). ``0`` turns tracking off (the compute floor).
-        null_draws: permutation-null draws per tracked quantity.
-        ema_betas: gradient EMAs kept every step for the weight-gradient alignment (each costs one
-            pass over the block weights per step; ``()`` turns them off).
-        reference_step: step of the rotation-angle reference; ``None`` = one epoch (``epoch_steps``).
+            reference step and the final step); 0 turns tracking off (the compute floor).
+        k: singular vectors per space tracked (``k = 1..K``).
+        null_draws: permutation-null draws of every tracked statistic.
+        ema_betas: gradient EMAs kept every step (MLP; each costs one pass over the blocks per step).
+        reference_step: step of the rotation-angle reference; None = one epoch (``epoch_steps``).
+        eval_every: steps between held-out evaluations (transformer; 0 = only at the end).
+        final_k, final_null_draws: the final report of the trained weights (the scan's table).
     """
 
     every: int = PAPER_EPOCH_STEPS
+    k: int = 2
     null_draws: int = 8
-    ema_betas: tuple[float, ...] = (0.9, 0.99, 0.999)
+    ema_betas: tuple[float, ...] = ()
     reference_step: int | None = None
+    eval_every: int = 0
+    final_k: int = 8
+    final_null_draws: int = 50
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise GeodriftError(f"--track-every: must be >= 0 (0 = off), got {self.every}")
+        if self.null_draws < 2 or self.final_null_draws < 2:
+            raise GeodriftError("null draws must be at least 2")
+
+
+Model = MLPConfig | LlamaConfig
+Data = ImageData | TextData
+_MODEL = {"mlp": MLPConfig, "transformer": LlamaConfig}
+_DATA = {"mlp": ImageData, "transformer": TextData}
 
 
 @dataclass(frozen=True)
 class RunSpec:
     """One configuration of a preset (trained once per seed)."""
 
+    sim: str
     label: str
-    mlp: MLPConfig
+    model: Model
+    data: Data
     train: TrainConfig
     track: TrackConfig = field(default_factory=TrackConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "mlp": asdict(self.mlp), "train": asdict(self.train),
-                "track": asdict(self.track)}
+        """JSON-able form (tuples become lists)."""
+        return {"sim": self.sim, "label": self.label, "model": asdict(self.model), "data": asdict(self.data),
+                "train": asdict(self.train), "track": {**asdict(self.track), "ema_betas": list(self.track.ema_betas)}}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
-        track = dict(data["track"])
-        track["ema_betas"] = tuple(track["ema_betas"])
-        return cls(data["label"], MLPConfig(**data["mlp"]), TrainConfig(**data["train"]), TrackConfig(**track))
+    def from_dict(cls, payload: dict[str, Any]) -> RunSpec:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            GeodriftError: on unknown keys (a record written by another version).
+        """
+        try:
+            sim = payload["sim"]
+            track = dict(payload["track"])
+            track["ema_betas"] = tuple(track["ema_betas"])
+            return cls(sim, payload["label"], _MODEL[sim](**payload["model"]), _DATA[sim](**payload["data"]),
+                       TrainConfig(**payload["train"]), TrackConfig(**track))
+        except (KeyError, TypeError) as error:
+            raise GeodriftError(f"run record: not a run spec of this geodrift version ({error}); "
+                                "re-run without --resume/--reload") from None
 
 
 # ---- ablations: named functions config -> config -------------------------------------------
-ABLATIONS: dict[str, Callable[[MLPConfig], MLPConfig]] = {
-    "nores": lambda c: replace(c, residual=False),
-    "ln": lambda c: replace(c, layernorm="pre"),
-    "ln_post": lambda c: replace(c, layernorm="post"),
-    "ln_branch": lambda c: replace(c, layernorm="branch"),
-    **{act: (lambda a: (lambda c: replace(c, activation=a)))(act)
-       for act in ("relu", "gelu", "silu", "tanh", "none", "radial")},
+def _set(**values: Any) -> Callable[[Any], Any]:
+    return lambda c: replace(c, **values)
+
+
+_ACTIVATIONS = {a: _set(activation=a) for a in ("relu", "gelu", "silu", "none", "radial")}
+ABLATIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
+    "mlp": {
+        **_ACTIVATIONS, "tanh": _set(activation="tanh"), "nores": _set(residual=False),
+        "ln": _set(norm="pre"), "ln_post": _set(norm="post"), "ln_branch": _set(norm="branch"),
+    },
+    "transformer": {
+        **_ACTIVATIONS, "nores": _set(residual=False), "nonorm": _set(norm="none"),
+        "linear_attn": _set(attention="linear"),
+        **{f"v_{a}": _set(v_activation=a) for a in ("silu", "relu", "gelu", "tanh", "radial")},
+    },
 }
 
 
-def apply_ablations(cfg: MLPConfig, names: list[str]) -> MLPConfig:
-    """Apply named ablations in order; ``init=STD``, ``width=N``, ``depth=N``, ``act=NAME`` too.
+def ablate(model: Model, names: list[str]) -> Model:
+    """Apply named ablations in order; ``field=value`` sets any field of the model config.
 
     Raises:
-        GeodriftError: on an unknown name.
+        GeodriftError: on an unknown name or field, or a value of the wrong type.
     """
+    sim = "mlp" if isinstance(model, MLPConfig) else "transformer"
+    types = {f.name: f.type for f in fields(model)}
     for name in names:
-        key, _, value = name.partition("=")
-        try:
-            if key in ABLATIONS and not value:
-                cfg = ABLATIONS[key](cfg)
-            elif key == "init" and value:
-                cfg = replace(cfg, init_std=float(value))
-            elif key == "width" and value:
-                cfg = replace(cfg, width=int(value))
-            elif key == "depth" and value:
-                cfg = replace(cfg, depth=int(value))
-            elif key == "act" and value:
-                cfg = replace(cfg, activation=value)
-            else:
-                raise KeyError(name)
-        except (KeyError, ValueError):
-            raise GeodriftError(
-                f"--ablation: unknown {name!r}; use {', '.join(ABLATIONS)}, init=STD, width=N, depth=N, act=NAME"
-            ) from None
-    return cfg
+        key, eq, value = name.partition("=")
+        if not eq and key in ABLATIONS[sim]:
+            model = ABLATIONS[sim][key](model)
+        elif eq and key in types:
+            model = replace(model, **{key: _parse(key, value, str(types[key]))})
+        else:
+            raise GeodriftError(f"--ablation: unknown {name!r}; use {', '.join(ABLATIONS[sim])} or FIELD=VALUE "
+                                f"with FIELD in {', '.join(types)}")
+    return model
+
+
+def _parse(key: str, value: str, kind: str) -> Any:
+    try:
+        if kind.startswith("bool"):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1")
+        if kind.startswith("int"):
+            return None if value.lower() == "none" else int(value)
+        if kind.startswith("float"):
+            return None if value.lower() == "none" else float(value)
+    except ValueError:
+        raise GeodriftError(f"--ablation {key}={value}: expected {kind.split()[0]}") from None
+    return value
+
+
+def _check(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise GeodriftError(f"{name}: unknown value {value!r}; choose one of {', '.join(allowed)}")
 
 
 # ---- presets ---------------------------------------------------------------------------------
-TABLE1_ROWS: tuple[tuple[str, MLPConfig], ...] = tuple(
-    (c.name(), c) for c in (
-        MLPConfig(activation="gelu"), MLPConfig(activation="silu"), MLPConfig(activation="relu"),
-        MLPConfig(activation="tanh"), MLPConfig(activation="none"), MLPConfig(activation="radial"),
-        MLPConfig(activation="none", layernorm="pre"), MLPConfig(activation="relu", layernorm="pre"),
-        MLPConfig(residual=False, activation="gelu"), MLPConfig(residual=False, activation="relu"),
-        MLPConfig(residual=False, activation="none"),
-    )
+TABLE1_ROWS: tuple[MLPConfig, ...] = (
+    MLPConfig(activation="gelu"), MLPConfig(activation="silu"), MLPConfig(activation="relu"),
+    MLPConfig(activation="tanh"), MLPConfig(activation="none"), MLPConfig(activation="radial"),
+    MLPConfig(activation="none", norm="pre"), MLPConfig(activation="relu", norm="pre"),
+    MLPConfig(residual=False, activation="gelu"), MLPConfig(residual=False, activation="relu"),
+    MLPConfig(residual=False, activation="none"),
 )
-_NO_EMA = TrackConfig(ema_betas=())
+_EMA = TrackConfig(ema_betas=(0.9, 0.99, 0.999))
 
 
-def _table1() -> list[RunSpec]:
-    return [RunSpec(label, cfg, TrainConfig(), _NO_EMA) for label, cfg in TABLE1_ROWS]
+def _mlp(label: str, model: MLPConfig, train: TrainConfig | None = None, track: TrackConfig | None = None) -> RunSpec:
+    return RunSpec("mlp", label, model, ImageData(), train or TrainConfig(), track or TrackConfig())
 
 
 def _table3() -> list[RunSpec]:
-    base, b2 = TrainConfig(), TrainConfig(beta2=0.0, eps=1.0)
+    b2 = TrainConfig(beta2=0.0, eps=1.0)
     return [
-        RunSpec("Adam default", MLPConfig(), base, _NO_EMA),
-        RunSpec("Adam β1=0, β2=.999", MLPConfig(), replace(base, beta1=0.0), _NO_EMA),
-        RunSpec("Adam β1=.9, β2=0 (ε=1), default init", MLPConfig(), b2, _NO_EMA),
-        RunSpec("β2=0, init std 0.005", MLPConfig(init_std=0.005), b2, _NO_EMA),
-        RunSpec("β2=0, init std 0.001", MLPConfig(init_std=0.001), b2, _NO_EMA),
-        RunSpec("β2=0, init std 0.0001", MLPConfig(init_std=1e-4), b2, _NO_EMA),
+        _mlp("Adam default", MLPConfig()),
+        _mlp("Adam β1=0, β2=.999", MLPConfig(), TrainConfig(beta1=0.0)),
+        _mlp("Adam β1=.9, β2=0 (ε=1), default init", MLPConfig(), b2),
+        _mlp("β2=0, init std 0.005", MLPConfig(init_std=0.005), b2),
+        _mlp("β2=0, init std 0.001", MLPConfig(init_std=0.001), b2),
+        _mlp("β2=0, init std 0.0001", MLPConfig(init_std=1e-4), b2),
     ]
-
-
-def _drift() -> list[RunSpec]:
-    train = TrainConfig(steps=50 * PAPER_EPOCH_STEPS)
-    return [RunSpec(f"{c.name()} init 1e-4", c, train, _NO_EMA)
-            for c in (MLPConfig(activation="none", init_std=1e-4), MLPConfig(activation="relu", init_std=1e-4))]
-
-
-def _ema() -> list[RunSpec]:
-    return [RunSpec("Res+ReLU", MLPConfig(), TrainConfig(), TrackConfig())]
 
 
 def _smoke() -> list[RunSpec]:
     train = TrainConfig(steps=30, batch_size=32, epoch_steps=10)
-    track = TrackConfig(every=10, null_draws=4, ema_betas=(0.9, 0.99))
-    return [RunSpec(c.name(), c, train, track)
-            for c in (MLPConfig(width=32, depth=4), MLPConfig(width=32, depth=4, activation="none"))]
+    track = TrackConfig(every=10, null_draws=4, ema_betas=(0.9, 0.99), final_k=4, final_null_draws=8)
+    return [_mlp(c.name(), c, train, track)
+            for c in (MLPConfig(d_model=32, n_layers=4), MLPConfig(d_model=32, n_layers=4, activation="none"))]
 
 
-PRESETS: dict[str, Callable[[], list[RunSpec]]] = {
-    "table1": _table1, "table3": _table3, "drift": _drift, "ema": _ema, "smoke": _smoke,
-    "single": lambda: [RunSpec("Res+ReLU", MLPConfig(), TrainConfig(), TrackConfig())],
+# The transformer presets. The paper (section 5.1) states D 256, 8 layers, 4 heads, sequence 128,
+# batch 128, 10k steps, init N(0, 0.02^2); it does not state optimiser, learning rate, schedule,
+# weight decay, d_ff, tying or positional encoding: AdamW 3e-4, betas 0.9/0.95, wd 0.1, warm-up then
+# cosine to 10%, clipping 1.0, untied, RoPE are standard LLM practice, chosen here.
+_LLAMA_TRAIN = TrainConfig(optimizer="adamw", lr=3e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, batch_size=128,
+                           steps=10_000, schedule="cosine", warmup_steps=100, min_lr_ratio=0.1, grad_clip=1.0,
+                           epoch_steps=None)
+
+
+def _transformer(label: str, model: LlamaConfig, data: TextData, train: TrainConfig, track: TrackConfig) -> RunSpec:
+    return RunSpec("transformer", label, model, data, train, track)
+
+
+PRESETS: dict[str, dict[str, Callable[[], list[RunSpec]]]] = {
+    "mlp": {
+        "table1": lambda: [_mlp(c.name(), c) for c in TABLE1_ROWS],
+        "table3": _table3,
+        "drift": lambda: [_mlp(f"{c.name()} init 1e-4", c, TrainConfig(steps=50 * PAPER_EPOCH_STEPS))
+                          for c in (MLPConfig(activation="none", init_std=1e-4),
+                                    MLPConfig(activation="relu", init_std=1e-4))],
+        "ema": lambda: [_mlp("Res+ReLU", MLPConfig(), track=_EMA)],
+        "smoke": _smoke,
+        "single": lambda: [_mlp("Res+ReLU", MLPConfig(), track=_EMA)],
+    },
+    "transformer": {
+        "paper": lambda: [_transformer("paper", LlamaConfig(), TextData(), _LLAMA_TRAIN,
+                                       TrackConfig(every=250, k=1, null_draws=8, eval_every=1000))],
+        # The paper's architecture family shrunk to show the per-projection pattern on a 2-core machine
+        # (about 3 minutes on one free core).
+        "cpu": lambda: [_transformer(
+            "cpu", LlamaConfig(d_model=128, n_heads=4, d_ff=512), TextData(vocab=2048, seq_len=64, eval_windows=128),
+            replace(_LLAMA_TRAIN, lr=1e-3, batch_size=16, steps=600, warmup_steps=30),
+            TrackConfig(every=50, k=1, null_draws=8, eval_every=200))],
+        # For tests (seconds).
+        "tiny": lambda: [_transformer(
+            "tiny", LlamaConfig(d_model=32, n_layers=3, n_heads=2, d_ff=64),
+            TextData(tokenizer="bytes", vocab=256, max_chars=60_000, seq_len=32, eval_windows=8),
+            replace(_LLAMA_TRAIN, lr=3e-3, batch_size=8, steps=30, warmup_steps=5),
+            TrackConfig(every=10, k=1, null_draws=4, eval_every=15, final_k=4, final_null_draws=5))],
+    },
 }
-PRESET_SEEDS: dict[str, tuple[int, ...]] = {"smoke": (42,), "single": (42,)}
+PRESET_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
+    "mlp": {"smoke": (42,), "single": (42,)},
+    "transformer": {"paper": (42,), "cpu": (42,), "tiny": (42,)},
+}
 
 
-def preset(name: str) -> list[RunSpec]:
-    """The run specs of a named preset.
+def preset(sim: str, name: str) -> list[RunSpec]:
+    """The run specs of a named preset of simulator ``sim``.
 
     Raises:
-        GeodriftError: on an unknown preset name.
+        GeodriftError: on an unknown simulator or preset name.
     """
-    if name not in PRESETS:
-        raise GeodriftError(f"--preset: unknown {name!r}; use one of {', '.join(PRESETS)}")
-    return PRESETS[name]()
+    _check("simulator", sim, SIMULATORS)
+    if name not in PRESETS[sim]:
+        raise GeodriftError(f"--preset: unknown {name!r} for simulate {sim}; use one of {', '.join(PRESETS[sim])}")
+    return PRESETS[sim][name]()
+
+
+def preset_seeds(sim: str, name: str) -> tuple[int, ...]:
+    """The default seeds of a preset (the paper's 42, 123, 777 unless the preset says otherwise)."""
+    return PRESET_SEEDS[sim].get(name, PAPER_SEEDS)

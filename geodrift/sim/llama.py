@@ -14,7 +14,8 @@ Ablation switches (constructor arguments; the paper's names in brackets):
   ``gelu`` (exact erf form), ``none`` (bilinear ``down((gate x) * (up x))``, [Res+None+Norm]) or
   ``radial`` (``g * tanh(||g||)`` over each token's ``d_ff`` vector: rotation-equivariant).
 - ``residual=False``: ``h <- f(norm(h))`` instead of ``h <- h + f(norm(h))`` [NoRes].
-- ``norm=False``: every RMSNorm (and the final one) replaced by the identity [NoNorm].
+- ``norm="none"``: every RMSNorm (and the final one) replaced by the identity [NoNorm]; ``"pre"``
+  (default) is Llama's RMSNorm pre-norm.
 - ``attention="linear"`` (test (a): attention without the softmax). For head ``h`` and query
   position ``t`` (0-based), with RoPE applied to ``q`` and ``k`` as usual::
 
@@ -25,8 +26,9 @@ Ablation switches (constructor arguments; the paper's names in brackets):
   independent of ``t``). No feature map is applied to ``q`` or ``k`` (an ``elu + 1`` map as in
   Katharopoulos et al. would itself be an element-wise nonlinearity); the only nonlinearity left
   in the attention block is none: it is trilinear in (q, k, v).
-- ``v_activation`` (test (b)): an element-wise nonlinearity on V's output, ``v = act(W_v x)``
-  (``none`` by default; ``silu``, ``relu``, ``gelu`` or ``tanh``).
+- ``v_activation`` (test (b)): a nonlinearity on V's output, ``v = act(W_v x)`` (``none`` by
+  default; element-wise ``silu``, ``relu``, ``gelu`` or ``tanh``; or ``radial``, ``v * tanh(||v||)``
+  over the whole output vector, which per-head rotations of V leave equivariant).
 
 Init: every Linear and the embedding ~ N(0, init_std^2) drawn from a ``torch.Generator``; norm
 gains 1.
@@ -43,19 +45,11 @@ from torch import nn
 
 from geodrift.errors import GeodriftError
 from geodrift.sim.mlp import radial
-from geodrift.weights import TRANSFORMER_ROLES, WeightSet
+from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES, WeightSet
 
 MLP_ACTIVATIONS: tuple[str, ...] = ("silu", "relu", "gelu", "none", "radial")
-V_ACTIVATIONS: tuple[str, ...] = ("none", "silu", "relu", "gelu", "tanh")
+V_ACTIVATIONS: tuple[str, ...] = ("none", "radial", "silu", "relu", "gelu", "tanh")
 ATTENTIONS: tuple[str, ...] = ("softmax", "linear")
-
-# role -> (sub-module, projection) inside one decoder layer, Hugging Face names.
-ROLE_TO_HF: dict[str, tuple[str, str]] = {
-    "attn_q": ("self_attn", "q_proj"), "attn_k": ("self_attn", "k_proj"),
-    "attn_v": ("self_attn", "v_proj"), "attn_o": ("self_attn", "o_proj"),
-    "mlp_gate": ("mlp", "gate_proj"), "mlp_up": ("mlp", "up_proj"), "mlp_down": ("mlp", "down_proj"),
-}
-
 
 def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
     if name == "silu":
@@ -208,13 +202,14 @@ class LlamaLM(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, n_layers: int, n_heads: int, d_ff: int, *,
                  n_kv_heads: int | None = None, rope_theta: float = 10000.0, norm_eps: float = 1e-5,
                  tie_embeddings: bool = False, activation: str = "silu", residual: bool = True,
-                 norm: bool = True, attention: str = "softmax", v_activation: str = "none",
+                 norm: str = "pre", attention: str = "softmax", v_activation: str = "none",
                  init_std: float = 0.02, generator: torch.Generator | None = None) -> None:
         super().__init__()
         n_kv = n_heads if n_kv_heads is None else n_kv_heads
         _check("activation", activation, MLP_ACTIVATIONS)
         _check("v_activation", v_activation, V_ACTIVATIONS)
         _check("attention", attention, ATTENTIONS)
+        _check("norm", norm, ("pre", "none"))
         if d_model % n_heads or n_heads % n_kv or (d_model // n_heads) % 2:
             raise GeodriftError(
                 f"model shape: d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv} - n_heads must divide "
@@ -222,8 +217,8 @@ class LlamaLM(nn.Module):
             )
         self.rope_theta, self.head_dim = rope_theta, d_model // n_heads
         layer_kwargs = dict(n_heads=n_heads, n_kv_heads=n_kv, d_ff=d_ff, norm_eps=norm_eps, activation=activation,
-                            residual=residual, norm=norm, attention=attention, v_activation=v_activation)
-        self.model = LlamaModel(vocab_size, d_model, n_layers, layer_kwargs, norm, norm_eps)
+                            residual=residual, norm=norm == "pre", attention=attention, v_activation=v_activation)
+        self.model = LlamaModel(vocab_size, d_model, n_layers, layer_kwargs, norm == "pre", norm_eps)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
         self.tie_embeddings = tie_embeddings
         self._init(init_std, generator if generator is not None else torch.Generator().manual_seed(0))
@@ -256,8 +251,7 @@ class LlamaLM(nn.Module):
 
     def projection(self, role: str, layer: int) -> nn.Linear:
         """The ``nn.Linear`` of ``role`` (a TRANSFORMER_ROLES name) in decoder layer ``layer``."""
-        block, proj = ROLE_TO_HF[role]
-        return getattr(getattr(self.model.layers[layer], block), proj)  # type: ignore[no-any-return]
+        return self.model.layers[layer].get_submodule(HF_LLAMA_PROJECTIONS[role])  # type: ignore[return-value]
 
     def weight_tensors(self) -> dict[tuple[str, int], torch.Tensor]:
         """``{(role, layer): weight (d_out, d_in)}`` for the seven projections (live, not copies)."""
@@ -265,54 +259,16 @@ class LlamaLM(nn.Module):
                 for role in TRANSFORMER_ROLES for layer in range(len(self.model.layers))}
 
     def weightset(self, origin: str = "simulator") -> WeightSet:
-        """The projections as a WeightSet (detached float32 views)."""
-        return WeightSet.from_tensors({k: w.detach() for k, w in self.weight_tensors().items()}, origin=origin)
+        """The projections' weights as a WeightSet (detached float32, on the CPU)."""
+        return WeightSet.from_tensors({k: w.detach().cpu() for k, w in self.weight_tensors().items()}, origin=origin)
+
+    def gradset(self, origin: str = "simulator gradients") -> WeightSet:
+        """The projections' current gradients as a WeightSet (zeros where no gradient exists yet)."""
+        return WeightSet.from_tensors(
+            {k: (w.grad if w.grad is not None else torch.zeros_like(w)).detach().cpu()
+             for k, w in self.weight_tensors().items()}, origin=origin)
 
 
 def _check(option: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise GeodriftError(f"{option}: unknown value {value!r}; choose one of {', '.join(allowed)}")
-
-
-def llama_from_checkpoint(ckpt: Any) -> LlamaLM:
-    """A :class:`LlamaLM` holding a pretrained Llama-architecture checkpoint's weights.
-
-    Args:
-        ckpt: an open ``geodrift.scan.readers.Checkpoint`` (e.g. ``open_checkpoint(None)``, the
-            embedded SmolLM2-135M-Instruct GGUF); its ``config`` gives the shape.
-
-    Returns:
-        The model in eval mode, float32 (quantised GGUF tensors arrive dequantised).
-
-    Raises:
-        GeodriftError: when the checkpoint is not a Llama-family model or misses a tensor.
-
-    Example:
-        >>> from geodrift.scan.readers import open_checkpoint
-        >>> model = llama_from_checkpoint(open_checkpoint(None))  # doctest: +SKIP
-    """
-    from geodrift.scan.readers import canonical_keys, load_canonical
-
-    if ckpt.architecture not in ("llama", "mistral"):
-        raise GeodriftError(f"{ckpt.label}: architecture {ckpt.architecture!r} is not Llama-style; the simulator's "
-                            "model loads llama/mistral checkpoints only")
-    cfg = ckpt.config
-    keys = set(canonical_keys(ckpt))
-    tie = bool(cfg.get("tie_embeddings", False)) or ("lm_head", None) not in keys
-    head_dim = cfg.get("head_dim") or cfg["d_model"] // cfg["n_heads"]
-    if head_dim * cfg["n_heads"] != cfg["d_model"]:
-        raise GeodriftError(f"{ckpt.label}: head_dim {head_dim} x {cfg['n_heads']} heads != d_model {cfg['d_model']}")
-    model = LlamaLM(cfg["vocab_size"], cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["d_ff"],
-                    n_kv_heads=cfg.get("n_kv_heads") or cfg["n_heads"], rope_theta=float(cfg.get("rope_theta", 1e4)),
-                    norm_eps=float(cfg.get("norm_eps", 1e-5)), tie_embeddings=tie, init_std=0.0)
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(load_canonical(ckpt, ("embed", None)))
-        if not tie:
-            model.lm_head.weight.copy_(load_canonical(ckpt, ("lm_head", None)))
-        model.model.norm.weight.copy_(load_canonical(ckpt, ("norm_final", None)))  # type: ignore[operator]
-        for layer_idx, layer in enumerate(model.model.layers):
-            layer.input_layernorm.weight.copy_(load_canonical(ckpt, ("norm_attn", layer_idx)))  # type: ignore[union-attr,operator]
-            layer.post_attention_layernorm.weight.copy_(load_canonical(ckpt, ("norm_mlp", layer_idx)))  # type: ignore[union-attr,operator]
-            for role in TRANSFORMER_ROLES:
-                model.projection(role, layer_idx).weight.copy_(load_canonical(ckpt, (role, layer_idx)))
-    return model.eval()

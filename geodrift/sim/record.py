@@ -2,21 +2,26 @@
 
 A run writes ``<out>/<slug(label)>/seed<seed>/run.json`` (atomically):
 
-- ``config``: the full configuration (any JSON-able dict; the MLP writes ``RunSpec.to_dict()``),
+- ``config``: the run's ``RunSpec.to_dict()`` (simulator, label, model, data, train, track),
 - ``seed``, ``data``, ``device``, ``versions`` (python, torch, numpy, geodrift), ``git_revision``,
 - ``series``: the tidy time series, ``{"columns": SERIES_COLUMNS, "rows": [[...], ...]}``, one row
-  per (step, source, metric, space, k, layer),
+  per (step, source, role, metric, space, k, layer); ``source`` is ``W`` (weights), ``G`` (this
+  step's gradient), ``Gcum``/``EMA<beta>`` (gradient statistics), ``train``/``test``/``eval``;
+  ``role`` the projection (``block`` for the MLP, ``attn_q`` ... for the transformer, None for
+  losses); ``layer=None`` marks a mean over layers (or adjacent pairs),
 - ``summary``: the headline numbers (final values, first-backward-pass values),
 - ``timing``: seconds spent training and tracking, ``status``: ``"complete"`` or ``"partial"``,
 - ``vectors``: small per-layer vectors for plots (the MLP stores W's v1 at step 0 and at the end).
 
-``checkpoint.pt`` next to it holds model, optimiser and tracker state plus the next step, so an
-interrupted run resumes exactly. ``load_record`` reloads a run for re-rendering without training.
+``report.json`` next to it is the final weights' continuity report (``geodrift.continuity.Report``,
+the same table as ``geodrift scan``). ``checkpoint.pt`` holds model, optimiser, scheduler and
+tracker state plus the next step, so an interrupted run resumes exactly (bitwise on CPU).
+``load_record`` reloads a run for re-rendering without training.
 
 Example:
     >>> rec = RunRecord(label="Res+ReLU", seed=42, config={}, data="mnist5k", device="cpu")
-    >>> rec.add_rows([(0, 0.0, "W", "cont", "v", 1, None, 0.05)])
-    >>> rec.value("W", "cont", space="v", k=1)
+    >>> rec.add_rows([(0, 0.0, "W", "block", "cont", "v", 1, None, 0.05)])
+    >>> rec.value("W", "block", "cont", space="v", k=1)
     0.05
 """
 
@@ -36,8 +41,8 @@ import torch
 from geodrift.atomic import write_json, write_with
 from geodrift.errors import GeodriftError
 
-SERIES_COLUMNS = ("step", "epoch", "source", "metric", "space", "k", "layer", "value")
-Row = tuple[int, float, str, str, "str | None", "int | None", "int | None", float]
+SERIES_COLUMNS = ("step", "epoch", "source", "role", "metric", "space", "k", "layer", "value")
+_VALUE = SERIES_COLUMNS.index("value")
 
 
 @dataclass
@@ -61,17 +66,17 @@ class RunRecord:
     def add_rows(self, rows: list[Any]) -> None:
         self.rows.extend(list(r) for r in rows)
 
-    def select(self, source: str, metric: str, space: str | None = None, k: int | None = None,
+    def select(self, source: str, role: str | None, metric: str, space: str | None = None, k: int | None = None,
                layer: int | None | str = None) -> list[tuple[int, float]]:
         """``(step, value)`` pairs of one series; ``layer="all"`` keeps every layer's row."""
-        return [(r[0], r[7]) for r in self.rows
-                if r[2] == source and r[3] == metric and r[4] == space and r[5] == k
-                and (layer == "all" or r[6] == layer)]
+        return [(r[0], r[_VALUE]) for r in self.rows
+                if r[2] == source and r[3] == role and r[4] == metric and r[5] == space and r[6] == k
+                and (layer == "all" or r[7] == layer)]
 
-    def value(self, source: str, metric: str, space: str | None = None, k: int | None = None,
+    def value(self, source: str, role: str | None, metric: str, space: str | None = None, k: int | None = None,
               step: int | None = None) -> float:
         """The value at ``step`` (default: the last tracked step); NaN when absent."""
-        pairs = self.select(source, metric, space, k)
+        pairs = self.select(source, role, metric, space, k)
         if step is not None:
             pairs = [p for p in pairs if p[0] == step]
         return float(pairs[-1][1]) if pairs and pairs[-1][1] is not None else float("nan")
@@ -87,7 +92,7 @@ class RunRecord:
         series = data.pop("series")
         if list(series["columns"]) != list(SERIES_COLUMNS):
             raise GeodriftError(f"run.json: unknown series columns {series['columns']}; written by another version")
-        rows = [[float("nan") if (i == 7 and v is None) else v for i, v in enumerate(r)] for r in series["rows"]]
+        rows = [[float("nan") if (i == _VALUE and v is None) else v for i, v in enumerate(r)] for r in series["rows"]]
         return cls(rows=rows, **data)
 
 
@@ -121,7 +126,7 @@ def load_record(path: str | Path) -> RunRecord:
     try:
         return RunRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
-        raise GeodriftError(f"{path}: no run record here; run `geodrift simulate mlp --out DIR` first") from None
+        raise GeodriftError(f"{path}: no run record here; run `geodrift simulate mlp|transformer --out DIR` first") from None
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise GeodriftError(f"{path}: not a geodrift run record ({error}); delete it and re-run") from None
 

@@ -15,11 +15,9 @@ Corpora:
 Held-out split (except WikiText, which has its own): document ``i`` goes to validation when
 ``i % 10 == 9`` - deterministic, interleaved, and no document is in both.
 
-Tokenizers: ``bytes`` (256 ids, one per UTF-8 byte) or ``bpe``, a byte-level BPE trained here on
-the training split only (GPT-2-style pre-tokenisation with the standard ``re`` module; merges
-chosen by count, ties broken by the smaller pair ids; deterministic; learnt from the first
-``BPE_TRAIN_CHARS`` characters). No external tokenizer library is needed. Text is encoded in ~1 MB
-slices cut at line starts, so WikiText-103 fits in memory as an int32 tensor.
+Tokenizers live in ``geodrift.sim.tokenizer``. Text is encoded in ~1 MB slices cut at line starts,
+so WikiText-103 fits in memory as an int32 tensor. ``TokenBatches`` draws training windows as a
+pure function of ``(seed, step)``; ``perplexity`` evaluates held-out windows.
 """
 
 from __future__ import annotations
@@ -27,35 +25,22 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import heapq
 import math
 import re
 import sysconfig
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from geodrift.errors import GeodriftError
+from geodrift.sim.tokenizer import Tokenizer
 
 HOLDOUT_EVERY = 10
-# The BPE learns its merges from at most this many characters of the training split (the start).
-BPE_TRAIN_CHARS = 20_000_000
 _DOC_PACKAGES = ("asyncio", "collections", "concurrent", "email", "html", "http", "importlib", "json",
                  "logging", "multiprocessing", "unittest", "urllib", "xml", "xmlrpc", "zoneinfo")
-# GPT-2's pre-tokenisation with unicode classes that the standard ``re`` supports.
-_PRETOKEN = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
-
-
-def encode_pretokenized(text: str, encode_word: Callable[[str], list[int]]) -> list[int]:
-    """Split ``text`` with the GPT-2 pre-tokenizer pattern and encode each piece with ``encode_word``."""
-    out: list[int] = []
-    for word in _PRETOKEN.findall(text):
-        out.extend(encode_word(word))
-    return out
 
 
 @dataclass(frozen=True)
@@ -197,172 +182,6 @@ def _load_path(path: Path) -> Corpus:
     return _make_corpus("text", str(path), train, valid)
 
 
-class Tokenizer(Protocol):
-    """What the simulator needs from a tokenizer."""
-
-    kind: str
-    vocab_size: int
-
-    def encode(self, text: str) -> list[int]: ...
-    def decode(self, ids: Iterable[int]) -> str: ...
-    def token_bytes(self) -> list[int]: ...
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class ByteTokenizer:
-    """One id per UTF-8 byte (vocab 256)."""
-
-    kind = "bytes"
-    vocab_size = 256
-
-    def encode(self, text: str) -> list[int]:
-        """UTF-8 bytes of ``text``."""
-        return list(text.encode("utf-8"))
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Inverse of :meth:`encode` (invalid UTF-8 is replaced)."""
-        return bytes(ids).decode("utf-8", errors="replace")
-
-    def token_bytes(self) -> list[int]:
-        """Bytes per token id (all 1)."""
-        return [1] * 256
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        return {"kind": "bytes"}
-
-
-class BPETokenizer:
-    """Byte-level BPE: ids 0..255 are bytes, id ``256 + i`` is merge ``i`` (a pair of earlier ids).
-
-    Example:
-        >>> tok = BPETokenizer.train("the cat the hat the bat " * 20, vocab_size=270)
-        >>> tok.decode(tok.encode("the cat")) == "the cat"
-        True
-    """
-
-    kind = "bpe"
-
-    def __init__(self, merges: list[tuple[int, int]]) -> None:
-        self.merges = [tuple(m) for m in merges]
-        self.ranks = {pair: i for i, pair in enumerate(self.merges)}
-        self.vocab: list[bytes] = [bytes([b]) for b in range(256)]
-        for a, b in self.merges:
-            self.vocab.append(self.vocab[a] + self.vocab[b])
-        self.vocab_size = len(self.vocab)
-        self._cache: dict[str, list[int]] = {}
-
-    @classmethod
-    def train(cls, text: str, vocab_size: int) -> BPETokenizer:
-        """Learn ``vocab_size - 256`` merges (fewer if pairs run out) from ``text``.
-
-        Raises:
-            GeodriftError: when ``vocab_size < 256``.
-        """
-        if vocab_size < 256:
-            raise GeodriftError(f"--vocab {vocab_size}: a byte-level BPE needs at least 256 ids")
-        counts: Counter[str] = Counter()
-        for chunk in _chunks(text[:BPE_TRAIN_CHARS]):
-            counts.update(_PRETOKEN.findall(chunk))
-        words = [list(w.encode("utf-8")) for w in counts]
-        freqs = list(counts.values())
-        pair_counts: Counter[tuple[int, int]] = Counter()
-        where: dict[tuple[int, int], set[int]] = {}
-        for i, (w, f) in enumerate(zip(words, freqs, strict=True)):
-            for pair in zip(w, w[1:], strict=False):
-                pair_counts[pair] += f
-                where.setdefault(pair, set()).add(i)
-        heap = [(-c, p) for p, c in pair_counts.items()]
-        heapq.heapify(heap)
-        merges: list[tuple[int, int]] = []
-        while len(merges) < vocab_size - 256 and heap:
-            neg, pair = heapq.heappop(heap)
-            if pair_counts.get(pair, 0) != -neg:
-                continue  # stale heap entry
-            if -neg < 2:
-                break
-            new_id = 256 + len(merges)
-            merges.append(pair)
-            touched: set[tuple[int, int]] = set()
-            for i in sorted(where.pop(pair, set())):
-                w, f = words[i], freqs[i]
-                for p in zip(w, w[1:], strict=False):
-                    pair_counts[p] -= f
-                    touched.add(p)
-                words[i] = w = _merge(w, pair, new_id)
-                for p in zip(w, w[1:], strict=False):
-                    pair_counts[p] += f
-                    where.setdefault(p, set()).add(i)
-                    touched.add(p)
-            pair_counts.pop(pair, None)
-            for p in touched:
-                c = pair_counts.get(p, 0)
-                if c > 0 and p != pair:
-                    heapq.heappush(heap, (-c, p))
-        return cls(merges)
-
-    def _encode_word(self, word: str) -> list[int]:
-        ids = self._cache.get(word)
-        if ids is None:
-            ids = list(word.encode("utf-8"))
-            while len(ids) > 1:
-                best = min(zip(ids, ids[1:], strict=False), key=lambda p: self.ranks.get(p, math.inf))
-                if best not in self.ranks:
-                    break
-                ids = _merge(ids, best, 256 + self.ranks[best])
-            self._cache[word] = ids
-        return ids
-
-    def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``."""
-        return encode_pretokenized(text, self._encode_word)
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Inverse of :meth:`encode` (invalid UTF-8 is replaced)."""
-        return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors="replace")
-
-    def token_bytes(self) -> list[int]:
-        """Bytes per token id, for bits-per-byte."""
-        return [len(v) for v in self.vocab]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form (the merges)."""
-        return {"kind": "bpe", "merges": [list(m) for m in self.merges]}
-
-
-def _merge(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    out: list[int] = []
-    i, n = 0, len(ids)
-    while i < n:
-        if i + 1 < n and ids[i] == pair[0] and ids[i + 1] == pair[1]:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
-def make_tokenizer(kind: str, train_text: str, vocab_size: int) -> Tokenizer:
-    """``bytes`` or a BPE of ``vocab_size`` trained on ``train_text``.
-
-    Raises:
-        GeodriftError: on an unknown kind.
-    """
-    if kind == "bytes":
-        return ByteTokenizer()
-    if kind == "bpe":
-        return BPETokenizer.train(train_text, vocab_size)
-    raise GeodriftError(f"--tokenizer {kind!r}: choose bpe or bytes")
-
-
-def tokenizer_from_dict(payload: dict[str, Any]) -> Tokenizer:
-    """Rebuild a tokenizer from :meth:`to_dict` output (run records)."""
-    if payload.get("kind") == "bytes":
-        return ByteTokenizer()
-    return BPETokenizer([tuple(m) for m in payload["merges"]])  # type: ignore[misc]
-
-
 def _chunks(text: str, size: int = 1 << 20) -> Iterable[str]:
     # Slices of about ``size`` characters, cut just after a newline that is followed by a non-space
     # character, where the pre-tokeniser gives the same tokens as on the whole text.
@@ -380,6 +199,24 @@ def encode_ids(tokenizer: Tokenizer, text: str) -> torch.Tensor:
     """``(N,)`` int64 token ids of ``text``, encoded in slices (bounded memory for WikiText-103)."""
     parts = [torch.tensor(tokenizer.encode(chunk), dtype=torch.int32) for chunk in _chunks(text)]
     return torch.cat(parts).long() if parts else torch.zeros(0, dtype=torch.int64)
+
+
+class TokenBatches:
+    """``batch(step) -> (B, T + 1)`` windows from ``Generator(seed * 1_000_003 + step)``: pure in step."""
+
+    def __init__(self, tokens: torch.Tensor, batch_size: int, seq_len: int, seed: int, device: torch.device) -> None:
+        self.tokens, self.batch_size, self.seq_len, self.seed, self.device = tokens, batch_size, seq_len, seed, device
+
+    def batch(self, step: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        return sample_batch(self.tokens, self.batch_size, self.seq_len, gen).to(self.device)
+
+
+def lm_loss(model: nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Next-token cross-entropy of ``batch (B, T + 1)``; stats ``{"loss"}``."""
+    logits = model(batch[:, :-1])
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+    return loss, {"loss": loss.detach()}
 
 
 def sample_batch(tokens: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:

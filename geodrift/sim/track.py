@@ -1,73 +1,96 @@
-"""Continuity tracking during training of the toy MLP ensemble, as a tidy long-format time series.
+"""Continuity tracking during training, for both simulators, through ``geodrift.continuity``.
 
-Rows are ``(step, epoch, source, metric, space, k, layer, value)`` (``record.SERIES_COLUMNS``), one
-list per ensemble member. ``layer=None`` marks a mean over layers (or over adjacent pairs).
+Each tracker implements ``geodrift.sim.train.Tracker`` and keeps one tidy series per ensemble
+member: rows ``(step, epoch, source, role, metric, space, k, layer, value)``
+(``record.SERIES_COLUMNS``). At every tracked step (step 0 = the first backward pass, then every
+``TrackConfig.every`` steps and after the last one) the model's weights (``W``) and this step's
+gradients (``G``) are measured as WeightSets by ``geodrift.continuity`` - the same code path as
+``geodrift scan`` - so every similarity is recorded with its permutation null (``null_mean``,
+``null_std``, ``z``; ``TrackConfig.null_draws`` draws, seeded by ``seed * 1_000_003 + step``):
+``cont`` (Eq. 1, ``k = 1..TrackConfig.k``), ``s2wa`` (Eq. 2; over every singular vector for the
+MLP, whose full spectrum is tracked) and ``erank`` (Eq. 3).
 
-Sources and metrics (``step`` = updates applied so far; ``step 0`` = the first backward pass):
+MLP extras (``MLPTracker``):
 
-- ``W`` (block weights ``W_l``) and ``G`` (this step's mini-batch gradient ``dL/dW_l``), both from
-  one exact batched SVD (``geodrift.linalg.batched_svd``) of all ``2 * E * L`` matrices:
-  ``cont`` (Eq. 1, space ``v``/``u``, ``k`` = 1, 2), ``s2wa`` (Eq. 2 over all singular vectors),
-  ``null_mean``/``null_std``/``null_excess`` (permutation null of Eq. 1, ``k`` = 1, 2; excess =
-  cont - null mean), ``erank`` (Eq. 3, per layer and mean).
 - ``Gcum``: the cumulative raw gradient ``sum_t G_t`` over all steps so far (summed every step,
-  including step ``t`` at track time ``t``; the post-training gradient is not added): ``cont``
-  (``v``/``u``, ``k=1``), ``null_excess`` (``v``, ``k=1``) and ``delta_gw`` = cont(v1(Gcum)) -
-  cont(v1(W)).
-- ``W``: ``rel_change`` = ``||W_l - W_l(0)||_F / ||W_l(0)||_F`` (per layer and mean) and
-  ``rotation_deg`` = ``degrees(arccos |cos(v1_l(t), v1_l(t_ref))|)`` per layer and mean, where
-  ``t_ref`` is the reference step (one epoch by default; Fig. 2a's "epoch-1 reference"). The
-  ``|cos|`` makes the angle sign-invariant (0-90 degrees), matching the paper's ~85-90 degree
-  plateau for fully drifted layers.
-- ``align_w_v1`` for sources ``G`` (raw gradient), ``Gcum`` and ``EMA<beta>``: the mean over layers
-  of ``|cos(v1(W_l), v1(X_l))|`` where ``X_l`` is that gradient statistic (paper section 4.4; the
-  exact formula is not stated there, this is the natural reading). ``EMA_l <- beta EMA_l +
-  (1 - beta) G_l`` every step from zero (the zero start only rescales, v1 is unaffected).
+  including step ``t`` at track time ``t``; the post-training gradient is not added): ``cont`` of
+  v1 and u1 with its null, and ``delta_gw`` = cont(v1(Gcum)) - cont(v1(W)).
+- ``align_w_v1`` for ``G``, ``Gcum`` and ``EMA<beta>``: the mean over layers of
+  ``|cos(v1(W_l), v1(X_l))|`` (paper section 4.4; its exact formula is not stated there, this is the
+  natural reading) with a permutation null (``align_null_mean``). ``EMA_l <- beta EMA_l + (1 - beta)
+  G_l`` every step from zero (the zero start only rescales, v1 is unaffected).
+- ``W``: ``rel_change`` = ``||W_l - W_l(0)||_F / ||W_l(0)||_F`` and ``rotation_deg`` =
+  ``degrees(arccos |cos(v1_l(t), v1_l(t_ref))|)`` per layer and mean (``t_ref``: one epoch by
+  default, Fig. 2a's "epoch-1 reference"), with ``rotation_null_deg`` = the angle of the
+  permutation null's mean ``|cos|`` (what fully drifted layers approach).
 - ``train``: ``loss``/``acc`` averaged over the mini-batches since the previous track;
   ``test``: ``loss``/``acc`` on the whole test set.
 
-Only v1 is needed for ``Gcum`` and the EMAs: it comes from power iteration on the Gram matrix,
-warm-started at the previous track's vector, with a residual check and an exact ``eigh`` fallback.
+Only v1 is needed for ``Gcum`` and the EMAs: it comes from warm-started power iteration
+(``geodrift.linalg.top_right_vectors``). Transformer extras (``LlamaTracker``): ``train`` loss
+(mean of every ``min(every, 50)`` steps) and the held-out ``eval`` perplexity every ``eval_every``
+steps and at the end.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from geodrift.linalg import batched_svd
-from geodrift.metrics import adjacent_abs_cos, effective_rank, permutation_null, sigma2_weighted_alignment
+from geodrift import metrics
+from geodrift.continuity import MeasureSpec, PermutationBank, assemble, decompose, vector_continuity
+from geodrift.linalg import top_right_vectors
 from geodrift.sim.config import TrackConfig
 from geodrift.sim.data import Dataset
+from geodrift.sim.llama import LlamaLM
 from geodrift.sim.mlp import ResidualMLP
+from geodrift.weights import WeightSet
 
-# Relative eigen-residual accepted for the float32 power iteration: the angle error of v1 is about
-# residual / relative gap (gaps of trained Gcum/EMA matrices are ~0.3-0.5), far below 1e-3.
-_POWER_TOL = 1e-5
-_POWER_ITERS = 100
+Row = list[Any]
+
+
+def track_seed(seed: int, step: int) -> int:
+    """Seed of the permutation nulls of one member at one tracked step."""
+    return seed * 1_000_003 + step
+
+
+class _Series:
+    # The rows of one member and the helper that appends them.
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def add(self, step: int, epoch: float, source: str, role: str | None, metric: str, value: float | torch.Tensor,
+            space: str | None = None, k: int | None = None, layer: int | None = None) -> None:
+        self.rows.append([step, epoch, source, role, metric, space, k, layer, float(value)])
+
+    def measure(self, step: int, epoch: float, source: str, ws: WeightSet, spec: MeasureSpec) -> dict:
+        """Measure ``ws`` through the continuity package, record its series, return the triplets."""
+        spectra = decompose(ws, spec)
+        report = assemble(spectra, spec, ws.origin, ws.view)
+        for role, metric, space, k, layer, value in report.series():
+            self.rows.append([step, epoch, source, role, metric, space, k, layer, float(value)])
+        return spectra
 
 
 class MLPTracker:
-    """Implements ``geodrift.sim.train.Tracker`` for a ``ResidualMLP`` ensemble.
+    """Tracks a ``ResidualMLP`` ensemble (see the module docstring).
 
     Args:
         model: the ensemble (weights ``model.blocks (E, L, D, D)``).
         data: for the test-set evaluation.
-        cfg: interval, null draws, EMA betas, reference step.
+        cfg: interval, k, null draws, EMA betas, reference step.
         epoch_steps: steps per "epoch" for the time axis (and the default reference step).
-        seeds: member seeds (the permutation null of member ``e`` uses ``seeds[e]``).
-
-    Example:
-        >>> # tracker = MLPTracker(model, data, TrackConfig(every=100), 469, [42])  # doctest: +SKIP
+        seeds: member seeds (they seed each member's nulls).
     """
 
     def __init__(self, model: ResidualMLP, data: Dataset, cfg: TrackConfig, epoch_steps: int,
                  seeds: list[int]) -> None:
-        self.model, self.data, self.cfg = model, data, cfg
+        self.model, self.data, self.cfg, self.seeds = model, data, cfg, list(seeds)
         self.epoch_steps = max(1, epoch_steps)
         self.reference_step = cfg.reference_step if cfg.reference_step is not None else self.epoch_steps
         blocks = model.blocks.detach()
@@ -84,13 +107,11 @@ class MLPTracker:
         self.run_loss = torch.zeros(E, dtype=torch.float64, device=blocks.device)
         self.run_acc = torch.zeros(E, dtype=torch.float64, device=blocks.device)
         self.run_count = 0
-        self.gens = [torch.Generator().manual_seed(int(s) + 7919) for s in seeds]
-        self.rows: list[list[list[Any]]] = [[] for _ in range(E)]
+        self.series = [_Series() for _ in range(E)]
         # per member: W's v1 per layer at step 0 and at the latest track (for the PCA plot)
         self.vectors: list[dict[str, list[list[float]]]] = [{} for _ in range(E)]
         self.seconds = 0.0
 
-    # ---- Tracker protocol -------------------------------------------------------------------
     def after_backward(self, step: int, stats: dict[str, torch.Tensor]) -> None:
         start = time.perf_counter()
         grad = self.model.blocks.grad
@@ -110,80 +131,68 @@ class MLPTracker:
 
     def track(self, step: int) -> None:
         start = time.perf_counter()
-        W = self.model.blocks.detach()
-        G = self.model.blocks.grad
-        assert G is not None
-        E, L, D, _ = W.shape
-        U, S, Vh = batched_svd(torch.cat([W, G]).reshape(2 * E * L, D, D))
-        U = U.reshape(2, E, L, D, -1).mT.cpu()  # (2, E, L, r, D): rows are u_k
-        S = S.reshape(2, E, L, -1).cpu()
-        Vh = Vh.reshape(2, E, L, -1, D).cpu()
+        E, L, D, _ = self.model.blocks.shape
+        epoch = step / self.epoch_steps
+        # Full spectrum: the MLP's Eq. 2 sums over every singular vector, as the paper's.
+        specs = [MeasureSpec(k=self.cfg.k, null_draws=self.cfg.null_draws, seed=track_seed(s, step),
+                             full_spectrum=True, svd="exact") for s in self.seeds]
+        w_v1, g_v1 = [], []
+        for e in range(E):
+            w = self.series[e].measure(step, epoch, "W", self.model.weightset(e), specs[e])
+            g = self.series[e].measure(step, epoch, "G", self.model.gradset(e), specs[e])
+            w_v1.append(torch.stack([w[("block", layer)].Vh[0] for layer in range(L)]))
+            g_v1.append(torch.stack([g[("block", layer)].Vh[0] for layer in range(L)]))
+        W_v1, G_v1 = torch.stack(w_v1), torch.stack(g_v1)  # (E, L, D)
         others = torch.cat([self.gcum.unsqueeze(0), self.ema]) if self.betas else self.gcum.unsqueeze(0)
         # warm start: the previous track's vectors; at the first track Gcum and the EMAs are all
         # multiples of this step's gradient, whose v1 the SVD just gave
-        warm = self.warm if self.warm is not None else Vh[1, :, :, 0].unsqueeze(0).expand(others.shape[0], -1, -1, -1)
-        v1_other = _top_right_vectors(others.reshape(-1, D, D), warm.reshape(-1, D)).reshape(-1, E, L, D)
+        warm = self.warm if self.warm is not None else G_v1.unsqueeze(0).expand(others.shape[0], -1, -1, -1)
+        v1_other = top_right_vectors(others.reshape(-1, D, D), warm.reshape(-1, D)).reshape(-1, E, L, D)
         self.warm = v1_other
         u1_gcum = torch.einsum("eldk,elk->eld", self.gcum.double().cpu(), v1_other[0])
         if step == self.reference_step and self.ref_v1 is None:
-            self.ref_v1 = Vh[0, :, :, 0].clone()
+            self.ref_v1 = W_v1.clone()
         test_loss, test_acc = self._evaluate()
         run_loss, run_acc = self.run_loss.cpu(), self.run_acc.cpu()
-        epoch = step / self.epoch_steps
         for e in range(E):
-            rows: list[list[Any]] = []
-
-            def add(source: str, metric: str, value: float | torch.Tensor, space: str | None = None,
-                    k: int | None = None, layer: int | None = None, _rows: list[list[Any]] = rows) -> None:
-                _rows.append([step, epoch, source, metric, space, k, layer, float(value)])
-
-            cont_w_v1 = 0.0
-            for i, source in enumerate(("W", "G")):
-                for space, vectors in (("v", Vh[i, e]), ("u", U[i, e])):
-                    cont = adjacent_abs_cos(vectors[:, :2]).mean(0)  # (2,)
-                    null = permutation_null(vectors[:, :2], self.cfg.null_draws, self.gens[e])
-                    for k in (1, 2):
-                        add(source, "cont", cont[k - 1], space, k)
-                        add(source, "null_excess", cont[k - 1] - null.mean[k - 1], space, k)
-                    add(source, "null_mean", null.mean[0], space, 1)
-                    add(source, "null_std", null.std[0], space, 1)
-                    add(source, "s2wa", sigma2_weighted_alignment(vectors, S[i, e]).mean(), space)
-                    if source == "W" and space == "v":
-                        cont_w_v1 = float(cont[0])
-                erank = effective_rank(S[i, e])
-                for layer in range(L):
-                    add(source, "erank", erank[layer], layer=layer)
-                add(source, "erank", erank.mean())
-            w_v1 = Vh[0, e, :, 0]  # (L, D)
-            self.vectors[e]["W v1 final"] = w_v1.tolist()
+            add = self.series[e].add
+            bank = PermutationBank(torch.Generator().manual_seed(specs[e].seed + 1))
+            draws = self.cfg.null_draws
+            self.vectors[e]["W v1 final"] = W_v1[e].tolist()
             if step == 0:
-                self.vectors[e]["W v1 init"] = w_v1.tolist()
-            add("G", "align_w_v1", _abs_cos(w_v1, Vh[1, e, :, 0]).mean(), "v", 1)
-            g_v1 = v1_other[0, e]
-            cont_g = adjacent_abs_cos(g_v1).mean()
-            null_g = permutation_null(g_v1.unsqueeze(1), self.cfg.null_draws, self.gens[e])
-            add("Gcum", "cont", cont_g, "v", 1)
-            add("Gcum", "null_excess", cont_g - null_g.mean[0], "v", 1)
-            add("Gcum", "cont", adjacent_abs_cos(u1_gcum[e]).mean(), "u", 1)
-            add("Gcum", "delta_gw", float(cont_g) - cont_w_v1)
-            add("Gcum", "align_w_v1", _abs_cos(w_v1, g_v1).mean(), "v", 1)
-            for b, beta in enumerate(self.betas):
-                add(f"EMA{beta:g}", "align_w_v1", _abs_cos(w_v1, v1_other[1 + b, e]).mean(), "v", 1)
-            rel = ((W[e] - self.w0[e]).flatten(1).norm(dim=1) / self.w0[e].flatten(1).norm(dim=1)).cpu()
+                self.vectors[e]["W v1 init"] = W_v1[e].tolist()
+            cont_w = float(metrics.adjacent_abs_cos(W_v1[e]).mean())
+            for space, vectors in (("v", v1_other[0, e]), ("u", u1_gcum[e])):
+                vc = vector_continuity(vectors.float().unsqueeze(1), draws, bank)[0]
+                for metric, value in (("cont", vc.mean), ("null_mean", vc.null_mean), ("null_std", vc.null_std),
+                                      ("z", vc.z)):
+                    add(step, epoch, "Gcum", "block", metric, value, space, 1)
+                if space == "v":
+                    add(step, epoch, "Gcum", "block", "delta_gw", vc.mean - cont_w)
+            sources = [("G", G_v1[e]), ("Gcum", v1_other[0, e])]
+            sources += [(f"EMA{beta:g}", v1_other[1 + b, e]) for b, beta in enumerate(self.betas)]
+            for source, vectors in sources:
+                value, null = _alignment(W_v1[e], vectors.float(), draws, bank)
+                add(step, epoch, source, "block", "align_w_v1", value, "v", 1)
+                add(step, epoch, source, "block", "align_null_mean", null, "v", 1)
+            W, W0 = self.model.blocks.detach()[e], self.w0[e]
+            rel = ((W - W0).flatten(1).norm(dim=1) / W0.flatten(1).norm(dim=1)).cpu()
             for layer in range(L):
-                add("W", "rel_change", rel[layer], layer=layer)
-            add("W", "rel_change", rel.mean())
+                add(step, epoch, "W", "block", "rel_change", rel[layer], layer=layer)
+            add(step, epoch, "W", "block", "rel_change", rel.mean())
             if self.ref_v1 is not None:
-                angle = torch.rad2deg(torch.arccos(_abs_cos(w_v1, self.ref_v1[e]).clamp(0.0, 1.0)))
+                cos = torch.nn.functional.cosine_similarity(W_v1[e], self.ref_v1[e], dim=-1).abs().clamp(0.0, 1.0)
+                angle = torch.rad2deg(torch.arccos(cos))
                 for layer in range(L):
-                    add("W", "rotation_deg", angle[layer], layer=layer)
-                add("W", "rotation_deg", angle.mean())
+                    add(step, epoch, "W", "block", "rotation_deg", angle[layer], layer=layer)
+                add(step, epoch, "W", "block", "rotation_deg", angle.mean())
+                _, null = _alignment(self.ref_v1[e], W_v1[e], draws, bank)
+                add(step, epoch, "W", "block", "rotation_null_deg", math.degrees(math.acos(min(1.0, null))))
             if self.run_count:
-                add("train", "loss", run_loss[e] / self.run_count)
-                add("train", "acc", run_acc[e] / self.run_count)
-            add("test", "loss", test_loss[e])
-            add("test", "acc", test_acc[e])
-            self.rows[e].extend(rows)
+                add(step, epoch, "train", None, "loss", run_loss[e] / self.run_count)
+                add(step, epoch, "train", None, "acc", run_acc[e] / self.run_count)
+            add(step, epoch, "test", None, "loss", test_loss[e])
+            add(step, epoch, "test", None, "acc", test_acc[e])
         self.run_loss.zero_()
         self.run_acc.zero_()
         self.run_count = 0
@@ -202,12 +211,13 @@ class MLPTracker:
         self.model.train(was_training)
         return loss.cpu(), acc.cpu()
 
-    # ---- resumable state ----------------------------------------------------------------------
+    def rows(self, member: int) -> list[Row]:
+        return self.series[member].rows
+
     def state_dict(self) -> dict[str, Any]:
         return {"w0": self.w0, "gcum": self.gcum, "ema": self.ema, "ref_v1": self.ref_v1, "warm": self.warm,
                 "run_loss": self.run_loss, "run_acc": self.run_acc, "run_count": self.run_count,
-                "gens": [g.get_state() for g in self.gens], "rows": self.rows, "seconds": self.seconds,
-                "vectors": self.vectors}
+                "rows": [s.rows for s in self.series], "seconds": self.seconds, "vectors": self.vectors}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         device = self.gcum.device
@@ -215,87 +225,125 @@ class MLPTracker:
         self.ref_v1, self.warm = state["ref_v1"], state["warm"]
         self.run_loss, self.run_acc = state["run_loss"].to(device), state["run_acc"].to(device)
         self.run_count = state["run_count"]
-        for gen, gstate in zip(self.gens, state["gens"], strict=True):
-            gen.set_state(gstate)
-        self.rows, self.seconds, self.vectors = state["rows"], state["seconds"], state["vectors"]
+        for series, rows in zip(self.series, state["rows"], strict=True):
+            series.rows = rows
+        self.seconds, self.vectors = state["seconds"], state["vectors"]
 
 
-def _abs_cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    # a, b (..., D) -> (...) sign-invariant cosine
-    a, b = a.double(), b.double()
-    return ((a * b).sum(-1).abs() / (a.norm(dim=-1) * b.norm(dim=-1)).clamp_min(1e-300)).float()
+class LlamaTracker:
+    """Tracks a ``LlamaLM`` (one member): every projection's W and G, the training loss, held-out perplexity.
 
-
-def _top_right_vectors(M: torch.Tensor, warm: torch.Tensor | None) -> torch.Tensor:
-    """Principal right singular vector of each ``M (N, m, n)`` -> ``(N, n)`` float64 on CPU.
-
-    Float32 power iteration ``v <- M^T M v`` (two mat-vecs, no Gram matrix) from ``warm (N, n)``; matrices
-    whose relative eigen-residual ``||M^T M v - lam v|| / lam`` stays above ``_POWER_TOL`` (and all
-    of them without a warm start) fall back to an exact ``eigh`` of ``M^T M``.
+    Args:
+        model: the model.
+        cfg: interval, k, null draws, evaluation interval.
+        steps: the run's length (the final evaluation).
+        steps_per_epoch: for the time axis.
+        seed: the run's seed (it seeds the nulls).
+        evaluate: returns held-out ``{"nll", "ppl", "bits_per_byte"}`` of the current model.
     """
-    M = M.detach().float().cpu()
-    N, n = M.shape[0], M.shape[-1]
-    out = torch.zeros(N, n, dtype=torch.float64)
-    todo = torch.ones(N, dtype=torch.bool)
-    if warm is not None:
-        v = warm.float().cpu()
-        v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        res = torch.full((N,), math.inf)
-        for _ in range(_POWER_ITERS):
-            w = (M.mT @ (M @ v.unsqueeze(-1))).squeeze(-1)  # (N, n)
-            lam = (v * w).sum(-1)
-            res = (w - lam.unsqueeze(-1) * v).norm(dim=-1) / lam.abs().clamp_min(1e-30)
-            if bool((res < _POWER_TOL).all()):
-                break
-            v = w / w.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        ok = res < _POWER_TOL
-        out[ok] = v[ok].double()
-        todo = ~ok
-    if bool(todo.any()):
-        A = M[todo].double().mT @ M[todo].double()
-        _, vecs = torch.linalg.eigh(A)
-        out[todo] = vecs[..., -1]
-    return out
+
+    def __init__(self, model: LlamaLM, cfg: TrackConfig, steps: int, steps_per_epoch: float, seed: int,
+                 evaluate: Callable[[], dict[str, float]]) -> None:
+        self.model, self.cfg, self.steps, self.seed = model, cfg, steps, seed
+        self.steps_per_epoch, self.evaluate = steps_per_epoch, evaluate
+        self.losses: list[float] = []
+        self.series = [_Series()]
+        self.vectors: list[dict[str, list[list[float]]]] = [{}]
+        self.seconds = 0.0
+
+    def after_backward(self, step: int, stats: dict[str, torch.Tensor]) -> None:
+        self.losses.append(float(stats["loss"]))
+        if len(self.losses) == max(1, min(self.cfg.every or 50, 50)):
+            self.series[0].add(step, step / self.steps_per_epoch, "train", None, "loss",
+                               sum(self.losses) / len(self.losses))
+            self.losses = []
+
+    def wants(self, step: int, final: bool) -> bool:
+        return final or step == 0 or (self.cfg.every > 0 and step % self.cfg.every == 0)
+
+    def track(self, step: int) -> None:
+        start = time.perf_counter()
+        epoch = step / self.steps_per_epoch
+        spec = MeasureSpec(k=self.cfg.k, null_draws=self.cfg.null_draws, seed=track_seed(self.seed, step))
+        self.series[0].measure(step, epoch, "W", self.model.weightset(), spec)
+        self.series[0].measure(step, epoch, "G", self.model.gradset(), spec)
+        if step == self.steps or (self.cfg.eval_every and step % self.cfg.eval_every == 0):
+            self.record_eval(step)
+        self.seconds += time.perf_counter() - start
+
+    def record_eval(self, step: int) -> None:
+        """Evaluate held-out perplexity now and record it at ``step``."""
+        stats = self.evaluate()
+        for name in ("nll", "ppl", "bits_per_byte"):
+            self.series[0].add(step, step / self.steps_per_epoch, "eval", None, name, stats[name])
+
+    def rows(self, member: int) -> list[Row]:
+        return self.series[member].rows
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"losses": list(self.losses), "seconds": self.seconds, "rows": self.series[0].rows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.losses, self.seconds = list(state["losses"]), float(state["seconds"])
+        self.series[0].rows = state["rows"]
 
 
-def summarize(rows: list[list[Any]]) -> dict[str, float | None]:
-    """Headline numbers of one run: final values (the Table 1/3/4/5 columns) and step-0 values.
+def _alignment(a: torch.Tensor, b: torch.Tensor, draws: int, bank: PermutationBank) -> tuple[float, float]:
+    # Mean over layers of |cos(a_l, b_l)| for a, b (L, D), and its permutation-null mean: the pairs
+    # (a_l, b_l) are interleaved into one stack (2L, 1, D) whose even adjacent pairs are exactly them.
+    stack = torch.stack([a.float(), b.float()], 1).reshape(-1, 1, a.shape[-1])
+    n_pairs, dim = stack.shape[0] - 1, stack.shape[-1]
+    samples = metrics.permuted_abs_cos(stack, draws, bank.generator, bank.get(draws, n_pairs, dim))[:, 0::2]
+    return float(metrics.adjacent_abs_cos(stack)[0::2].mean()), float(samples.mean())
+
+
+def summarize(rows: list[Row]) -> dict[str, float | None]:
+    """Headline numbers of one run: the final value of every mean series, plus step-0 values.
+
+    Keys: ``"<source> <space><k>"`` for continuity (``"W v1"``), with ``" null"``, ``" null_std"``
+    and ``" excess"`` (cont - null mean) beside it; ``"<source> s2wa(<space>)"``;
+    ``"<source> erank"``; ``"G0 v1"``/``"W0 v1"`` (+ ``" excess"``) at the first backward pass;
+    ``acc``, ``delta_gw``, ``rel_change``, ``rotation_deg``, ``align <source>``, ``ppl``,
+    ``bits_per_byte``. Roles other than the MLP's ``block`` prefix the key (``"W attn_q v1"``).
 
     Returns:
-        A dict like ``{"acc": .977, "G v1": ..., "W v1": ..., "delta_gw": ..., "G0 v1": ...}``;
-        a value is ``None`` when the series lacks it.
+        A dict; a value is ``None`` when the series lacks it.
     """
-    last_step = max((r[0] for r in rows), default=0)
-
-    def pick(source: str, metric: str, space: str | None = None, k: int | None = None,
-             step: int | None = None) -> float | None:
-        want = last_step if step is None else step
-        vals = [r[7] for r in rows if r[0] == want and r[2] == source and r[3] == metric and r[4] == space
-                and r[5] == k and r[6] is None]
-        return float(vals[-1]) if vals else None
-
-    out: dict[str, float | None] = {"acc": pick("test", "acc")}
-    for src in ("W", "G"):
-        for space in ("v", "u"):
-            for k in (1, 2):
-                out[f"{src} {space}{k}"] = pick(src, "cont", space, k)
-            out[f"{src} s2wa({space})"] = pick(src, "s2wa", space)
-            out[f"{src} {space}1 excess"] = pick(src, "null_excess", space, 1)
-            out[f"{src} {space}1 null"] = pick(src, "null_mean", space, 1)
-            out[f"{src} {space}1 null_std"] = pick(src, "null_std", space, 1)
-        out[f"{src} erank"] = pick(src, "erank")
-    out["Gcum v1"] = pick("Gcum", "cont", "v", 1)
-    out["Gcum v1 excess"] = pick("Gcum", "null_excess", "v", 1)
-    out["delta_gw"] = pick("Gcum", "delta_gw")
-    out["rel_change"] = pick("W", "rel_change")
-    out["rotation_deg"] = pick("W", "rotation_deg")
-    out["G0 v1"] = pick("G", "cont", "v", 1, step=0)
-    out["W0 v1"] = pick("W", "cont", "v", 1, step=0)
-    out["W0 v1 excess"] = pick("W", "null_excess", "v", 1, step=0)
-    out["G0 v1 excess"] = pick("G", "null_excess", "v", 1, step=0)
-    out["align G"] = pick("G", "align_w_v1", "v", 1)
-    out["align Gcum"] = pick("Gcum", "align_w_v1", "v", 1)
-    for r in rows:
-        if r[0] == last_step and r[3] == "align_w_v1" and r[2].startswith("EMA"):
-            out[f"align {r[2]}"] = float(r[7])
+    last = max((r[0] for r in rows), default=0)
+    final: dict[tuple, float] = {}
+    first: dict[tuple, float] = {}
+    for step, _, source, role, metric, space, k, layer, value in rows:
+        if layer is not None:
+            continue
+        key = (source, role, metric, space, k)
+        if step == last:
+            final[key] = value
+        if step == 0:
+            first[key] = value
+    out: dict[str, float | None] = {}
+    for (source, role, metric, space, k), value in final.items():
+        prefix = f"{source} " if role in (None, "block") else f"{source} {role} "
+        if metric == "cont":
+            name = f"{prefix}{space}{k}"
+            out[name] = value
+            out[f"{name} null"] = final.get((source, role, "null_mean", space, k))
+            out[f"{name} null_std"] = final.get((source, role, "null_std", space, k))
+            null = out[f"{name} null"]
+            out[f"{name} excess"] = value - null if null is not None else None
+        elif metric == "s2wa":
+            out[f"{prefix}s2wa({space})"] = value
+        elif metric == "erank":
+            out[f"{prefix}erank"] = value
+        elif metric == "align_w_v1":
+            out[f"align {source}"] = value
+        elif source in ("train", "test", "eval") or metric in ("delta_gw", "rel_change", "rotation_deg"):
+            out[metric if source != "train" else f"train {metric}"] = value
+    for source in ("G", "W"):
+        for label, metric in (("v1", "cont"), ("v1 excess", None)):
+            cont = first.get((source, "block", "cont", "v", 1))
+            null = first.get((source, "block", "null_mean", "v", 1))
+            if metric == "cont":
+                out[f"{source}0 {label}"] = cont
+            else:
+                out[f"{source}0 {label}"] = cont - null if cont is not None and null is not None else None
     return out

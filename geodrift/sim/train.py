@@ -16,7 +16,8 @@ The loop, for ``step`` in ``[start_step, stop)``::
     tracker.after_backward(step, stats)          # every step: cheap accumulation (e.g. sum of grads)
     if tracker.wants(step): tracker.track(step)  # gradients of this step are in .grad, weights are
                                                  # those *before* this step's update
-    optimizer.step()
+    clip_grad_norm_(grad_clip)                   # clip -> step -> schedule, in that order
+    optimizer.step(); scheduler.step()
     every checkpoint_every steps: on_checkpoint(step + 1)
 
 After the last step (``step == steps``) one extra forward/backward is made without an update so the
@@ -24,7 +25,8 @@ tracker sees the final weights together with a gradient (not added to cumulative
 skipped when tracking is off. ``step 0`` tracking is the first backward pass, before any update.
 
 Determinism: no global RNG is used here. Optimisers come from ``make_optimizer`` (Adam, AdamW,
-SGD+momentum; ``foreach=False`` so the maths does not depend on the kernel path).
+SGD+momentum; ``foreach=False`` so the maths does not depend on the kernel path), the learning-rate
+schedule from ``make_scheduler`` (a ``LambdaLR``; its state is saved with a checkpoint).
 
 Example:
     >>> model = torch.nn.Linear(3, 1)
@@ -32,12 +34,13 @@ Example:
     ...     def batch(self, step): return torch.ones(4, 3)
     >>> loss_fn = lambda m, b: (m(b).pow(2).mean(), {})
     >>> opt = make_optimizer(model.parameters(), TrainConfig(steps=5))
-    >>> train(model, Ones(), loss_fn, opt, steps=5)
+    >>> train(model, Ones(), loss_fn, opt, make_scheduler(opt, TrainConfig(steps=5)), steps=5)
     5
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -110,13 +113,32 @@ def make_optimizer(params: Iterable[nn.Parameter], cfg: TrainConfig) -> torch.op
                            foreach=False)
 
 
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """``cfg.schedule`` as a ``LambdaLR``: ``constant`` (factor 1) or ``cosine``.
+
+    ``cosine``: linear warm-up to ``lr`` over ``warmup_steps`` (factor ``(t + 1) / warmup``), then
+    cosine decay to ``lr * min_lr_ratio`` at the last step. Step ``t`` of training uses factor(t).
+    """
+    def factor(step: int) -> float:
+        if cfg.schedule == "constant":
+            return 1.0
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))
+        return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def train(
     model: nn.Module,
     batches: BatchSource,
     loss_fn: LossFn,
     optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
     *,
     steps: int,
+    grad_clip: float = 0.0,
     tracker: Tracker | None = None,
     start_step: int = 0,
     stop_at: int | None = None,
@@ -127,8 +149,9 @@ def train(
     """Train ``model`` from ``start_step`` to ``steps`` (or stop early at ``stop_at``).
 
     Args:
-        model, batches, loss_fn, optimizer, tracker: see the module docstring.
+        model, batches, loss_fn, optimizer, scheduler, tracker: see the module docstring.
         steps: total optimiser steps of the run.
+        grad_clip: clip the global gradient norm to this before each step (0 = off).
         start_step: first step to run (a resumed run passes its checkpoint's step).
         stop_at: stop before this step (simulates an interruption); ``on_checkpoint`` is called.
         checkpoint_every: call ``on_checkpoint(next_step)`` every this many steps (0 = only at
@@ -148,14 +171,17 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         loss, stats = loss_fn(model, batches.batch(step))
         if not bool(torch.isfinite(loss)):
-            raise GeodriftError(f"training diverged: loss is {float(loss)} at step {step}; lower --lr or "
+            raise GeodriftError(f"training diverged: loss is {float(loss.detach())} at step {step}; lower --lr or "
                                 "change the init")
         loss.backward()
         if tracker is not None:
             tracker.after_backward(step, stats)
             if tracker.wants(step, final=False):
                 tracker.track(step)
+        if grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip, foreach=False)
         optimizer.step()
+        scheduler.step()
         done = step + 1
         if on_step is not None:
             on_step(done)

@@ -1,4 +1,4 @@
-"""REFERENCE ONLY: the paper's published toy-MLP numbers (arXiv 2605.04971, Tables 1, 3, 5; Fig. 2).
+"""REFERENCE ONLY: the paper's published numbers (arXiv 2605.04971, Tables 1, 2, 3, 5; Fig. 2).
 
 Transcribed from /work/shared/reference/paper.md section 3. These values are printed in the
 "paper" column beside geodrift's measurements. They are never an input to a computation, a
@@ -6,9 +6,12 @@ default, or a tolerance: no code path other than rendering reads them.
 
 Keys are the preset labels (``geodrift.sim.config``) and the column keys of
 ``geodrift.sim.reproduce.COLUMNS``. A string value is a range or a qualitative statement.
+``PAPER_TABLE2`` holds the transformer ablations (section 5) and the Llama-3.1-8B scan.
 """
 
 from __future__ import annotations
+
+from geodrift.sim.config import LlamaConfig
 
 PaperCell = float | str
 
@@ -71,4 +74,44 @@ EMA: dict[str, dict[str, PaperCell]] = {
 
 PAPER: dict[str, dict[str, dict[str, PaperCell]]] = {
     "table1": TABLE1, "table3": TABLE3, "drift": DRIFT, "ema": EMA,
+}
+
+
+# The paper's Table 2 row each configuration corresponds to (None: the paper has no such run).
+PAPER_ROWS: dict[str, str | None] = {
+    "silu": "Res+SiLU+Norm", "relu": "Res+ReLU+Norm", "gelu": "Res+GELU+Norm", "none": "Res+None+Norm",
+    "nores": "NoRes+SiLU+Norm", "nonorm": "NoNorm (any)",
+}
+
+
+def paper_row(config: LlamaConfig) -> str | None:
+    """The paper's Table 2 row matching ``config``'s switches, or None when the paper has no such run."""
+    if config.attention != "softmax" or config.v_activation != "none" or config.activation == "radial":
+        return None
+    if config.norm == "none":
+        return PAPER_ROWS["nonorm"]
+    if not config.residual:
+        return PAPER_ROWS["nores"] if config.activation == "silu" else None
+    return PAPER_ROWS[config.activation]
+
+
+# The paper's Table 2 (section 3.6 of shared/reference/paper.md): reference column only, never an
+# input. Each value is in the space the paper reports for that projection (v1: Q, K, Gate, Up, V;
+# u1: O, Down). Llama-3.1-8B is the pretrained row.
+PAPER_TABLE2_SPACE: dict[str, str] = {
+    "attn_q": "v", "attn_k": "v", "mlp_gate": "v", "mlp_up": "v", "attn_o": "u", "mlp_down": "u", "attn_v": "v",
+}
+PAPER_TABLE2: dict[str, dict[str, float]] = {
+    "Res+SiLU+Norm": {"ppl": 41.9, "attn_q": 0.405, "attn_k": 0.627, "mlp_gate": 0.662, "mlp_up": 0.225,
+                      "attn_o": 0.129, "mlp_down": 0.554, "attn_v": 0.209},
+    "Res+ReLU+Norm": {"ppl": 42.8, "attn_q": 0.398, "attn_k": 0.671, "mlp_gate": 0.820, "mlp_up": 0.308,
+                      "attn_o": 0.339, "mlp_down": 0.532, "attn_v": 0.188},
+    "Res+GELU+Norm": {"ppl": 41.9, "attn_q": 0.370, "attn_k": 0.609, "mlp_gate": 0.804, "mlp_up": 0.350,
+                      "attn_o": 0.147, "mlp_down": 0.507, "attn_v": 0.115},
+    "Res+None+Norm": {"ppl": 43.2, "attn_q": 0.492, "attn_k": 0.668, "mlp_gate": 0.366, "mlp_up": 0.359,
+                      "attn_o": 0.221, "mlp_down": 0.517, "attn_v": 0.237},
+    "Llama-3.1-8B": {"attn_q": 0.82, "attn_k": 0.77, "mlp_gate": 0.80, "mlp_up": 0.63, "attn_o": 0.89,
+                     "mlp_down": 0.74, "attn_v": 0.14},
+    "NoRes+SiLU+Norm": {"ppl": 1700.0, "attn_q": 0.036, "attn_k": 0.062, "mlp_gate": 0.045, "mlp_up": 0.036,
+                        "attn_o": 0.066, "mlp_down": 0.052, "attn_v": 0.054},
 }

@@ -66,7 +66,12 @@ def run_claim(claim: Claim, seed: int = 0) -> ClaimResult:
     """Derive one claim symbolically, then cross-check it numerically with a seeded generator."""
     import torch
 
-    from geodrift.symmetry_numeric import numeric_checks
+    from geodrift.prove import gauge, symmetry
+
+    numeric_checks = {
+        "equivariance": symmetry.check_equivariance, "breaking": symmetry.check_breaking,
+        "commutants": symmetry.check_commutants, "gauge": gauge.check_gauge, "noether": gauge.check_noether,
+    }
 
     t0 = time.perf_counter()
     try:
@@ -79,7 +84,7 @@ def run_claim(claim: Claim, seed: int = 0) -> ClaimResult:
     summary, metrics = "skipped (symbolic derivation not verified)", {}
     if deriv.verdict == "verified":
         torch.set_num_threads(1)
-        res = numeric_checks()[claim.numeric](deriv.facts, torch.Generator().manual_seed(seed))
+        res = numeric_checks[claim.numeric](deriv.facts, torch.Generator().manual_seed(seed))
         numeric_passed, summary, metrics = res.passed, res.summary, res.metrics
     t2 = time.perf_counter()
     if deriv.verdict == "unproven":

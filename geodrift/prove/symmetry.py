@@ -2,8 +2,8 @@
 
 The same statements the proofs settle symbolically, computed on random inputs in float64:
 activations (element-wise and radial), random orthogonal matrices (QR with sign fix, or matrix_exp
-of a skew matrix), equivariance errors, the witness values, and the commutant table. The residual
-model, gauge and Noether checks live in geodrift.gauge_numeric.
+of a skew matrix), equivariance errors, the witness values, and the commutant table. The gauge and
+Noether checks, on the simulator's own models, live in geodrift.prove.gauge.
 """
 
 from __future__ import annotations
@@ -151,16 +151,3 @@ def check_commutants(facts: dict[str, Any], generator: torch.Generator) -> Numer
     passed = not disagreements
     return NumericResult(passed, "torch agrees with the table" if passed else f"disagree: {disagreements}",
                          {"disagreements": disagreements})
-
-
-def numeric_checks() -> dict[str, Callable[[dict[str, Any], torch.Generator], NumericResult]]:
-    """Name -> cross-check, as referenced by each Claim.numeric."""
-    from geodrift import gauge_numeric
-
-    return {
-        "equivariance": check_equivariance,
-        "breaking": check_breaking,
-        "commutants": check_commutants,
-        "gauge": gauge_numeric.check_gauge,
-        "noether": gauge_numeric.check_noether,
-    }

@@ -1,0 +1,153 @@
+"""`geodrift simulate mlp|transformer`: train a preset over seeds, compare with the paper, judge the claims.
+
+Both commands take the same options for the same things (the ``Annotated`` aliases below); a few
+are specific: ``--batch-seeds`` (the MLP's batched ensembles), ``--tokenizer``/``--vocab`` and
+``--smollm2`` (the transformer's text and its pretrained reference).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.", no_args_is_help=True)
+
+Ablation = Annotated[list[str] | None, typer.Option(
+    "--ablation", help="Repeatable, applied to every configuration in order: a named ablation (see the command's "
+    "help) or FIELD=VALUE of the model config, e.g. d_model=128, n_layers=8, init_std=1e-4, activation=gelu.")]
+Seeds = Annotated[str | None, typer.Option("--seeds", help="Comma-separated seeds (default: the preset's).")]
+Steps = Annotated[int | None, typer.Option("--steps", help="Optimiser steps per run (default: the preset's).")]
+TrackEvery = Annotated[int | None, typer.Option("--track-every", help="Tracking interval in steps (0 = off).")]
+Device = Annotated[str, typer.Option("--device", help="auto (CUDA when available), cpu or cuda.")]
+Out = Annotated[Path | None, typer.Option("--out", help="Folder for run records, reports and checkpoints "
+                                          "(default: nothing is written).")]
+Resume = Annotated[bool, typer.Option("--resume", help="Reuse finished runs in --out and continue interrupted "
+                                      "ones from their checkpoints.")]
+Reload = Annotated[bool, typer.Option("--reload", help="Re-render the runs in --out without training.")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="Folder for PNG plots.")]
+Json = Annotated[bool, typer.Option("--json", help="Print the reproduction as JSON on stdout.")]
+CheckpointEvery = Annotated[int, typer.Option("--checkpoint-every", help="Save a resumable checkpoint every N "
+                                              "steps under --out (0: none).")]
+Threads = Annotated[int | None, typer.Option("--threads", help="torch CPU threads (default: torch's choice).")]
+Detail = Annotated[bool, typer.Option("--detail", help="Also print the k = 1..K table of the final weights.")]
+
+
+@app.command("mlp")
+def mlp_command(
+    preset: Annotated[str, typer.Option("--preset", help="table1, table3, drift, ema, smoke (seconds) or single "
+                                        "(one Res+ReLU run).")] = "single",
+    ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
+    data: Annotated[str | None, typer.Option("--data", help="mnist5k (embedded), digits (scikit-learn), a folder "
+                                             "of IDX files (MNIST/Fashion-MNIST/EMNIST/KMNIST) or a .npz.")] = None,
+    device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
+    as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
+    batch_seeds: Annotated[bool | None, typer.Option("--batch-seeds/--no-batch-seeds", help="Train the seeds of a "
+                                                     "configuration as one batched ensemble (default: on CUDA).")] = None,
+) -> None:
+    """The toy residual MLP (paper section 4). Named ablations: nores, ln, ln_post, ln_branch, relu, gelu, silu,
+    tanh, none, radial."""
+    _simulate("mlp", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot, as_json,
+              checkpoint_every, threads, detail, batched=batch_seeds)
+
+
+@app.command("transformer")
+def transformer_command(
+    preset: Annotated[str, typer.Option("--preset", help="paper (the paper's setup; GPU), cpu (minutes on 2 "
+                                        "cores) or tiny (seconds).")] = "cpu",
+    ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
+    data: Annotated[str | None, typer.Option("--data", help="A text file, a folder of .txt files or a WikiText "
+                                             "folder (default: the embedded stdlib-docs corpus).")] = None,
+    device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
+    as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
+    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="bpe (trained on the training split) or "
+                                                  "bytes.")] = None,
+    vocab: Annotated[int | None, typer.Option("--vocab", help="BPE vocabulary size.")] = None,
+    smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
+                                          "beside.")] = True,
+) -> None:
+    """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial, nores,
+    nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial."""
+    _simulate("transformer", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot,
+              as_json, checkpoint_every, threads, detail, text={"tokenizer": tokenizer, "vocab": vocab},
+              smollm2=smollm2)
+
+
+def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | None, steps: int | None,
+              track_every: int | None, data: str | None, device: str, out: Path | None, resume: bool, reload: bool,
+              plot: Path | None, as_json: bool, checkpoint_every: int, threads: int | None, detail: bool,
+              batched: bool | None = None, text: dict[str, Any] | None = None, smollm2: bool = False) -> None:
+    # Parse -> one library call (reproduce, or reload) -> render.
+    import torch
+
+    from geodrift.atomic import to_json
+    from geodrift.errors import GeodriftError
+    from geodrift.render import err_console
+    from geodrift.render.progress import progress_bar
+    from geodrift.sim.config import preset_seeds
+    from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
+
+    if threads:
+        torch.set_num_threads(threads)
+    if (resume or reload) and out is None:
+        raise GeodriftError("--resume/--reload need --out DIR (where the records and checkpoints are)")
+    if steps is not None and steps < 1:
+        raise GeodriftError(f"--steps: must be >= 1, got {steps}")
+    if checkpoint_every < 0:
+        raise GeodriftError(f"--checkpoint-every: must be >= 0 (0 = none), got {checkpoint_every}")
+    seed_list = _parse_seeds(seeds) or list(preset_seeds(sim, preset))
+    if reload:
+        assert out is not None
+        rep = reload_reproduction(sim, out)
+    else:
+        options: dict[str, Any] = {"steps": steps, "track_every": track_every, "ablations": ablation or None, "data": data,
+                   "text": text}
+        specs = build_specs(sim, preset, **options)
+        groups = 1 if (batched and sim == "mlp") else len(seed_list)
+        with progress_bar(sum(s.train.steps for s in specs) * groups, "training", disable=as_json) as update:
+            state = {"base": 0, "last": 0}
+
+            def on_step(done: int) -> None:
+                if done < state["last"]:
+                    state["base"] += state["last"]
+                state["last"] = done
+                update(completed=state["base"] + done)
+
+            rep = reproduce(sim, preset, seeds=seed_list, batched=batched, device=device,
+                            out=str(out) if out else None, resume=resume, checkpoint_every=checkpoint_every,
+                            on_run=lambda label, seed: update(description=label), on_step=on_step, **options)
+    reference = None
+    if smollm2 and sim == "transformer":
+        from geodrift.continuity import MeasureSpec
+        from geodrift.pretrained import smollm2_reference
+
+        track = rep.specs[0].track
+        reference = smollm2_reference(out or Path("runs/transformer"),
+                                      MeasureSpec(k=track.final_k, null_draws=track.final_null_draws))
+    if plot is not None:
+        from geodrift.render.sim_plots import write_plots
+
+        paths = write_plots(rep, plot)
+        err_console.print("plots: " + ", ".join(str(p) for p in paths))
+    if as_json:
+        payload = rep.to_dict()
+        if reference is not None:
+            payload["smollm2"] = reference.to_dict()
+        sys.stdout.write(to_json(payload) + "\n")
+    else:
+        from geodrift.render.sim import render_reproduction
+
+        render_reproduction(rep, reference, detail=detail)
+
+
+def _parse_seeds(text: str | None) -> list[int] | None:
+    from geodrift.errors import GeodriftError
+
+    if not text:
+        return None
+    try:
+        return [int(s) for s in text.replace(" ", "").split(",") if s]
+    except ValueError:
+        raise GeodriftError(f"--seeds {text!r}: expected comma-separated integers, e.g. 42,123,777") from None

@@ -1,0 +1,277 @@
+"""The one measurement path: WeightSet -> singular triplets -> continuity Report.
+
+``measure(ws, spec)`` serves the checkpoint scan, the simulators' tracking during training and
+their final reports alike. Per role and per space (``v`` input, ``u`` output) it computes adjacent
+``|cos|`` for ``k = 1..K`` (Eq. 1), the sigma^2-weighted alignment (Eq. 2, with its truncation
+bound), top-K subspace overlap, effective-rank bounds (Eq. 3), both noise floors (analytic
+``sqrt(2/(pi d))`` and a seeded permutation null) and the theory's verdict.
+
+Singular triplets come from one of two routes, chosen per matrix by ``spec.svd``:
+
+- ``exact``: the matrices of a role are stacked and decomposed by one batched float64 LAPACK SVD
+  (the simulators' small matrices; ``auto`` picks it up to ``EXACT_BATCH_MAX_NUMEL`` entries);
+- ``topk``: streamed, one matrix resident at a time, top-k Lanczos with a residual check and an
+  exact fallback (``geodrift.linalg.top_k_svd``), reading the next matrix on a second thread
+  (``geodrift.continuity.schedule``). ``auto`` picks it for larger matrices (checkpoints).
+
+Both keep only the top ``k`` triplets unless ``spec.full_spectrum`` (then Eq. 2 is exact).
+
+Permutation-bank policy: one permutation per adjacent pair and draw, shared by every statistic of
+the same shape ``(pairs, d)`` within a report (each null stays exact; nulls of different statistics
+become correlated); drawn from ``torch.Generator().manual_seed(spec.seed)`` in role order.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from geodrift import metrics
+from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
+from geodrift.continuity.schedule import read_ahead
+from geodrift.continuity.verdicts import projection_verdict
+from geodrift.errors import GeodriftError
+from geodrift.linalg import SVDTriplets, batched_svd_triplets, top_k_svd
+from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet
+
+SPACES = ("v", "u")
+# Up to this many vectors per space, one permutation sample serves both the Eq. 1 and Eq. 2 nulls.
+NULL_MAX_VECTORS = 32
+# ``svd="auto"``: matrices up to this many entries go through the batched exact SVD.
+EXACT_BATCH_MAX_NUMEL = 2**16
+SVD_ROUTES = ("auto", "exact", "topk")
+
+Derive = Callable[[WeightKey, torch.Tensor], dict[WeightKey, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """What to measure.
+
+    Attributes:
+        k: singular vectors per space (``k = 1..K`` rows; K also truncates Eq. 2, bounded).
+        null_draws: permutation-null draws per statistic (>= 2).
+        seed: seeds the permutation null (the only randomness).
+        full_spectrum: keep every singular triplet so Eq. 2 and Eq. 3 are exact.
+        svd: ``auto``, ``exact`` (batched LAPACK) or ``topk`` (streamed Lanczos); see the module docstring.
+
+    Raises:
+        GeodriftError: on an out-of-range value (named as its command-line option).
+    """
+
+    k: int = 8
+    null_draws: int = 100
+    seed: int = 0
+    full_spectrum: bool = False
+    svd: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise GeodriftError(f"--k: must be at least 1, got {self.k}")
+        if self.null_draws < 2:
+            raise GeodriftError(f"--null-draws: must be at least 2, got {self.null_draws}")
+        if self.svd not in SVD_ROUTES:
+            raise GeodriftError(f"svd route {self.svd!r}: use one of {', '.join(SVD_ROUTES)}")
+
+
+def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None] | None = None,
+            derive: Derive | None = None) -> Report:
+    """Continuity report of every role in ``ws`` (roles with one layer are skipped with a note).
+
+    Args:
+        ws: weights ``(role, layer) -> (d_out, d_in)``; each value is loaded once.
+        spec: what to measure.
+        progress: called with ``"role[layer]"`` after each matrix is read.
+        derive: hook called with every loaded matrix; returns derived matrices (e.g. the OV
+            composite once a layer's V and O have both been seen) that are measured too.
+
+    Returns:
+        Report.
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> ws = WeightSet.from_tensors({("block", i): torch.randn(8, 8, generator=g) for i in range(3)})
+        >>> measure(ws, MeasureSpec(k=2, null_draws=10)).roles[0].label
+        'Block'
+    """
+    return assemble(decompose(ws, spec, progress, derive), spec, ws.origin, ws.view)
+
+
+def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: str, view: str) -> Report:
+    """The Report of already-decomposed matrices (:func:`decompose`'s output); ``measure`` = both.
+
+    A tracker that also needs the singular vectors themselves calls the two halves.
+    """
+    bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
+    roles = sorted({role for role, _ in spectra}, key=_role_order)
+    reports, notes = [], []
+    for role in roles:
+        layers = sorted(layer for r, layer in spectra if r == role)
+        if len(layers) < 2:
+            notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
+            continue
+        reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
+                                    spec.null_draws, bank, spec.k))
+    return Report(origin, view, spec.k, spec.null_draws, spec.seed, reports, notes)
+
+
+def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] | None = None,
+              derive: Derive | None = None) -> dict[WeightKey, SVDTriplets]:
+    """Singular triplets of every matrix (and every derived one), layer by layer.
+
+    Returns:
+        ``{(role, layer): SVDTriplets}`` with the top ``spec.k`` triplets (all with ``full_spectrum``).
+    """
+    roles = ws.roles()
+    keys = sorted(ws, key=lambda key: (key[1], roles.index(key[0])))
+    out: dict[WeightKey, SVDTriplets] = {}
+    batches: dict[str, list[tuple[int, torch.Tensor]]] = defaultdict(list)
+    streamed = not all(_exact_route(spec, ws.entries[key].shape) for key in keys)
+    for key, W in read_ahead(ws, keys, streamed or derive is not None):
+        derived = derive(key, W) if derive is not None else {}
+        for name, matrix in [(key, W), *derived.items()]:
+            if _exact_route(spec, matrix.shape):
+                batches[name[0]].append((name[1], matrix))
+            else:
+                out[name] = top_k_svd(matrix, _keep(spec, matrix.shape))
+        if progress is not None:
+            progress(f"{key[0]}[{key[1]}]")
+    for role, items in batches.items():
+        by_shape: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = defaultdict(list)
+        for layer, matrix in items:
+            by_shape[tuple(matrix.shape)].append((layer, matrix))
+        for shape, group in by_shape.items():
+            stacked = torch.stack([m for _, m in group])  # (L, m, n)
+            keep = _keep(spec, (shape[0], shape[1]))
+            for (layer, _), triplets in zip(group, batched_svd_triplets(stacked, keep), strict=True):
+                out[(role, layer)] = triplets
+    return out
+
+
+def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) -> list[VectorContinuity]:
+    """Eq. 1 with both floors for each of ``K`` vectors stacked per layer.
+
+    For vectors that do not come from :func:`measure`'s SVDs (e.g. a cumulative gradient's v1 from
+    power iteration), so they are scored by the same code as everything else.
+
+    Args:
+        vectors: ``(L, K, d)``, one row per layer (need not be normalised).
+        draws: permutation-null draws.
+        bank: the source of permutations.
+
+    Returns:
+        One VectorContinuity per ``k = 1..K``.
+    """
+    n_pairs, dim = vectors.shape[0] - 1, vectors.shape[2]
+    samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, bank.get(draws, n_pairs, dim))
+    return _vector_rows(metrics.adjacent_abs_cos(vectors), samples, dim)
+
+
+class PermutationBank:
+    """Permutations shared by every null statistic of one shape ``(pairs, d)`` within a report.
+
+    Each statistic still gets an exact permutation null; sharing only correlates the nulls of
+    different statistics, and it spares generating the same-shaped permutations again.
+    """
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+        self._banks: dict[tuple[int, int], torch.Tensor] = {}
+
+    def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
+        """``(>= draws, n_pairs, dim)`` permutations, drawn on first use of the shape."""
+        bank = self._banks.get((n_pairs, dim))
+        if bank is None or bank.shape[0] < draws:
+            bank = metrics.random_permutations(draws, n_pairs, dim, self.generator)
+            self._banks[(n_pairs, dim)] = bank
+        return bank
+
+
+def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null_draws: int,
+                 bank: PermutationBank, k: int) -> RoleReport:
+    # Continuity of one role from its per-layer triplets (ordered by depth).
+    available = min(t.S.shape[0] for t in triplets)
+    k = min(k, available)
+    sigma = torch.stack([t.S[:available] for t in triplets])  # (L, K)
+    fro = torch.tensor([t.frobenius_sq for t in triplets], dtype=torch.float64)  # (L,)
+    stacks = {
+        "v": torch.stack([t.Vh[:available] for t in triplets]),  # (L, K, d_in)
+        "u": torch.stack([t.U[:, :available].T for t in triplets]),  # (L, K, d_out)
+    }
+    spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank) for s in SPACES}
+    shape = (triplets[0].U.shape[0], triplets[0].Vh.shape[1])
+    lower, upper = metrics.effective_rank_bounds(sigma, fro, min(shape))
+    predicted = PREDICTED_SPACE.get(role)
+    if role in PREDICTED_SPACE:
+        verdict, criterion = projection_verdict(predicted, spaces["v"].vectors[0], spaces["u"].vectors[0])
+    else:
+        verdict, criterion = "no prediction", "the theory makes no per-space prediction for this role"
+    methods: dict[str, int] = {}
+    for t in triplets:
+        methods[t.method] = methods.get(t.method, 0) + 1
+    return RoleReport(
+        role=role, label=ROLE_LABELS.get(role, role), shape=shape, layers=layers, k=k, spaces=spaces,
+        erank_lower=lower.tolist(), erank_upper=upper.tolist(), predicted_space=predicted,
+        verdict=verdict, criterion=criterion, max_residual=max(t.residual for t in triplets),
+        methods=methods,
+    )
+
+
+def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fro: torch.Tensor, k: int,
+                      draws: int, bank: PermutationBank) -> SpaceContinuity:
+    # vectors: (L, K, d) with K >= k; the first k are reported one by one, all K enter Eq. 2.
+    n_pairs, available, dim = vectors.shape[0] - 1, vectors.shape[1], vectors.shape[2]
+    # One set of permuted samples serves both nulls when all K vectors are few; with the full
+    # spectrum, Eq. 2's null permutes every vector per draw, so its draws are capped (~32 x draws).
+    shared = available <= NULL_MAX_VECTORS
+    samples = metrics.permuted_abs_cos(vectors[:, :available if shared else k], draws, bank.generator,
+                                       bank.get(draws, n_pairs, dim))
+    rows = _vector_rows(metrics.adjacent_abs_cos(vectors[:, :k]), samples[..., :k], dim)
+    if shared:
+        wa_draws, wa_samples = draws, samples
+    else:
+        wa_draws = max(8, draws * NULL_MAX_VECTORS // available)
+        wa_samples = metrics.permuted_abs_cos(vectors, wa_draws, bank.generator, bank.get(wa_draws, n_pairs, dim))
+    wa_null = metrics.null_of_sigma2(wa_samples, sigma, fro)
+    wa = metrics.sigma2_weighted_alignment(vectors, sigma, fro)
+    gap = metrics.sigma2_truncation_gap(sigma, fro)
+    return SpaceContinuity(
+        space=space, dim=dim, vectors=rows, sigma2_wa=float(wa.mean()),
+        sigma2_wa_upper=float((wa + gap).mean()), sigma2_wa_per_pair=wa.tolist(),
+        sigma2_null_mean=float(wa_null.mean), sigma2_null_std=float(wa_null.std), sigma2_null_draws=wa_draws,
+        subspace_overlap=float(metrics.subspace_overlap(vectors[:, :k]).mean()), subspace_baseline=k / dim,
+    )
+
+
+def _vector_rows(cos: torch.Tensor, samples: torch.Tensor, dim: int) -> list[VectorContinuity]:
+    # cos: (L-1, k) observed |cos|; samples: (draws, L-1, k) permuted ones.
+    null = metrics.null_of_continuity(samples)
+    means = cos.mean(0)
+    z = null.z(means)
+    return [
+        VectorContinuity(
+            k=j + 1, per_pair=cos[:, j].tolist(), mean=float(means[j]), median=float(cos[:, j].median()),
+            baseline=metrics.random_baseline(dim), null_mean=float(null.mean[j]),
+            null_std=float(null.std[j]), z=float(z[j]),
+        )
+        for j in range(cos.shape[1])
+    ]
+
+
+def _exact_route(spec: MeasureSpec, shape: tuple[int, ...] | torch.Size) -> bool:
+    if spec.svd != "auto":
+        return spec.svd == "exact"
+    return shape[0] * shape[1] <= EXACT_BATCH_MAX_NUMEL
+
+
+def _keep(spec: MeasureSpec, shape: tuple[int, ...] | torch.Size) -> int:
+    rank = min(shape[0], shape[1])
+    return rank if spec.full_spectrum else min(spec.k, rank)
+
+
+def _role_order(role: str) -> int:
+    order = list(ROLE_LABELS)
+    return order.index(role) if role in order else len(order)

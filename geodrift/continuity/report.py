@@ -1,0 +1,153 @@
+"""The continuity report: plain dataclasses, JSON-able both ways (``to_dict`` / ``from_dict``).
+
+One :class:`Report` per measured WeightSet: per role (projection) a :class:`RoleReport`, per space
+(``v`` input, ``u`` output) a :class:`SpaceContinuity`, per singular-vector index ``k`` a
+:class:`VectorContinuity`. Every similarity carries its two noise floors: the analytic random
+baseline ``sqrt(2/(pi d))`` and the permutation null (mean, std, z).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from geodrift.errors import GeodriftError
+
+
+@dataclass(frozen=True)
+class VectorContinuity:
+    """Eq. 1 for one singular-vector index ``k`` (1-based) in one space, with both floors."""
+
+    k: int
+    per_pair: list[float]
+    mean: float
+    median: float
+    baseline: float
+    null_mean: float
+    null_std: float
+    z: float
+
+    @property
+    def excess(self) -> float:
+        """``mean - null_mean``: the continuity a shared frame explains."""
+        return self.mean - self.null_mean
+
+
+@dataclass(frozen=True)
+class SpaceContinuity:
+    """All continuity numbers of one role in one space (``v`` = input, ``u`` = output)."""
+
+    space: str
+    dim: int
+    vectors: list[VectorContinuity]
+    sigma2_wa: float  # mean over pairs of the truncated Eq. 2 (a lower bound when K < rank)
+    sigma2_wa_upper: float  # + the left-out energy share: the full Eq. 2 is in [sigma2_wa, upper]
+    sigma2_wa_per_pair: list[float]
+    sigma2_null_mean: float
+    sigma2_null_std: float
+    sigma2_null_draws: int
+    subspace_overlap: float  # mean cos^2 of principal angles of the top-K subspaces
+    subspace_baseline: float  # K / dim: random K-subspaces
+
+
+@dataclass(frozen=True)
+class RoleReport:
+    """Everything measured for one projection across its layers."""
+
+    role: str
+    label: str
+    shape: tuple[int, int]
+    layers: list[int]
+    k: int
+    spaces: dict[str, SpaceContinuity]
+    erank_lower: list[float]
+    erank_upper: list[float]
+    predicted_space: str | None
+    verdict: str
+    criterion: str
+    max_residual: float
+    methods: dict[str, int]
+
+
+@dataclass
+class Report:
+    """A whole WeightSet's continuity report.
+
+    Example:
+        >>> Report("tensors", "raw", 2, 10, 0, []).to_dict()["k"]
+        2
+    """
+
+    origin: str
+    view: str
+    k: int
+    null_draws: int
+    seed: int
+    roles: list[RoleReport]
+    notes: list[str] = field(default_factory=list)
+
+    def role(self, name: str) -> RoleReport | None:
+        """The report of role ``name``, or None when it was not measured."""
+        return next((r for r in self.roles if r.role == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (tuples become lists)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> Report:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            GeodriftError: when the payload is not a continuity report.
+        """
+        try:
+            roles = []
+            for r in payload["roles"]:
+                spaces = {name: SpaceContinuity(**{**s, "vectors": [VectorContinuity(**v) for v in s["vectors"]]})
+                          for name, s in r["spaces"].items()}
+                roles.append(RoleReport(**{**r, "spaces": spaces, "shape": tuple(r["shape"])}))
+            return cls(**{**payload, "roles": roles})
+        except (KeyError, TypeError) as error:
+            raise GeodriftError(f"not a geodrift continuity report ({error}); re-create it with this version") from None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Flat rows (one per role, space and k) for CSV output."""
+        out = []
+        for r in self.roles:
+            for s in r.spaces.values():
+                for vc in s.vectors:
+                    out.append({
+                        "origin": self.origin, "view": self.view, "role": r.role, "label": r.label,
+                        "layers": len(r.layers), "space": s.space, "dim": s.dim, "k": vc.k,
+                        "mean": vc.mean, "median": vc.median, "baseline": vc.baseline,
+                        "null_mean": vc.null_mean, "null_std": vc.null_std, "z": vc.z,
+                        "sigma2_wa": s.sigma2_wa, "sigma2_wa_upper": s.sigma2_wa_upper,
+                        "sigma2_null_mean": s.sigma2_null_mean,
+                        "subspace_overlap": s.subspace_overlap, "subspace_baseline": s.subspace_baseline,
+                        "predicted_space": r.predicted_space or "none", "verdict": r.verdict,
+                    })
+        return out
+
+    def series(self) -> list[tuple[str, str, str | None, int | None, int | None, float]]:
+        """Tidy ``(role, metric, space, k, layer, value)`` tuples: what a tracker records over training.
+
+        Metrics: ``cont`` (Eq. 1 mean over pairs), ``null_mean``, ``null_std`` and ``z`` (its
+        permutation null) per ``k``; ``s2wa``, ``s2wa_null_mean``, ``s2wa_null_std`` (Eq. 2 and its
+        null); ``erank`` per layer and its mean over layers (``layer=None``; the lower bound, equal
+        to Eq. 3 when the full spectrum was measured).
+        """
+        out: list[tuple[str, str, str | None, int | None, int | None, float]] = []
+        for r in self.roles:
+            for s in r.spaces.values():
+                for vc in s.vectors:
+                    for metric, value in (("cont", vc.mean), ("null_mean", vc.null_mean),
+                                          ("null_std", vc.null_std), ("z", vc.z)):
+                        out.append((r.role, metric, s.space, vc.k, None, value))
+                for metric, value in (("s2wa", s.sigma2_wa), ("s2wa_null_mean", s.sigma2_null_mean),
+                                      ("s2wa_null_std", s.sigma2_null_std)):
+                    out.append((r.role, metric, s.space, None, None, value))
+            for layer, value in zip(r.layers, r.erank_lower, strict=True):
+                out.append((r.role, "erank", None, None, layer, value))
+            out.append((r.role, "erank", None, None, None, sum(r.erank_lower) / len(r.erank_lower)))
+        return out

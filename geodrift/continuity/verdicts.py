@@ -1,0 +1,153 @@
+"""Verdicts, each with the criterion that decided it: one module for the scan and both simulators.
+
+Two families share the same primitives and the same printed form (:class:`Verdict`):
+
+- **per projection** (:func:`projection_verdict`): the theory's predicted space of a projection
+  (Q, K, Gate, Up -> ``v``; O, Down, OV -> ``u``; V -> neither) tested against each space's own
+  permutation null. Used by ``geodrift scan`` and by the transformer simulator's final report.
+- **per claim** (:class:`Judge`): a simulator reproduction's claims over seeds, from three
+  primitives derived from the noise floor of Eq. 1 and the seed spread, never from the paper's
+  values: ``coherent(x)`` (above ``floor + 5 noise`` and, where recorded, its null excess above
+  ``5 noise``), ``exceeds(a, b)`` (``mean_a - mean_b > 5 max(pooled seed std, noise)``) and rank
+  correlation (Spearman, scipy).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+# A projection's space counts as continuous when its v1/u1 continuity beats the permutation null
+# by this many null standard deviations (a one-sided test at about 1e-3 under a normal null).
+Z_SIGNIFICANT = 3.0
+# For "neither space" (V): an excess over the null below this counts as no continuity. It is the
+# level the paper calls low (V: 0.14 in Llama-3.1-8B, against 0.63-0.89 for the other projections).
+QUIET_EXCESS = 0.3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim: the criterion applied, what geodrift measured, and the outcome."""
+
+    claim: str
+    criterion: str
+    measured: str
+    verdict: str  # "holds", "fails", "n/a" or "no prediction"
+
+
+class _VectorStat(Protocol):
+    @property
+    def mean(self) -> float: ...
+    @property
+    def null_mean(self) -> float: ...
+    @property
+    def z(self) -> float: ...
+
+
+def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat) -> tuple[str, str]:
+    """``(verdict, criterion)`` of the theory's prediction for one projection.
+
+    Compares excesses over each space's own permutation null, not raw ``|cos|``: near-uniform
+    vectors (e.g. Gate's u1 in SmolLM2) have high raw ``|cos|`` that any coordinate order gives.
+
+    Args:
+        predicted: ``"v"``, ``"u"`` or None (neither space).
+        v1, u1: the k = 1 continuity of each space (``mean``, ``null_mean``, ``z``).
+
+    Returns:
+        ``("holds" | "fails", criterion text)``.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> projection_verdict("v", S(mean=.6, null_mean=.03, z=40.), S(mean=.05, null_mean=.03, z=2.))[0]
+        'holds'
+    """
+    if predicted in ("v", "u"):
+        hit, other = (v1, u1) if predicted == "v" else (u1, v1)
+        other_name = "u1" if predicted == "v" else "v1"
+        criterion = (f"{predicted}1 beats its permutation null (z >= {Z_SIGNIFICANT:g}) and its excess over "
+                     f"the null exceeds {other_name}'s")
+        ok = hit.z >= Z_SIGNIFICANT and (hit.mean - hit.null_mean) > (other.mean - other.null_mean)
+        return ("holds" if ok else "fails"), criterion
+    criterion = (f"neither v1 nor u1 is continuous: each is within {Z_SIGNIFICANT:g} null std of its null "
+                 f"or its excess over the null is below {QUIET_EXCESS:g}")
+    quiet = all(x.z < Z_SIGNIFICANT or (x.mean - x.null_mean) < QUIET_EXCESS for x in (v1, u1))
+    return ("holds" if quiet else "fails"), criterion
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean and sample std over seeds (std NaN for one seed)."""
+
+    mean: float
+    std: float
+    n: int
+
+    @classmethod
+    def of(cls, values: list[float | None]) -> Stat:
+        vals = [float(v) for v in values if v is not None and v == v]
+        if not vals:
+            return cls(float("nan"), float("nan"), 0)
+        mean = sum(vals) / len(vals)
+        std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else float("nan")
+        return cls(mean, std, len(vals))
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman rank correlation with average ranks for ties (``scipy.stats.spearmanr``); 0 if undefined."""
+    from scipy.stats import spearmanr
+
+    rho = float(spearmanr(a, b).statistic)
+    return rho if rho == rho else 0.0
+
+
+class Judge:
+    """Builds claim verdicts over seeds from aggregated columns (see the module docstring).
+
+    Args:
+        stats: label -> column -> Stat (aggregated over seeds).
+        runs: label -> per-seed summaries (for columns not in ``stats``).
+        floor, noise: the Eq. 1 random baseline and the standard deviation of its layer mean.
+    """
+
+    def __init__(self, stats: dict[str, dict[str, Stat]], runs: dict[str, list[dict[str, float | None]]],
+                 floor: float, noise: float) -> None:
+        self.stats, self.runs, self.floor, self.noise = stats, runs, floor, noise
+        self.threshold = floor + 5 * noise
+        self.out: list[Verdict] = []
+
+    def s(self, label: str, col: str) -> Stat:
+        """The Stat of ``col`` for ``label`` (aggregated, or collected from the per-seed summaries)."""
+        return self.stats.get(label, {}).get(col) or Stat.of([r.get(col) for r in self.runs.get(label, [])])
+
+    def have(self, *pairs: tuple[str, str]) -> bool:
+        return all(self.s(lab, col).n > 0 for lab, col in pairs)
+
+    def margin(self, a: Stat, b: Stat) -> float:
+        stds = [x.std for x in (a, b) if x.std == x.std]
+        pooled = math.sqrt(sum(x * x for x in stds) / len(stds)) if stds else 0.0
+        return 5 * max(pooled, self.noise)
+
+    def coherent(self, lab: str, col: str) -> bool:
+        excess = self.s(lab, f"{col} excess")
+        return self.s(lab, col).mean > self.threshold and (excess.n == 0 or excess.mean > 5 * self.noise)
+
+    def exceeds(self, a: tuple[str, str], b: tuple[str, str]) -> bool:
+        sa, sb = self.s(*a), self.s(*b)
+        return sa.mean - sb.mean > self.margin(sa, sb)
+
+    def fmt(self, lab: str, col: str) -> str:
+        st, excess = self.s(lab, col), self.s(lab, f"{col} excess")
+        spread = f"±{st.std:.3f}" if st.std == st.std else ""
+        null = f" (null excess {excess.mean:+.3f})" if excess.n else ""
+        return f"{lab} {col} = {st.mean:.3f}{spread}{null}"
+
+    def add(self, claim: str, criterion: str, needed: list[tuple[str, str]], test: bool | None = None,
+            measured: list[str] | None = None) -> None:
+        """Record one claim: ``n/a`` when a needed column is missing, else holds/fails by ``test``."""
+        if not self.have(*needed):
+            self.out.append(Verdict(claim, criterion, "configuration not run", "n/a"))
+            return
+        shown = "; ".join(measured if measured is not None else [self.fmt(*p) for p in needed])
+        self.out.append(Verdict(claim, criterion, shown, "holds" if test else "fails"))

@@ -1,0 +1,128 @@
+"""The bridge between the scanner and the simulators: pretrained checkpoints as simulator models.
+
+This is the one module that imports both ``geodrift.scan`` (readers, name tables, the embedded
+SmolLM2-135M-Instruct GGUF) and ``geodrift.sim`` (the Llama, the tokenizers, perplexity); neither
+of those packages imports the other.
+
+- :func:`llama_from_checkpoint`: a Llama-family checkpoint's weights in the simulator's ``LlamaLM``
+  (its logits match ``transformers.LlamaForCausalLM``; a test checks it);
+- :func:`smollm2_tokenizer`: the embedded model's own tokenizer, built from the GGUF metadata
+  (``tokenizer.ggml.tokens``/``merges``/``pre``/``token_type``) with SmolLM2's pre-tokenizer;
+- :func:`smollm2_perplexity`: its held-out perplexity on a text;
+- :func:`smollm2_reference`: its scan report (the same table as ``geodrift scan``), cached.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from geodrift.atomic import write_json
+from geodrift.continuity import MeasureSpec, Report
+from geodrift.errors import GeodriftError
+from geodrift.scan.checkpoint import Checkpoint
+from geodrift.scan.embedded import embedded_model_path
+from geodrift.scan.gguf_header import read_gguf_header
+from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint
+from geodrift.scan.scan import load_weights, scan
+from geodrift.sim.llama import LlamaLM
+from geodrift.sim.text import eval_windows, perplexity
+from geodrift.sim.tokenizer import Tokenizer, gguf_bpe_tokenizer
+from geodrift.weights import TRANSFORMER_ROLES
+
+_TOKENIZER_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"})
+
+
+def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
+    """A :class:`~geodrift.sim.llama.LlamaLM` holding a pretrained Llama-architecture checkpoint's weights.
+
+    Args:
+        ckpt: an open checkpoint (e.g. ``open_checkpoint(None)``, the embedded SmolLM2-135M-Instruct
+            GGUF); its ``config`` gives the shape.
+
+    Returns:
+        The model in eval mode, float32 (quantised GGUF tensors arrive dequantised).
+
+    Raises:
+        GeodriftError: when the checkpoint is not a Llama-family model or misses a tensor.
+
+    Example:
+        >>> model = llama_from_checkpoint(open_checkpoint(None))  # doctest: +SKIP
+    """
+    if ckpt.architecture not in ("llama", "mistral"):
+        raise GeodriftError(f"{ckpt.label}: architecture {ckpt.architecture!r} is not Llama-style; the simulator's "
+                            "model loads llama/mistral checkpoints only")
+    cfg = ckpt.config
+    keys = set(canonical_keys(ckpt))
+    tie = bool(cfg.get("tie_embeddings", False)) or ("lm_head", None) not in keys
+    head_dim = cfg.get("head_dim") or cfg["d_model"] // cfg["n_heads"]
+    if head_dim * cfg["n_heads"] != cfg["d_model"]:
+        raise GeodriftError(f"{ckpt.label}: head_dim {head_dim} x {cfg['n_heads']} heads != d_model {cfg['d_model']}")
+    model = LlamaLM(cfg["vocab_size"], cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["d_ff"],
+                    n_kv_heads=cfg.get("n_kv_heads") or cfg["n_heads"], rope_theta=float(cfg.get("rope_theta", 1e4)),
+                    norm_eps=float(cfg.get("norm_eps", 1e-5)), tie_embeddings=tie, init_std=0.0)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(load_canonical(ckpt, ("embed", None)))
+        if not tie:
+            model.lm_head.weight.copy_(load_canonical(ckpt, ("lm_head", None)))
+        model.model.norm.weight.copy_(load_canonical(ckpt, ("norm_final", None)))  # type: ignore[operator]
+        for layer_idx, layer in enumerate(model.model.layers):
+            layer.input_layernorm.weight.copy_(load_canonical(ckpt, ("norm_attn", layer_idx)))  # type: ignore[union-attr,operator]
+            layer.post_attention_layernorm.weight.copy_(load_canonical(ckpt, ("norm_mlp", layer_idx)))  # type: ignore[union-attr,operator]
+            for role in TRANSFORMER_ROLES:
+                model.projection(role, layer_idx).weight.copy_(load_canonical(ckpt, (role, layer_idx)))
+    return model.eval()
+
+
+def gguf_tokenizer(path: str | Path) -> Tokenizer:
+    """The BPE tokenizer stored in a GGUF file's metadata, with the pre-tokenizer its ``pre`` names.
+
+    Raises:
+        GeodriftError: when the file has no GPT-2-style (byte-level BPE) tokenizer.
+    """
+    path = Path(path)
+    meta: dict[str, Any] = read_gguf_header(path, arrays=_TOKENIZER_KEYS).metadata
+    if meta.get("tokenizer.ggml.model") != "gpt2" or not isinstance(meta.get("tokenizer.ggml.merges"), list):
+        raise GeodriftError(f"{path}: no byte-level BPE tokenizer (tokenizer.ggml.model = gpt2 with merges) in the "
+                            "GGUF metadata; pass a GGUF converted with its tokenizer")
+    return gguf_bpe_tokenizer(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.merges"],
+                              str(meta.get("tokenizer.ggml.pre", "default")), meta.get("tokenizer.ggml.token_type"))
+
+
+def smollm2_tokenizer() -> Tokenizer:
+    """The embedded SmolLM2-135M-Instruct's own tokenizer (SmolLM2's pre-tokenizer: digits split one by one)."""
+    return gguf_tokenizer(embedded_model_path())
+
+
+def smollm2_perplexity(text: str, seq_len: int = 128, max_windows: int = 32) -> dict[str, float]:
+    """Held-out perplexity of the embedded SmolLM2-135M-Instruct on ``text`` with its own tokenizer.
+
+    Args:
+        text: held-out text (e.g. the simulator corpus's validation split).
+        seq_len: tokens per window (context); windows are consecutive.
+        max_windows: cap on the number of windows (CPU time).
+
+    Returns:
+        ``perplexity()``'s dict (``nll``, ``ppl``, ``tokens``, ``bits_per_byte``).
+    """
+    tokenizer = smollm2_tokenizer()
+    ids = torch.tensor(tokenizer.encode(text), dtype=torch.int64)
+    model = llama_from_checkpoint(open_checkpoint(None))
+    return perplexity(model, eval_windows(ids, seq_len, max_windows), tokenizer.token_bytes(), batch=8)
+
+
+def smollm2_reference(out: str | Path, spec: MeasureSpec) -> Report:
+    """The embedded SmolLM2-135M-Instruct's scan (the same table as ``geodrift scan``), cached in ``out``."""
+    path = Path(out) / f"smollm2-135m_scan_k{spec.k}_n{spec.null_draws}_s{spec.seed}.json"
+    if path.exists():
+        try:
+            return Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, GeodriftError):
+            pass  # a stale cache from another version: scan again
+    weights, heads = load_weights(None)
+    report = scan(weights, spec, heads=heads)
+    write_json(path, report.to_dict())
+    return report

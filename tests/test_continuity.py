@@ -1,0 +1,147 @@
+"""The one measurement path: continuity reports on weights with known structure, and on the embedded model."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from geodrift.continuity import MeasureSpec, Report, measure, projection_verdict
+from geodrift.errors import GeodriftError
+from geodrift.weights import WeightSet
+
+GOLDEN = Path(__file__).parent / "golden" / "smollm2_scan_main.json"
+
+
+def _measure(ws: WeightSet, **spec: object) -> Report:
+    return measure(ws, MeasureSpec(**spec))  # type: ignore[arg-type]
+
+
+def _shared_frame_weights(L: int = 6, d_out: int = 40, d_in: int = 30, seed: int = 0) -> dict:
+    # Every layer shares its top input direction v (plus noise); output directions are independent.
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(d_in, generator=g)
+    v /= v.norm()
+    out = {}
+    for layer in range(L):
+        u = torch.randn(d_out, generator=g)
+        out[("attn_q", layer)] = 5 * torch.outer(u / u.norm(), v) + 0.05 * torch.randn(d_out, d_in, generator=g)
+    return out
+
+
+def test_a_shared_input_direction_is_reported_continuous_in_v_and_not_in_u():
+    report = _measure(WeightSet.from_tensors(_shared_frame_weights()), k=2, null_draws=50)
+    (q,) = report.roles
+    v1, u1 = q.spaces["v"].vectors[0], q.spaces["u"].vectors[0]
+    assert v1.mean > 0.99 and v1.z > 10
+    assert u1.z < 3
+    assert q.predicted_space == "v" and q.verdict == "holds"
+
+
+def test_predicting_the_wrong_space_gives_a_failing_verdict():
+    weights = {("attn_o", layer): w for (_, layer), w in _shared_frame_weights().items()}
+    (o,) = _measure(WeightSet.from_tensors(weights), k=1, null_draws=50).roles
+    assert o.predicted_space == "u" and o.verdict == "fails"
+
+
+def test_report_is_json_serialisable_and_deterministic_given_the_seed():
+    ws = WeightSet.from_tensors(_shared_frame_weights())
+    a = _measure(ws, k=2, null_draws=20, seed=3).to_dict()
+    b = _measure(ws, k=2, null_draws=20, seed=3).to_dict()
+    assert json.dumps(a) == json.dumps(b)
+
+
+def test_full_spectrum_makes_the_sigma2_bounds_meet():
+    ws = WeightSet.from_tensors(_shared_frame_weights())
+    (q,) = _measure(ws, k=2, null_draws=10, full_spectrum=True).roles
+    s = q.spaces["v"]
+    assert abs(s.sigma2_wa_upper - s.sigma2_wa) < 1e-5
+    (q_top,) = _measure(ws, k=2, null_draws=10).roles
+    t = q_top.spaces["v"]
+    assert t.sigma2_wa - 1e-5 <= s.sigma2_wa <= t.sigma2_wa_upper + 1e-5
+
+
+def test_roles_with_a_single_layer_are_skipped_with_a_note():
+    weights = _shared_frame_weights(L=3)
+    weights[("attn_k", 0)] = torch.randn(10, 30)
+    report = _measure(WeightSet.from_tensors(weights), k=1, null_draws=10)
+    assert [r.role for r in report.roles] == ["attn_q"]
+    assert any("attn_k" in note for note in report.notes)
+
+
+def test_report_round_trips_through_its_dict():
+    report = _measure(WeightSet.from_tensors(_shared_frame_weights()), k=2, null_draws=10)
+    again = Report.from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again == report
+
+
+def test_a_payload_that_is_not_a_report_is_a_geodrift_error():
+    with pytest.raises(GeodriftError, match="not a geodrift continuity report"):
+        Report.from_dict({"origin": "x"})
+
+
+@pytest.mark.parametrize("field,value,option", [("k", 0, "--k"), ("null_draws", 1, "--null-draws")])
+def test_out_of_range_options_name_the_option(field: str, value: int, option: str):
+    with pytest.raises(GeodriftError, match=option):
+        MeasureSpec(**{field: value})  # type: ignore[arg-type]
+
+
+def test_exact_and_streamed_routes_agree():
+    ws = WeightSet.from_tensors(_shared_frame_weights())
+    exact = _measure(ws, k=2, null_draws=20, svd="exact")
+    streamed = _measure(ws, k=2, null_draws=20, svd="topk")
+    for a, b in zip(exact.roles, streamed.roles, strict=True):
+        for space in ("v", "u"):
+            for va, vb in zip(a.spaces[space].vectors, b.spaces[space].vectors, strict=True):
+                assert va.mean == pytest.approx(vb.mean, abs=1e-4)
+                assert va.null_mean == pytest.approx(vb.null_mean, abs=1e-4)
+    assert set(exact.roles[0].methods) <= {"exact", "exact-gram"} and sum(exact.roles[0].methods.values()) == 6
+    assert set(streamed.roles[0].methods) <= {"lanczos", "exact", "exact-fallback"}
+
+
+def test_projection_verdict_for_neither_space_fails_when_one_space_is_strongly_continuous():
+    from types import SimpleNamespace as S
+
+    quiet = S(mean=0.05, null_mean=0.03, z=2.0)
+    loud = S(mean=0.8, null_mean=0.03, z=50.0)
+    assert projection_verdict(None, quiet, quiet)[0] == "holds"
+    assert projection_verdict(None, loud, quiet)[0] == "fails"
+    assert projection_verdict("u", loud, quiet)[0] == "fails"
+
+
+def _leaves(x: object, path: str = "") -> list[tuple[str, object]]:
+    if isinstance(x, dict):
+        return [leaf for k, v in x.items() for leaf in _leaves(v, f"{path}.{k}")]
+    if isinstance(x, list):
+        return [leaf for i, v in enumerate(x) for leaf in _leaves(v, f"{path}[{i}]")]
+    return [(path, x)]
+
+
+SIMILARITIES = {"per_pair", "mean", "median", "null_mean", "null_std", "sigma2_wa", "sigma2_wa_upper",
+                "sigma2_wa_per_pair", "sigma2_null_mean", "sigma2_null_std", "subspace_overlap", "max_residual"}
+
+
+def test_scan_of_the_embedded_model_matches_the_report_written_by_the_previous_main():
+    # tests/golden/smollm2_scan_main.json was written by `geodrift scan --json` at commit a7790c9 (before the
+    # continuity package existed). The one measurement path must give the same numbers up to the top-k
+    # SVD's accuracy: Lanczos accepts a relative residual of 1e-4, so a k >= 2 vector can move by ~1e-4
+    # in |cos| when the float32 summation order changes (seen: 4e-5 per pair, 3e-6 on a mean); z moves
+    # with it (seen: 8e-4). Every similarity must agree to 1e-4 (finer than the 3 decimals shown), z to
+    # 1e-2 (1 decimal shown), every other number to a relative 1e-5.
+    from geodrift.scan.scan import load_weights, scan
+
+    ws, heads = load_weights(None)
+    now = json.loads(json.dumps(scan(ws, MeasureSpec(), heads=heads).to_dict()))
+    before = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    now_leaves, before_leaves = dict(_leaves(now)), _leaves(before)
+    for path, old in before_leaves:
+        new = now_leaves[path]
+        if isinstance(old, float):
+            leaf = path.rsplit(".", 1)[-1].split("[")[0]
+            abs_tol = 1e-2 if leaf == "z" else 1e-4 if leaf in SIMILARITIES else 1e-6
+            assert isinstance(new, float) and math.isclose(new, old, rel_tol=1e-5, abs_tol=abs_tol), path
+        else:
+            assert new == old, path
