@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from geodrift.atomic import write_json
+from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint
@@ -124,5 +124,5 @@ def smollm2_reference(out: str | Path, spec: MeasureSpec) -> Report:
             pass  # a stale cache from another version: scan again
     weights, heads = load_weights(None)
     report = scan(weights, spec, heads=heads)
-    write_json(path, report.to_dict())
+    write_json(path, document("continuity_report", report.to_dict()))
     return report
