@@ -90,6 +90,9 @@ def document(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
         >>> document("proofs", {"seed": 0})
         {'schema_version': '1.0', 'kind': 'proofs', 'seed': 0}
     """
+    clash = [k for k in ENVELOPE_KEYS if k in payload]
+    if clash:
+        raise ValueError(f"document {kind!r}: the payload already has {clash}; nest it under a key of its own")
     return {"schema_version": SCHEMA_VERSION, "kind": kind, **payload}
 
 

@@ -34,7 +34,7 @@ from geodrift.render import console as stdout_console
 
 Justify = Literal["left", "center", "right"]
 # A prose column is given at least this many cells (or its longest word) before the table splits.
-PROSE_MIN = 24
+PROSE_MIN = 16
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ RATE_WINDOW_S = 30.0
 def announce(message: str, *, quiet: bool = False, console: Console | None = None) -> None:
     """Print a start-up message (``… loading the corpus``) on stderr unless ``quiet``."""
     if not quiet:
-        (console or err_console).print(f"[dim]… {message}[/dim]", highlight=False)
+        (console or err_console).print(f"[dim]… {message}[/dim]", highlight=False, soft_wrap=True)
 
 
 def clock(seconds: float | None) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from matplotlib.ticker import MaxNLocator
+
 from geodrift.continuity import Report, RoleReport
 from geodrift.render.figures import (
     NULL_LABEL,
@@ -62,3 +64,4 @@ def _panel(ax: Any, role: RoleReport) -> None:
     ax.set_title(f"{role.label}{verdict}", pad=2, fontsize=7.5)
     ax.set_ylim(0, 1.02)
     ax.set_xlim(min(x) - 0.5, max(x) + 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))

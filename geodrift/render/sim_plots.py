@@ -178,7 +178,7 @@ def pca_plot(records: list[RunRecord], path: Path, dpi: int = 300) -> Path:
                     init = f" (init {evr0.sum():.0%})"
                 title += f"\n3 PCs hold {evr.sum():.0%}{init}"
             ax.set_title(title, pad=2, fontsize=7)
-            ax.tick_params(labelsize=6)
+            ax.tick_params(labelsize=6.5)
         _layer_colorbar(fig, axes, n_layers, cmap)
         fig.suptitle(f"Final W v1 across layers, PCA (sign-aligned, Eq. 6); seed {records[0].seed}")
         return save_figure(fig, path, dpi)
@@ -189,7 +189,7 @@ def transformer_training_plot(records: list[RunRecord], path: Path, floors: dict
     """Per projection, W's v1 and u1 continuity vs step for every seed, each with its null band."""
     roles = [r for r in PAPER_TABLE2_SPACE if records[0].select("W", r, "cont", "v", 1)]
     with style():
-        fig, axes = panels(len(roles), sharex=True)
+        fig, axes = panels(len(roles), sharex=False)
         for ax, role in zip(axes, roles, strict=True):
             for space, color in (("v", "tab:blue"), ("u", "tab:orange")):
                 for i, rec in enumerate(records):

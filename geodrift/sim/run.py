@@ -353,4 +353,4 @@ def _llama_parts(spec: RunSpec, seed: int, device: torch.device, track: bool, on
     tracker = LlamaTracker(model, spec.track, spec.train.steps, steps_per_epoch, seed, evaluate) if track else None
     return _Parts(model, TokenBatches(text.train, spec.train.batch_size, spec.data.seq_len, seed, device), lm_loss,
                   tracker, note, lambda e: model.weightset(origin=f"simulated {spec.label} seed {seed}"),
-                  untracked_rows, {"tokenizer.json": ("tokenizer", text.tokenizer.to_dict())})
+                  untracked_rows, {"tokenizer.json": ("tokenizer", {"tokenizer": text.tokenizer.to_dict()})})
