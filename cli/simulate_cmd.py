@@ -93,7 +93,7 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     from geodrift.atomic import document, to_json
     from geodrift.errors import GeodriftError
     from geodrift.render.figures import check_dpi, figure_format
-    from geodrift.render.progress import JobProgress, announce
+    from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.sim.config import preset_seeds
     from geodrift.sim.outdir import prepare_out
     from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
@@ -128,17 +128,19 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
         with JobProgress("training", sum(s.train.steps for s in specs) * groups, "steps", quiet=quiet) as bar:
             rep = reproduce(sim, preset, seeds=seed_list, batched=batched, device=device,
                             out=str(out) if out else None, resume=resume, checkpoint_every=checkpoint_every,
-                            on_step=_step_reporter(bar), on_stage=bar.note, **options)
+                            on_step=training_reporter(bar), on_stage=bar.note, **options)
     reference = None
     if smollm2 and sim == "transformer":
         from geodrift.continuity import MeasureSpec
         from geodrift.pretrained import smollm2_reference
 
         track = rep.specs[0].track
-        announce("scanning the embedded SmolLM2-135M for the reference column (cached after the first time)",
-                 quiet=quiet)
-        reference = smollm2_reference(out or Path("runs/transformer"),
-                                      MeasureSpec(k=track.final_k, null_draws=track.final_null_draws))
+        with JobProgress("scanning SmolLM2-135M (reference column, cached)", 0, "matrices", quiet=quiet) as bar:
+            def on_matrix(done: int, total: int, label: str) -> None:
+                bar.update(completed=done, description=label, total=total)
+
+            reference = smollm2_reference(out or Path("runs/transformer"),
+                                          MeasureSpec(k=track.final_k, null_draws=track.final_null_draws), on_matrix)
     if plot is not None:
         from geodrift.render.sim_plots import write_plots
 
@@ -153,34 +155,6 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
         from geodrift.render.sim import render_reproduction
 
         render_reproduction(rep, reference, detail=detail, wide=bool(opts["wide"]))
-
-
-def _step_reporter(bar: Any) -> Any:
-    # Turn each StepStatus into the bar's position, description and status line (step, loss, latest
-    # continuity with its null). float(loss) waits for the device, so the status is refreshed ~4 times a second.
-    import time
-
-    state: dict[str, Any] = {"base": 0, "last": 0, "run": ("", ()), "shown": 0.0}
-
-    def on_step(status: Any) -> None:
-        run = (status.label, status.seeds)
-        if run != state["run"]:
-            state["base"] += state["last"]
-            state["last"], state["run"] = 0, run
-        state["last"] = status.done
-        seeds = ",".join(str(s) for s in status.seeds)
-        bar.update(completed=state["base"] + status.done, description=f"{status.label} seed {seeds}")
-        now = time.monotonic()
-        if now - state["shown"] >= 0.25 or status.done == status.steps:
-            state["shown"] = now
-            text = f"step {status.done}/{status.steps} · loss {float(status.loss):.4f}"
-            if status.latest is not None:
-                latest = status.latest
-                text += (f" · {latest.label} {latest.value:.3f} (null {latest.null_mean:.3f}) "
-                         f"at step {latest.step}")
-            bar.status(text)
-
-    return on_step
 
 
 def _parse_seeds(text: str | None) -> list[int] | None:

@@ -125,3 +125,27 @@ def test_the_schema_page_names_every_kind_geodrift_writes():
     assert kinds >= {"continuity_report", "reproduction", "run_record", "proofs", "inventory", "tokenizer"}
     for kind in kinds:
         assert f"## kind: `{kind}`" in DOC, kind
+
+
+def test_a_scan_of_extreme_weights_writes_strict_json_with_a_note(tmp_path: Path):
+    # Weights near float32's limit overflow some sums (sigma^2-WA here): the JSON must stay strict,
+    # with null and a note naming each such value, and the OV composite must not crash the scan.
+    import torch
+    from _checkpoints import hf_config, llama_state, write_hf_folder
+
+    state = {k: v * (3e37 if "proj" in k else 1.0) for k, v in llama_state(n_layers=3).items()}
+    folder = write_hf_folder(tmp_path / "m", state, hf_config(n_layers=3), dtype=torch.float32)
+    result = runner.invoke(app, ["scan", str(folder), "--k", "2", "--null-draws", "10", "--json", "--quiet"])
+    assert result.exit_code == 0, result.output
+
+    def refuse(constant: str):
+        raise ValueError(constant)
+
+    doc = json.loads(result.stdout, parse_constant=refuse)
+    assert doc["nonfinite"]["count"] > 0 and "Infinity" in doc["nonfinite"]["note"]
+    first = doc["nonfinite"]["values"][0]
+    node: Any = doc
+    for part in first["path"].strip("/").split("/"):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    assert node is None and first["was"] in ("NaN", "Infinity", "-Infinity")
+    assert [r["label"] for r in doc["roles"]][-1] == "OV"

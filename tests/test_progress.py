@@ -94,3 +94,22 @@ def test_tokenizer_training_is_announced(tokenizer: str):
     stages.clear()
     prepare_text(data, stages.append)  # cached: nothing to announce
     assert stages == []
+
+
+def test_the_training_reporter_counts_steps_across_runs_and_shows_loss_and_continuity():
+    import torch
+
+    from geodrift.render.progress import training_reporter
+    from geodrift.sim.track import Latest
+
+    console, out = _console(terminal=False)
+    latest = Latest("W v1", 0.8123, 0.0612, 10)
+    with JobProgress("training", 8, "steps", every=0.0, console=console) as bar:
+        report = training_reporter(bar)
+        for label in ("Res+ReLU", "Res+None"):
+            for done in range(1, 5):
+                report(StepStatus(label, (42,), done, 4, torch.tensor(0.25), latest if done > 2 else None))
+        assert bar.completed == 8 and bar.description == "Res+None seed 42"
+    lines = out.getvalue().splitlines()
+    assert lines[-2].endswith("step 4/4 · loss 0.2500 · W v1 0.812 (null 0.061) at step 10"), lines[-2]
+    assert "8/8 (100%)" in lines[-2]

@@ -38,7 +38,7 @@ def commands_in_markdown(text: str) -> list[str]:
     out = []
     for line in lines:
         for part in re.split(r"&&|;", line):
-            part = re.split(r"\s(?:\d?>|\|)", part)[0]  # cut at a redirection or a pipe (not a|b inside a word)
+            part = re.split(r"\s(?:\d?>|\||#)", part)[0]  # cut at a redirection, a pipe (not a|b in a word), a comment
             words = part.replace("$G", "geodrift").split()
             while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # OMP_NUM_THREADS=1 ...
                 words.pop(0)
@@ -113,7 +113,7 @@ def test_the_readme_shows_geodrift_commands():
 
 def test_extraction_handles_env_paths_redirections_and_alternatives():
     text = ("run `OMP_NUM_THREADS=1 .venv/bin/geodrift simulate mlp --preset table1|drift > /dev/null`\n"
-            "```bash\nbash scripts/setup.sh && COLUMNS=230 $G scan --k 4 | tee out.txt\n```\n")
+            "```bash\nbash scripts/setup.sh && COLUMNS=230 $G scan --k 4 | tee out.txt  # the scan\n```\n")
     found = commands_in_markdown(text)
     assert found == ["geodrift scan --k 4", "geodrift simulate mlp --preset table1|drift"]
     assert expand(found[1]) == [["simulate", "mlp", "--preset", "table1"], ["simulate", "mlp", "--preset", "drift"]]

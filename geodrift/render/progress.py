@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
 from rich.progress import (
@@ -36,6 +38,9 @@ from rich.progress import (
 from rich.text import Text
 
 from geodrift.render import err_console
+
+if TYPE_CHECKING:
+    from geodrift.sim.run import StepStatus
 
 # Seconds between plain progress lines when stderr is not a terminal.
 PLAIN_EVERY_S = 10.0
@@ -138,8 +143,11 @@ class JobProgress:
         elif not self.quiet and self._lines and kind is None:
             self.console.print(self._plain_line(final=True), highlight=False, soft_wrap=True)
 
-    def update(self, completed: int | None = None, advance: int = 0, description: str | None = None) -> None:
-        """Set or advance the units done, and optionally what is being worked on."""
+    def update(self, completed: int | None = None, advance: int = 0, description: str | None = None,
+               total: int | None = None) -> None:
+        """Set or advance the units done, and optionally what is being worked on (and the total, once known)."""
+        if total is not None:
+            self.total = total
         self.completed = completed if completed is not None else self.completed + advance
         now = time.monotonic()
         self._samples.append((now, self.completed))
@@ -148,7 +156,7 @@ class JobProgress:
         if description is not None:
             self.description = description
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=self.completed, description=self.description)
+            self._bar.update(self._task, completed=self.completed, description=self.description, total=self.total)
         elif not self.quiet:
             self._maybe_line()
 
@@ -187,3 +195,32 @@ class JobProgress:
         status = f" · {self.status_text}" if self.status_text else ""
         return (f"{self.title}{what}: {self.completed}/{self.total}{pct} · {rate_text(rate, self.unit)} · "
                 f"elapsed {clock(elapsed)} · ETA {clock(eta)}{status}")
+
+
+def training_reporter(bar: JobProgress) -> Callable[[StepStatus], None]:
+    """An ``on_step`` callback for ``geodrift.sim.reproduce.reproduce`` that drives ``bar`` across all runs.
+
+    The bar counts steps over every run (configuration x seed); its description names the run; its
+    status line shows the step, the loss and the latest tracked continuity with its null mean.
+    ``float(loss)`` waits for the device, so the status is refreshed at most ~4 times a second.
+    """
+    state: dict[str, Any] = {"base": 0, "last": 0, "run": ("", ()), "shown": 0.0}
+
+    def on_step(status: StepStatus) -> None:
+        run = (status.label, status.seeds)
+        if run != state["run"]:
+            state["base"] += state["last"]
+            state["last"], state["run"] = 0, run
+        state["last"] = status.done
+        bar.update(completed=state["base"] + status.done,
+                   description=f"{status.label} seed {','.join(str(s) for s in status.seeds)}")
+        now = time.monotonic()
+        if now - state["shown"] >= 0.25 or status.done == status.steps:
+            state["shown"] = now
+            text = f"step {status.done}/{status.steps} · loss {float(status.loss):.4f}"
+            if status.latest is not None:
+                latest = status.latest
+                text += f" · {latest.label} {latest.value:.3f} (null {latest.null_mean:.3f}) at step {latest.step}"
+            bar.status(text)
+
+    return on_step
