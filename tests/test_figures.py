@@ -141,7 +141,7 @@ def test_transformer_figures_are_paper_ready(tmp_path: Path, saved: list[Any]):
 
 
 def test_proofs_figure_is_paper_ready(tmp_path: Path, saved: list[Any]):
-    report = run_claims(["equivariance", "breaking", "gauge"], seed=0)
+    report = run_claims(["breaking", "gauge"], seed=0)  # bars and a heatmap (equivariance: the slowest claim)
     path = write_proofs_plot(report, tmp_path / "proofs.svg", dpi=100)
     assert path is not None and "log10 rel. change" in path.read_text()
     _assert_paper_ready(saved[-1], similarity=False)
