@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from geodrift import __version__
-from geodrift.cli import prove_cmd, scan_cmd, simulate_cmd
+from geodrift.cli import inspect_cmd, prove_cmd, scan_cmd, simulate_cmd
 from geodrift.errors import GeodriftError
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(scan_cmd.app)
+app.add_typer(inspect_cmd.app)
 app.add_typer(prove_cmd.app)
 app.add_typer(simulate_cmd.app, name="simulate")
 

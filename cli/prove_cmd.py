@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from geodrift.cli.options import Dpi, Quiet, Wide
+
 app = typer.Typer()
 
 
@@ -19,18 +21,42 @@ def prove(
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write the derivations as Markdown (LaTeX) "
                                                   "here.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the numeric cross-checks.")] = 0,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the figure of the numeric cross-checks; the "
+                                              "suffix gives the format: .png, .pdf or .svg.")] = None,
+    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """Verify each claim with sympy, then cross-check it numerically in torch on the simulator's models."""
-    from geodrift.atomic import to_json, write_text
+    from geodrift.atomic import document, to_json, write_text
     from geodrift.prove import run_claims
+    from geodrift.prove.runner import select
+    from geodrift.render.figures import check_dpi, figure_format
+    from geodrift.render.progress import JobProgress, announce
     from geodrift.render.proofs import proofs_markdown, render_proofs
 
-    report = run_claims(claims or None, seed=seed)
+    if plot is not None:  # fail before the work, not after it
+        figure_format(plot)
+        check_dpi(dpi)
+    with JobProgress("proving", len(select(claims or None)), "claims", quiet=quiet) as bar:
+        report = run_claims(claims or None, seed=seed,
+                            on_claim=lambda name, i, n: bar.update(completed=i, description=name))
+        bar.update(completed=len(report.results))
+    written: list[Path] = []
     if markdown is not None:
         write_text(markdown, proofs_markdown(report, f"geodrift prove --markdown {markdown}"))
+        written.append(markdown)
+    if plot is not None:
+        from geodrift.render.proofs import write_proofs_plot
+
+        figure = write_proofs_plot(report, plot, dpi)
+        if figure is None:
+            announce(f"--plot {plot}: no claim reached its numeric cross-check; no figure written", quiet=quiet)
+        else:
+            written.append(figure)
     if as_json:
-        sys.stdout.write(to_json(report.to_dict(), indent=2) + "\n")
+        sys.stdout.write(to_json(document("proofs", report.to_dict()), indent=2) + "\n")
     else:
-        render_proofs(report)
+        render_proofs(report, wide=wide)
+    if written:
+        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
     if any(r.status == "failed" for r in report.results):
         raise typer.Exit(1)

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from geodrift.cli.options import Dpi, Quiet, Wide
+
 app = typer.Typer()
 
 
@@ -25,35 +27,48 @@ def scan_command(
     names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON on stdout.")] = False,
     json_out: Annotated[Path | None, typer.Option("--json-out", help="Also write the JSON report here.")] = None,
-    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write flat rows (role × space × k) to this "
-                                                 "CSV.")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of continuity vs depth per "
-                                              "projection.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write the summary (projection × space × k) to "
+                                                 "this CSV, and one row per adjacent layer pair to NAME.pairs.csv "
+                                                 "beside it.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the figure of continuity vs depth per "
+                                              "projection; the suffix gives the format: .png, .pdf or .svg.")] = None,
     detail: Annotated[bool, typer.Option("--detail/--brief", help="Also show the k = 1..K table.")] = True,
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
                                                 "(Eq. 2) is exact instead of bounded (slower).")] = False,
+    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
-    from geodrift.atomic import to_json, write_json
+    from geodrift.atomic import document, to_json, write_json
     from geodrift.continuity import MeasureSpec
-    from geodrift.render.progress import progress_bar
-    from geodrift.render.scan import render_scan, write_csv, write_plot
+    from geodrift.render.figures import check_dpi, figure_format
+    from geodrift.render.files import write_csv
+    from geodrift.render.progress import JobProgress, announce
+    from geodrift.render.scan import render_scan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
+    if plot is not None:  # fail before the long job, not after it
+        figure_format(plot)
+        check_dpi(dpi)
     ws, heads = load_weights(model, view, names, role_list, layer_list)
-    with progress_bar(len(ws), "scanning", disable=as_json) as update:
+    with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar:
         report = scan(ws, spec, heads=heads if ov else None,
-                      progress=lambda label: update(advance=1, description=label))
+                      progress=lambda label: bar.update(advance=1, description=label))
+    written: list[Path] = []
     if json_out:
-        write_json(json_out, report.to_dict())
+        write_json(json_out, document("continuity_report", report.to_dict()))
+        written.append(json_out)
     if csv_out:
-        write_csv(report, csv_out)
+        written += write_csv(report, csv_out)
     if plot:
-        write_plot(report, plot)
+        from geodrift.render.scan_plot import write_plot
+
+        written.append(write_plot(report, plot, dpi))
     if as_json:
-        sys.stdout.write(to_json(report.to_dict()) + "\n")
+        sys.stdout.write(to_json(document("continuity_report", report.to_dict())) + "\n")
     else:
-        render_scan(report, detail=detail)
+        render_scan(report, detail=detail, wide=wide)
+    if written:
+        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from geodrift.cli.options import Dpi, Force, Quiet, Wide
+
 app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.", no_args_is_help=True)
 
 Ablation = Annotated[list[str] | None, typer.Option(
@@ -25,9 +27,11 @@ Device = Annotated[str, typer.Option("--device", help="auto (CUDA when available
 Out = Annotated[Path | None, typer.Option("--out", help="Folder for run records, reports and checkpoints "
                                           "(default: nothing is written).")]
 Resume = Annotated[bool, typer.Option("--resume", help="Reuse finished runs in --out and continue interrupted "
-                                      "ones from their checkpoints.")]
+                                      "ones from their checkpoints (a non-empty --out needs --resume or --force).")]
 Reload = Annotated[bool, typer.Option("--reload", help="Re-render the runs in --out without training.")]
-Plot = Annotated[Path | None, typer.Option("--plot", help="Folder for PNG plots.")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="Figures: a folder (PNG files), or a file name whose suffix "
+                                           "(.png, .pdf, .svg) gives the format and whose stem prefixes each figure "
+                                           "(figs/t1.pdf -> figs/t1_continuity.pdf, ...).")]
 Json = Annotated[bool, typer.Option("--json", help="Print the reproduction as JSON on stdout.")]
 CheckpointEvery = Annotated[int, typer.Option("--checkpoint-every", help="Save a resumable checkpoint every N "
                                               "steps under --out (0: none).")]
@@ -46,11 +50,13 @@ def mlp_command(
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
     batch_seeds: Annotated[bool | None, typer.Option("--batch-seeds/--no-batch-seeds", help="Train the seeds of a "
                                                      "configuration as one batched ensemble (default: on CUDA).")] = None,
+    force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """The toy residual MLP (paper section 4). Named ablations: nores, ln, ln_post, ln_branch, relu, gelu, silu,
     tanh, none, radial."""
     _simulate("mlp", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot, as_json,
-              checkpoint_every, threads, detail, batched=batch_seeds)
+              checkpoint_every, threads, detail, batched=batch_seeds,
+              shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet})
 
 
 @app.command("transformer")
@@ -67,28 +73,33 @@ def transformer_command(
     vocab: Annotated[int | None, typer.Option("--vocab", help="BPE vocabulary size.")] = None,
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside.")] = True,
+    force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial, nores,
     nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial."""
     _simulate("transformer", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot,
               as_json, checkpoint_every, threads, detail, text={"tokenizer": tokenizer, "vocab": vocab},
-              smollm2=smollm2)
+              smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet})
 
 
 def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | None, steps: int | None,
               track_every: int | None, data: str | None, device: str, out: Path | None, resume: bool, reload: bool,
               plot: Path | None, as_json: bool, checkpoint_every: int, threads: int | None, detail: bool,
-              batched: bool | None = None, text: dict[str, Any] | None = None, smollm2: bool = False) -> None:
-    # Parse -> one library call (reproduce, or reload) -> render.
+              batched: bool | None = None, text: dict[str, Any] | None = None, smollm2: bool = False,
+              shown: dict[str, Any] | None = None) -> None:
+    # Parse -> one library call (reproduce, or reload) -> render. ``shown``: force, dpi, wide, quiet.
     import torch
 
-    from geodrift.atomic import to_json
+    from geodrift.atomic import document, to_json
     from geodrift.errors import GeodriftError
-    from geodrift.render import err_console
-    from geodrift.render.progress import progress_bar
+    from geodrift.render.figures import check_dpi, figure_format
+    from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.sim.config import preset_seeds
+    from geodrift.sim.outdir import prepare_out
     from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
 
+    opts = {"force": False, "dpi": 300, "wide": False, "quiet": False, **(shown or {})}
+    quiet = bool(opts["quiet"])
     if threads:
         torch.set_num_threads(threads)
     if (resume or reload) and out is None:
@@ -97,49 +108,53 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
         raise GeodriftError(f"--steps: must be >= 1, got {steps}")
     if checkpoint_every < 0:
         raise GeodriftError(f"--checkpoint-every: must be >= 0 (0 = none), got {checkpoint_every}")
+    if plot is not None:  # fail before training, not after it
+        check_dpi(int(opts["dpi"]))
+        if plot.suffix:
+            figure_format(plot)
     seed_list = _parse_seeds(seeds) or list(preset_seeds(sim, preset))
     if reload:
         assert out is not None
+        prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]))
         rep = reload_reproduction(sim, out)
     else:
         options: dict[str, Any] = {"steps": steps, "track_every": track_every, "ablations": ablation or None, "data": data,
                    "text": text}
         specs = build_specs(sim, preset, **options)
+        removed = prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]), plot=plot)
+        if removed:
+            announce(f"--force: deleted {len(removed)} earlier result file(s) under {out or plot}", quiet=quiet)
         groups = 1 if (batched and sim == "mlp") else len(seed_list)
-        with progress_bar(sum(s.train.steps for s in specs) * groups, "training", disable=as_json) as update:
-            state = {"base": 0, "last": 0}
-
-            def on_step(done: int) -> None:
-                if done < state["last"]:
-                    state["base"] += state["last"]
-                state["last"] = done
-                update(completed=state["base"] + done)
-
+        with JobProgress("training", sum(s.train.steps for s in specs) * groups, "steps", quiet=quiet) as bar:
             rep = reproduce(sim, preset, seeds=seed_list, batched=batched, device=device,
                             out=str(out) if out else None, resume=resume, checkpoint_every=checkpoint_every,
-                            on_run=lambda label, seed: update(description=label), on_step=on_step, **options)
+                            on_step=training_reporter(bar), on_stage=bar.note, **options)
     reference = None
     if smollm2 and sim == "transformer":
         from geodrift.continuity import MeasureSpec
         from geodrift.pretrained import smollm2_reference
 
         track = rep.specs[0].track
-        reference = smollm2_reference(out or Path("runs/transformer"),
-                                      MeasureSpec(k=track.final_k, null_draws=track.final_null_draws))
+        with JobProgress("scanning SmolLM2-135M (reference column, cached)", 0, "matrices", quiet=quiet) as bar:
+            def on_matrix(done: int, total: int, label: str) -> None:
+                bar.update(completed=done, description=label, total=total)
+
+            reference = smollm2_reference(out or Path("runs/transformer"),
+                                          MeasureSpec(k=track.final_k, null_draws=track.final_null_draws), on_matrix)
     if plot is not None:
         from geodrift.render.sim_plots import write_plots
 
-        paths = write_plots(rep, plot)
-        err_console.print("plots: " + ", ".join(str(p) for p in paths))
+        paths = write_plots(rep, plot, int(opts["dpi"]))
+        announce("wrote " + ", ".join(str(p) for p in paths), quiet=quiet)
     if as_json:
         payload = rep.to_dict()
         if reference is not None:
             payload["smollm2"] = reference.to_dict()
-        sys.stdout.write(to_json(payload) + "\n")
+        sys.stdout.write(to_json(document("reproduction", payload)) + "\n")
     else:
         from geodrift.render.sim import render_reproduction
 
-        render_reproduction(rep, reference, detail=detail)
+        render_reproduction(rep, reference, detail=detail, wide=bool(opts["wide"]))
 
 
 def _parse_seeds(text: str | None) -> list[int] | None:

@@ -1,12 +1,21 @@
-"""Atomic file writes: write to a temporary file in the target folder, then rename over the target.
+"""Atomic file writes, and the one JSON dialect every geodrift file uses.
 
-A crash or an error midway leaves the old file (or nothing) in place, never a half-written one.
+Writes go to a temporary file in the target folder, then are renamed over the target: a crash or
+an error midway leaves the old file (or nothing) in place, never a half-written one. The finished
+file gets the mode any Unix tool would give a new file, ``0o666 & ~umask`` (0644 under the usual
+umask 022), not the temporary file's private 0600.
+
+JSON is strict (RFC 8259): NaN and +-Infinity, which strict parsers reject, are written as ``null``
+and listed, with the reason, under a top-level ``"nonfinite"`` note. Every JSON document geodrift
+writes starts with ``schema_version`` and ``kind`` (:func:`document`); docs/output-schema.md
+describes each kind field by field.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -14,10 +23,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
+SCHEMA_VERSION = "1.0"
+# Top-level keys of a document that are about the file, not the payload (see :func:`payload_of`).
+ENVELOPE_KEYS = ("schema_version", "kind", "nonfinite")
+NONFINITE_NOTE = (
+    "NaN and +-Infinity are not valid JSON (RFC 8259), so these values were written as null. NaN means the "
+    "number could not be computed (e.g. a standard deviation over a single seed, a mean over nothing); "
+    "+-Infinity means it overflowed or divided by zero (e.g. a z-score against a null without spread, "
+    "weights beyond float32's range). 'path' is a JSON Pointer (RFC 6901) to each value, 'was' its value."
+)
+_NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
+
 
 @contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
-    """Yield a temporary path next to ``target``; on success rename it onto ``target``.
+    """Yield a temporary path next to ``target``; on success give it the umask's mode and rename it onto ``target``.
 
     Example:
         >>> with atomic_path("out.png") as tmp:  # doctest: +SKIP
@@ -30,10 +51,30 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, target)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the OS allows (Linux ``/proc``).
+
+    Example:
+        >>> 0 <= current_umask() <= 0o777
+        True
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: read it by setting it, then put it back at once
+    os.umask(mask)
+    return mask
 
 
 def write_text(target: str | Path, text: str) -> None:
@@ -42,9 +83,38 @@ def write_text(target: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def document(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` with ``schema_version`` and ``kind`` first: how every JSON file of geodrift starts.
+
+    Example:
+        >>> document("proofs", {"seed": 0})
+        {'schema_version': '1.0', 'kind': 'proofs', 'seed': 0}
+    """
+    clash = [k for k in ENVELOPE_KEYS if k in payload]
+    if clash:
+        raise ValueError(f"document {kind!r}: the payload already has {clash}; nest it under a key of its own")
+    return {"schema_version": SCHEMA_VERSION, "kind": kind, **payload}
+
+
+def payload_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document without its envelope keys (:data:`ENVELOPE_KEYS`), for ``from_dict`` readers."""
+    return {k: v for k, v in doc.items() if k not in ENVELOPE_KEYS}
+
+
 def to_json(payload: Any, indent: int | None = None) -> str:
-    """Strict JSON (RFC 8259): NaN and +-Infinity, which strict parsers reject, become ``null``."""
-    return json.dumps(_finite_or_none(payload), indent=indent, allow_nan=False, default=str)
+    """Strict JSON: NaN and +-Infinity become ``null``, listed under a top-level ``"nonfinite"`` note.
+
+    Numbers of other types (numpy scalars) are written as numbers; other unknown objects as strings.
+
+    Example:
+        >>> to_json({"std": float("nan")})  # doctest: +ELLIPSIS
+        '{"std": null, "nonfinite": {"note": "NaN and ...", "count": 1, "values": [{"path": "/std", "was": "NaN"}]}}'
+    """
+    replaced: list[dict[str, str]] = []
+    clean = _finite_or_none(payload, "", replaced)
+    if replaced and isinstance(clean, dict):
+        clean["nonfinite"] = {"note": NONFINITE_NOTE, "count": len(replaced), "values": replaced[:_NONFINITE_LISTED]}
+    return json.dumps(clean, indent=indent, allow_nan=False, default=str)
 
 
 def write_json(target: str | Path, payload: Any) -> None:
@@ -58,11 +128,25 @@ def write_with(target: str | Path, writer: Callable[[Path], None]) -> None:
         writer(tmp)
 
 
-def _finite_or_none(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+def _finite_or_none(value: Any, path: str, replaced: list[dict[str, str]]) -> Any:
+    # Walk the payload; record a JSON Pointer for every non-finite float written as null.
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if not math.isfinite(number):
+            replaced.append({"path": path or "/", "was": "NaN" if number != number else
+                             ("Infinity" if number > 0 else "-Infinity")})
+            return None
+        return number
     if isinstance(value, dict):
-        return {k: _finite_or_none(v) for k, v in value.items()}
+        return {k: _finite_or_none(v, f"{path}/{_pointer(str(k))}", replaced) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite_or_none(v) for v in value]
+        return [_finite_or_none(v, f"{path}/{i}", replaced) for i, v in enumerate(value)]
     return value
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")

@@ -15,12 +15,13 @@ of those packages imports the other.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from geodrift.atomic import write_json
+from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint
@@ -114,8 +115,15 @@ def smollm2_perplexity(text: str, seq_len: int = 128, max_windows: int = 32) -> 
     return perplexity(model, eval_windows(ids, seq_len, max_windows), tokenizer.token_bytes(), batch=8)
 
 
-def smollm2_reference(out: str | Path, spec: MeasureSpec) -> Report:
-    """The embedded SmolLM2-135M-Instruct's scan (the same table as ``geodrift scan``), cached in ``out``."""
+def smollm2_reference(out: str | Path, spec: MeasureSpec,
+                      progress: Callable[[int, int, str], None] | None = None) -> Report:
+    """The embedded SmolLM2-135M-Instruct's scan (the same table as ``geodrift scan``), cached in ``out``.
+
+    Args:
+        out: folder of the cache file.
+        spec: what to measure.
+        progress: called with ``(done, total, "role[layer]")`` after each matrix when it has to scan.
+    """
     path = Path(out) / f"smollm2-135m_scan_k{spec.k}_n{spec.null_draws}_s{spec.seed}.json"
     if path.exists():
         try:
@@ -123,6 +131,13 @@ def smollm2_reference(out: str | Path, spec: MeasureSpec) -> Report:
         except (json.JSONDecodeError, GeodriftError):
             pass  # a stale cache from another version: scan again
     weights, heads = load_weights(None)
-    report = scan(weights, spec, heads=heads)
-    write_json(path, report.to_dict())
+    done = [0]
+
+    def step(label: str) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], len(weights), label)
+
+    report = scan(weights, spec, heads=heads, progress=step)
+    write_json(path, document("continuity_report", report.to_dict()))
     return report

@@ -6,10 +6,10 @@ cd "$(dirname "$0")/.."
 G=.venv/bin/geodrift
 PY=.venv/bin/python
 mkdir -p out
-# Scan table (seconds)
+# Scan table (seconds): JSON, summary CSV + per-pair CSV (out/scan.pairs.csv), figure
 $G scan --json-out out/scan.json --csv out/scan.csv --plot out/scan.png
-# Proofs (seconds) and their Markdown appendix
-$G prove --markdown docs/proofs.md
+# Proofs (seconds), their Markdown appendix and the figure of the numeric cross-checks
+$G prove --markdown docs/proofs.md --plot out/proofs.png
 # Benchmarks (minutes; the memory one writes a 4.6 GB checkpoint to a temp folder)
 $PY benchmarks/bench_scan_speed.py --repeats 3
 OMP_NUM_THREADS=1 $PY benchmarks/bench_scan_memory.py --layers 10 --write-results benchmarks/RESULTS_memory.md
@@ -24,7 +24,7 @@ OMP_NUM_THREADS=1 $G simulate mlp --preset drift --seeds 42 --steps 4690 --out r
 for abl in "" "--ablation none" "--ablation linear_attn" "--ablation v_silu"; do
   for seed in 42 43; do
     # shellcheck disable=SC2086
-    OMP_NUM_THREADS=1 $G simulate transformer --preset cpu $abl --seeds $seed --out runs/transformer --json --no-smollm2 > /dev/null
+    OMP_NUM_THREADS=1 $G simulate transformer --preset cpu $abl --seeds $seed --out runs/transformer --resume --json --no-smollm2 > /dev/null
   done
   # shellcheck disable=SC2086
   COLUMNS=230 $G simulate transformer --preset cpu $abl --seeds 42,43 --out runs/transformer --resume --plot runs/transformer/plots

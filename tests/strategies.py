@@ -63,3 +63,12 @@ def low_rank_matrices(rank: st.SearchStrategy[int] = st.integers(1, 3), rows: st
         return st.tuples(arrays(st.just((r, k))), arrays(st.just((k, c)))).map(lambda ab: ab[0] @ ab[1])
 
     return st.tuples(rows, rank, cols).flatmap(product)
+
+
+def json_like(numbers: st.SearchStrategy[float] = st.floats(allow_nan=True, allow_infinity=True),
+              max_leaves: int = 20) -> st.SearchStrategy[object]:
+    """Nested dicts/lists of numbers (NaN and +-inf included by default), ints, short strings and None:
+    what a report's ``to_dict`` can hold."""
+    leaves = numbers | st.integers() | st.text(max_size=3) | st.none()
+    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4)
+                        | st.dictionaries(st.text(max_size=3), inner, max_size=4), max_leaves=max_leaves)

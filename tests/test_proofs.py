@@ -95,7 +95,7 @@ def test_prove_cli_writes_json_and_markdown(tmp_path) -> None:  # type: ignore[n
     md = tmp_path / "proofs.md"
     res = CliRunner().invoke(app, ["prove", "breaking", "--json", "--markdown", str(md)])
     assert res.exit_code == 0, res.output
-    payload = json.loads(res.output)
+    payload = json.loads(res.stdout)  # stderr carries the progress and "wrote ..." notes
     assert [r["name"] for r in payload["results"]] == ["breaking"]
     assert payload["results"][0]["status"] == "verified"
     text = md.read_text()

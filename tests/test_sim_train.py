@@ -154,7 +154,7 @@ def test_loop_clips_then_steps_then_schedules():
 
     after: list[list[torch.Tensor]] = []
     end = train(model, Batches(), loss_fn, opt, make_scheduler(opt, cfg), steps=cfg.steps, grad_clip=cfg.grad_clip,
-                on_step=lambda done: after.append([p.detach().clone() for p in (model.weight, model.bias)]))
+                on_step=lambda done, loss: after.append([p.detach().clone() for p in (model.weight, model.bias)]))
     assert end == cfg.steps and len(after) == cfg.steps
     for t, ((lr, before, raw), new) in enumerate(zip(seen, after, strict=True)):
         assert lr == pytest.approx(cfg.lr * _documented_factor(t, cfg), abs=1e-12), t

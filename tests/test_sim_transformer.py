@@ -38,7 +38,8 @@ def test_tiny_run_writes_record_report_and_tokenizer(tmp_path: Path) -> None:
     assert [r.role for r in report.roles] == list(TRANSFORMER_ROLES)
     assert to_json(report.to_dict()) == to_json(res.report.to_dict())
     assert len(report.roles[0].spaces["v"].vectors) == 4  # final_k of the tiny preset
-    assert json.loads((folder / "tokenizer.json").read_text())["kind"] == "bytes"
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    assert tokenizer["kind"] == "tokenizer" and tokenizer["tokenizer"]["kind"] == "bytes"  # a versioned document
     assert rec.value("eval", None, "ppl") == pytest.approx(rec.summary["ppl"])
     assert 1.0 < rec.summary["ppl"] < 256.0  # type: ignore[operator]
     assert rec.summary["final attn_q v1"] == report.role("attn_q").spaces["v"].vectors[0].mean  # type: ignore[union-attr]

@@ -249,13 +249,15 @@ def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fr
 def _vector_rows(cos: torch.Tensor, samples: torch.Tensor, dim: int) -> list[VectorContinuity]:
     # cos: (L-1, k) observed |cos|; samples: (draws, L-1, k) permuted ones.
     null = metrics.null_of_continuity(samples)
+    pair_mean, pair_std = samples.mean(0), samples.std(0)  # (L-1, k): each pair's own null
     means = cos.mean(0)
     z = null.z(means)
     return [
         VectorContinuity(
             k=j + 1, per_pair=cos[:, j].tolist(), mean=float(means[j]), median=float(cos[:, j].median()),
             baseline=metrics.random_baseline(dim), null_mean=float(null.mean[j]),
-            null_std=float(null.std[j]), z=float(z[j]),
+            null_std=float(null.std[j]), z=float(z[j]), per_pair_null_mean=pair_mean[:, j].tolist(),
+            per_pair_null_std=pair_std[:, j].tolist(),
         )
         for j in range(cos.shape[1])
     ]

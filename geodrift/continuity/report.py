@@ -11,12 +11,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from geodrift.atomic import payload_of
 from geodrift.errors import GeodriftError
 
 
 @dataclass(frozen=True)
 class VectorContinuity:
-    """Eq. 1 for one singular-vector index ``k`` (1-based) in one space, with both floors."""
+    """Eq. 1 for one singular-vector index ``k`` (1-based) in one space, with both floors.
+
+    ``null_mean``/``null_std``/``z`` are the permutation null of the mean over pairs; the
+    ``per_pair_null_*`` lists are each adjacent pair's own null (same draws), for per-pair z.
+    """
 
     k: int
     per_pair: list[float]
@@ -26,6 +31,8 @@ class VectorContinuity:
     null_mean: float
     null_std: float
     z: float
+    per_pair_null_mean: list[float] = field(default_factory=list)
+    per_pair_null_std: list[float] = field(default_factory=list)
 
     @property
     def excess(self) -> float:
@@ -102,6 +109,7 @@ class Report:
             GeodriftError: when the payload is not a continuity report.
         """
         try:
+            payload = payload_of(payload)
             roles = []
             for r in payload["roles"]:
                 spaces = {name: SpaceContinuity(**{**s, "vectors": [VectorContinuity(**v) for v in s["vectors"]]})
@@ -118,7 +126,7 @@ class Report:
             for s in r.spaces.values():
                 for vc in s.vectors:
                     out.append({
-                        "origin": self.origin, "view": self.view, "role": r.role, "label": r.label,
+                        "model": self.origin, "view": self.view, "role": r.role, "label": r.label,
                         "layers": len(r.layers), "space": s.space, "dim": s.dim, "k": vc.k,
                         "mean": vc.mean, "median": vc.median, "baseline": vc.baseline,
                         "null_mean": vc.null_mean, "null_std": vc.null_std, "z": vc.z,
@@ -127,6 +135,29 @@ class Report:
                         "subspace_overlap": s.subspace_overlap, "subspace_baseline": s.subspace_baseline,
                         "predicted_space": r.predicted_space or "none", "verdict": r.verdict,
                     })
+        return out
+
+    def pair_rows(self) -> list[dict[str, Any]]:
+        """Tidy rows for the long CSV: one per (projection, space, k, adjacent layer pair).
+
+        Each row holds the pair's ``|cos|`` (``abs_cos``), that pair's permutation-null mean and
+        std, its z against them and the analytic floor ``sqrt(2/(pi d))``. Reports written before
+        per-pair nulls existed give NaN for those three columns.
+        """
+        out = []
+        for r in self.roles:
+            for s in r.spaces.values():
+                for vc in s.vectors:
+                    for i, value in enumerate(vc.per_pair):
+                        mean = vc.per_pair_null_mean[i] if i < len(vc.per_pair_null_mean) else float("nan")
+                        std = vc.per_pair_null_std[i] if i < len(vc.per_pair_null_std) else float("nan")
+                        out.append({
+                            "model": self.origin, "view": self.view, "projection": r.label, "role": r.role,
+                            "space": s.space, "dim": s.dim, "k": vc.k, "layer": r.layers[i],
+                            "next_layer": r.layers[i + 1], "abs_cos": value, "null_mean": mean, "null_std": std,
+                            "z": (value - mean) / max(std, 1e-12) if std == std else float("nan"),
+                            "random_floor": vc.baseline, "null_draws": self.null_draws,
+                        })
         return out
 
     def series(self) -> list[tuple[str, str, str | None, int | None, int | None, float]]:

@@ -8,6 +8,7 @@ numeric check disagrees.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -101,8 +102,14 @@ def run_claim(claim: Claim, seed: int = 0) -> ClaimResult:
     )
 
 
-def run_claims(names: list[str] | None = None, seed: int = 0) -> ProveReport:
+def run_claims(names: list[str] | None = None, seed: int = 0,
+               on_claim: Callable[[str, int, int], None] | None = None) -> ProveReport:
     """Run the named claims (all if None).
+
+    Args:
+        names: claim names (see ``geodrift.proofs.registry``), None for all.
+        seed: seeds the numeric cross-checks.
+        on_claim: called with ``(name, index, total)`` before each claim (progress displays).
 
     Example:
         >>> report = run_claims(["breaking"]); report.results[0].status  # doctest: +SKIP
@@ -110,5 +117,9 @@ def run_claims(names: list[str] | None = None, seed: int = 0) -> ProveReport:
     """
     chosen = select(names)
     t0 = time.perf_counter()
-    results = [run_claim(c, seed) for c in chosen]
+    results = []
+    for i, claim in enumerate(chosen):
+        if on_claim is not None:
+            on_claim(claim.name, i, len(chosen))
+        results.append(run_claim(claim, seed))
     return ProveReport(results, time.perf_counter() - t0, seed)

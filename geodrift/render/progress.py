@@ -1,37 +1,226 @@
-"""The one progress-bar helper: a rich bar on stderr with rate and ETA, off under --json or when piped."""
+"""The one progress helper: every long command reports on stderr with its rate and ETA.
+
+- On a terminal: a live bar (done/total, %, rate, elapsed, ETA) with an optional status line
+  below it (training: step, loss, the latest continuity and its null); removed when done.
+- Elsewhere (a pipe, a notebook's ``!``, CI logs): one plain line every ``every`` seconds once
+  the job has run that long, and a last line when it ends - nothing for a quick job.
+- ``quiet``: nothing at all. Start-up messages (:func:`announce`, :meth:`JobProgress.note`) follow
+  the same rule.
+
+stdout is never touched, so ``--json`` output stays parseable.
+
+Example:
+    >>> with JobProgress("scanning", total=3, unit="matrices", quiet=True) as bar:
+    ...     bar.update(advance=1, description="attn_q[0]")
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import time
+from collections import deque
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from geodrift.render import err_console
 
+if TYPE_CHECKING:
+    from geodrift.sim.run import StepStatus
 
-@contextmanager
-def progress_bar(total: int, title: str, *, disable: bool = False) -> Iterator[Callable[..., None]]:
-    """Yield ``update(completed=None, advance=0, description=None)`` for a bar of ``total`` units.
+# Seconds between plain progress lines when stderr is not a terminal.
+PLAIN_EVERY_S = 10.0
+# The rate (and so the ETA) is measured over the last this-many seconds of updates, so that
+# start-up work (first-step compilation, data loading) does not distort it.
+RATE_WINDOW_S = 30.0
 
-    The bar is drawn only on a terminal (never into a pipe or a JSON stream) and removed when done.
+
+def announce(message: str, *, quiet: bool = False, console: Console | None = None) -> None:
+    """Print a start-up message (``… loading the corpus``) on stderr unless ``quiet``."""
+    if not quiet:
+        (console or err_console).print(f"[dim]… {message}[/dim]", highlight=False, soft_wrap=True)
+
+
+def clock(seconds: float | None) -> str:
+    """``h:mm:ss`` (or ``-:--:--`` when unknown).
+
+    Example:
+        >>> clock(3725.2)
+        '1:02:05'
     """
-    bar = Progress(TextColumn(f"[bold]{title}[/bold] {{task.description}}"), BarColumn(), MofNCompleteColumn(),
-                   TaskProgressColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                   console=err_console, transient=True, disable=disable or not err_console.is_terminal)
-    with bar:
-        task = bar.add_task("", total=total)
+    if seconds is None or seconds != seconds or seconds == float("inf"):
+        return "-:--:--"
+    whole = int(round(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
-        def update(completed: int | None = None, advance: int = 0, description: str | None = None) -> None:
-            bar.update(task, completed=completed, advance=advance or None,
-                       description=description if description is not None else bar.tasks[0].description)
 
-        yield update
+class _RateColumn(ProgressColumn):
+    # Units per second over rich's sliding window (or per unit when slower than one a second).
+    def __init__(self, unit: str) -> None:
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task: Task) -> Text:
+        return Text(rate_text(task.speed, self.unit), style="progress.data.speed")
+
+
+def rate_text(per_second: float | None, unit: str) -> str:
+    """``12.3 steps/s``, or ``4.2 s/step`` for slow jobs (``unit`` plural, its singular by dropping an ``s``).
+
+    Example:
+        >>> rate_text(0.25, "steps")
+        '4.0 s/step'
+    """
+    if not per_second:
+        return f"– {unit}/s"
+    if per_second >= 1:
+        return f"{per_second:.1f} {unit}/s"
+    return f"{1 / per_second:.1f} s/{unit[:-1] if unit.endswith('s') else unit}"
+
+
+class _BarWithStatus(Progress):
+    status: str = ""
+
+    def get_renderables(self) -> list[RenderableType]:  # type: ignore[override]
+        out: list[RenderableType] = [self.make_tasks_table(self.tasks)]
+        if self.status:
+            out.append(Text(self.status, style="dim", overflow="fold"))
+        return out
+
+
+class JobProgress:
+    """Progress of one job of ``total`` units (see the module docstring); a context manager.
+
+    Args:
+        title: what the job does (``scanning``, ``training``, ``proving``).
+        total: units of work; unit: their name, plural (``matrices``, ``steps``, ``claims``).
+        quiet: print nothing.
+        every: seconds between plain lines when stderr is not a terminal.
+        console: where to write (stderr by default).
+    """
+
+    def __init__(self, title: str, total: int, unit: str = "steps", *, quiet: bool = False,
+                 every: float = PLAIN_EVERY_S, console: Console | None = None) -> None:
+        self.title, self.total, self.unit, self.quiet, self.every = title, max(0, total), unit, quiet, every
+        self.console = console or err_console
+        self.live = not quiet and self.console.is_terminal
+        self.completed, self.description, self.status_text = 0, "", ""
+        self._start = self._last_line = time.monotonic()
+        self._lines = 0
+        self._samples: deque[tuple[float, int]] = deque()
+        self._bar: _BarWithStatus | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> JobProgress:
+        self._start = self._last_line = time.monotonic()
+        if self.live:
+            self._bar = _BarWithStatus(
+                TextColumn(f"[bold]{self.title}[/bold] {{task.description}}"), BarColumn(bar_width=24),
+                MofNCompleteColumn(), TaskProgressColumn(), _RateColumn(self.unit), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("", total=self.total)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(kind, error, trace)
+        elif not self.quiet and self._lines and kind is None:
+            self.console.print(self._plain_line(final=True), highlight=False, soft_wrap=True)
+
+    def update(self, completed: int | None = None, advance: int = 0, description: str | None = None,
+               total: int | None = None) -> None:
+        """Set or advance the units done, and optionally what is being worked on (and the total, once known)."""
+        if total is not None:
+            self.total = total
+        self.completed = completed if completed is not None else self.completed + advance
+        now = time.monotonic()
+        self._samples.append((now, self.completed))
+        while len(self._samples) > 2 and now - self._samples[1][0] > RATE_WINDOW_S:
+            self._samples.popleft()
+        if description is not None:
+            self.description = description
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=self.completed, description=self.description, total=self.total)
+        elif not self.quiet:
+            self._maybe_line()
+
+    def status(self, text: str) -> None:
+        """Set the status line (training: step, loss, latest continuity); shown under the bar or in each line."""
+        self.status_text = text
+        if self._bar is not None:
+            self._bar.status = text
+
+    def note(self, message: str) -> None:
+        """A start-up message while the job runs (e.g. tokenizer training), printed above the bar."""
+        announce(message, quiet=self.quiet, console=self.console)
+
+    def _maybe_line(self) -> None:
+        now = time.monotonic()
+        if now - self._start >= self.every and now - self._last_line >= self.every:
+            self._last_line = now
+            self._lines += 1
+            self.console.print(self._plain_line(), highlight=False, soft_wrap=True)
+
+    def rate(self) -> float | None:
+        """Units per second over the last :data:`RATE_WINDOW_S` seconds of updates (None until two updates)."""
+        if len(self._samples) < 2:
+            return None
+        (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
+        return (c1 - c0) / (t1 - t0) if t1 > t0 and c1 >= c0 else None
+
+    def _plain_line(self, final: bool = False) -> str:
+        elapsed = time.monotonic() - self._start
+        rate = self.completed / elapsed if final and elapsed > 0 else self.rate()
+        pct = f" ({100 * self.completed / self.total:.0f}%)" if self.total else ""
+        what = f" {self.description}" if self.description else ""
+        if final:
+            return f"{self.title} done: {self.completed}/{self.total} {self.unit} in {clock(elapsed)} ({rate_text(rate, self.unit)})"
+        eta = (self.total - self.completed) / rate if rate else None
+        status = f" · {self.status_text}" if self.status_text else ""
+        return (f"{self.title}{what}: {self.completed}/{self.total}{pct} · {rate_text(rate, self.unit)} · "
+                f"elapsed {clock(elapsed)} · ETA {clock(eta)}{status}")
+
+
+def training_reporter(bar: JobProgress) -> Callable[[StepStatus], None]:
+    """An ``on_step`` callback for ``geodrift.sim.reproduce.reproduce`` that drives ``bar`` across all runs.
+
+    The bar counts steps over every run (configuration x seed); its description names the run; its
+    status line shows the step, the loss and the latest tracked continuity with its null mean.
+    ``float(loss)`` waits for the device, so the status is refreshed at most ~4 times a second.
+    """
+    state: dict[str, Any] = {"base": 0, "last": 0, "run": ("", ()), "shown": 0.0}
+
+    def on_step(status: StepStatus) -> None:
+        run = (status.label, status.seeds)
+        if run != state["run"]:
+            state["base"] += state["last"]
+            state["last"], state["run"] = 0, run
+        state["last"] = status.done
+        bar.update(completed=state["base"] + status.done,
+                   description=f"{status.label} seed {','.join(str(s) for s in status.seeds)}")
+        now = time.monotonic()
+        if now - state["shown"] >= 0.25 or status.done == status.steps:
+            state["shown"] = now
+            text = f"step {status.done}/{status.steps} · loss {float(status.loss):.4f}"
+            if status.latest is not None:
+                latest = status.latest
+                text += f" · {latest.label} {latest.value:.3f} (null {latest.null_mean:.3f}) at step {latest.step}"
+            bar.status(text)
+
+    return on_step

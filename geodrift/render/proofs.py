@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from pathlib import Path
+from typing import Any
 
 from geodrift.prove import ProveReport
 from geodrift.render import console
+from geodrift.render.layout import Col, Grid, print_grid
 
 _STYLE = {"verified": "green", "unproven": "yellow", "failed": "red"}
 
 
-def render_proofs(report: ProveReport) -> None:
-    """Print one row per claim: claim, method, symbolic verdict, numeric cross-check, status, time."""
-    table = Table(title="geodrift prove: symmetry claims", show_lines=True)
-    for col in ("claim", "method", "symbolic", "numeric cross-check", "status", "time"):
-        table.add_column(col, overflow="fold")
+def render_proofs(report: ProveReport, wide: bool = False) -> None:
+    """Print one row per claim: claim, method, symbolic verdict, numeric cross-check, status, time; then a summary."""
+    grid = Grid("geodrift prove: symmetry claims",
+                [Col("claim", "left", prose=True), Col("method", "left", prose=True),
+                 Col("symbolic", "left", prose=True), Col("numeric cross-check", "left", prose=True),
+                 Col("status", "left"), Col("time")], lines=True)
     for r in report.results:
         style = _STYLE.get(r.status, "")
         sym = r.verdict + (f"\n[dim]{r.reason}[/dim]" if r.reason else "")
-        table.add_row(f"[bold]{r.name}[/bold]\n{r.title}", r.method, sym, r.numeric_summary,
-                      f"[{style}]{r.status}[/{style}]", f"{r.symbolic_s + r.numeric_s:.1f} s")
-    console.print(table)
+        grid.add(f"[bold]{r.name}[/bold]\n{r.title}", r.method, sym, r.numeric_summary,
+                 f"[{style}]{r.status}[/{style}]", f"{r.symbolic_s + r.numeric_s:.1f} s")
+    print_grid(grid, wide=wide)
+    console.print(f"[bold]{summary_line(report)}[/bold]", soft_wrap=True)
+
+
+def summary_line(report: ProveReport) -> str:
+    """One line: ``5/5 claims verified (symbolic + numeric) in 4.0 s (seed 0)``, naming any that are not."""
     n_ok = sum(r.status == "verified" for r in report.results)
-    console.print(f"{n_ok}/{len(report.results)} verified in {report.total_s:.1f} s (seed {report.seed})")
+    others = [f"{r.name} {r.status}" for r in report.results if r.status != "verified"]
+    tail = f"; {', '.join(others)}" if others else ""
+    return (f"{n_ok}/{len(report.results)} claims verified (symbolic + numeric) in {report.total_s:.1f} s "
+            f"(seed {report.seed}){tail}")
 
 
 def proofs_markdown(report: ProveReport, command: str = "geodrift prove --markdown docs/proofs.md") -> str:
@@ -53,3 +64,118 @@ def proofs_markdown(report: ProveReport, command: str = "geodrift prove --markdo
                   "", f"*Numeric cross-check (torch, float64):* {r.numeric_summary}.", ""]
     lines.append("")
     return "\n".join(lines)
+
+
+# ---- the proofs' summary figure ------------------------------------------------------------
+_TINY = 1e-17  # where an exact zero is drawn on a log axis (below float64 round-off of O(1) numbers)
+
+
+def _log_floor(value: float) -> float:
+    return max(float(value), _TINY)
+
+
+def write_proofs_plot(report: ProveReport, path: str | Path, dpi: int = 300) -> Path | None:
+    """The numeric cross-checks at a glance (one column): equivariance errors, gauge changes, Noether drifts.
+
+    Panels appear for the claims that ran and reached their numeric check: ``equivariance`` and
+    ``breaking`` (max |σ(Rx) − Rσ(x)| per activation, with each check's threshold), ``gauge`` (the
+    relative output change under the gauge transformation, a heatmap with its colorbar) and
+    ``noether`` (Q drift and orbit momentum per optimiser). Exact zeros are drawn at 1e-17.
+
+    Returns:
+        The path written, or None when no claim had numeric results.
+
+    Raises:
+        GeodriftError: an unsupported suffix or dpi.
+    """
+    import matplotlib.pyplot as plt
+
+    from geodrift.render.figures import COLUMN_WIDTH_IN, save_figure, style
+
+    metrics = {r.name: r.numeric_metrics for r in report.results if r.numeric_metrics}
+    drawers = [(name, fn) for name, fn in (("rotation", _equivariance_panel), ("gauge", _gauge_panel),
+                                           ("noether", _noether_panel)) if fn(None, metrics)]
+    if not drawers:
+        return None
+    with style():
+        heights = {"rotation": 2.5, "gauge": 1.5, "noether": 2.0}
+        fig, axes = plt.subplots(len(drawers), 1, figsize=(COLUMN_WIDTH_IN, sum(heights[n] for n, _ in drawers)),
+                                 layout="constrained", height_ratios=[heights[n] for n, _ in drawers], squeeze=False)
+        for ax, (_, draw) in zip(axes[:, 0], drawers, strict=True):
+            draw(ax, metrics)
+        fig.suptitle(f"geodrift prove: numeric cross-checks (float64, seed {report.seed})")
+        return save_figure(fig, path, dpi)
+
+
+def _equivariance_panel(ax: Any, metrics: dict[str, dict[str, Any]]) -> bool:
+    equi = metrics.get("equivariance", {})
+    breaking = metrics.get("breaking", {}).get("random_err", {})
+    if not (equi or breaking):
+        return False
+    if ax is None:
+        return True
+    names = list(equi) + list(breaking)
+    values = [_log_floor(v) for v in list(equi.values()) + list(breaking.values())]
+    colors = ["tab:green"] * len(equi) + ["tab:red"] * len(breaking)
+    y = list(range(len(names)))[::-1]
+    ax.barh(y, values, color=colors, height=0.65, left=_TINY)
+    ax.set_xscale("log")
+    ax.set_xlim(_TINY, 1e2)
+    ax.set_yticks(y, [n.replace("_", " ") for n in names])
+    ax.axvline(1e-10, color="tab:green", ls="--", lw=0.8, label="equivariant: below 1e-10")
+    ax.axvline(1e-3, color="tab:red", ls="--", lw=0.8, label="breaks SO(d): above 1e-3")
+    ax.set_xlabel("max |σ(Rx) − Rσ(x)| over random x, R (0 drawn at 1e-17)")
+    ax.set_ylabel("activation")
+    ax.set_title("Rotation equivariance (claims: equivariance, breaking)", pad=2)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.3), ncol=2, fontsize=6.5, handlelength=1.5)
+    return True
+
+
+def _gauge_panel(ax: Any, metrics: dict[str, dict[str, Any]]) -> bool:
+    import numpy as np
+
+    change = metrics.get("gauge", {})
+    if not change:
+        return False
+    if ax is None:
+        return True
+    models = {"mlp": "residual MLP", "llama_vo": "Llama V/O"}
+    acts = list(dict.fromkeys(key.split(":", 1)[1] for key in change))
+    grid = np.full((len(models), len(acts)), np.nan)
+    for key, value in change.items():
+        model, act = key.split(":", 1)
+        grid[list(models).index(model), acts.index(act)] = np.log10(_log_floor(value))
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="magma", vmin=-17, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(acts)), [a.replace("_", " ") for a in acts], rotation=50, ha="right",
+                  rotation_mode="anchor")
+    ax.set_yticks(range(len(models)), list(models.values()))
+    ax.set_xlabel("activation (blank: not tested)")
+    ax.set_ylabel("model")
+    ax.set_title("Gauge symmetry: output change under the gauge", pad=2)
+    bar = ax.figure.colorbar(image, cax=ax.inset_axes((1.03, 0.0, 0.04, 1.0)))
+    bar.set_label("log10 rel. change", fontsize=7)
+    return True
+
+
+def _noether_panel(ax: Any, metrics: dict[str, dict[str, Any]]) -> bool:
+    noether = {k: v for k, v in metrics.get("noether", {}).items() if isinstance(v, dict)}
+    if not noether:
+        return False
+    if ax is None:
+        return True
+    runs = list(noether)
+    x = list(range(len(runs)))
+    for offset, (key, label, color) in enumerate((("q_drift", "drift of Q (linear-net charge)", "tab:blue"),
+                                                  ("momentum", "orbit momentum (skew part)", "tab:purple"))):
+        ax.bar([i + (offset - 0.5) * 0.38 for i in x], [_log_floor(noether[r][key]) for r in runs], width=0.38,
+               color=color, label=label, bottom=_TINY)
+    ax.set_yscale("log")
+    ax.set_ylim(_TINY, 10)
+    names = {"gd": "GD", "gd_half_step": "GD, half step", "adam": "Adam", "gd_radial": "GD, radial",
+             "adam_radial": "Adam, radial"}
+    ax.set_xticks(x, [names.get(r, r) for r in runs], rotation=25, ha="right")
+    ax.set_xlabel("optimiser (activation: linear unless radial)")
+    ax.set_ylabel("final size")
+    ax.set_title("Noether: GD conserves the orbit momentum, Adam does not", pad=2)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.55), ncol=2, fontsize=6.5, handlelength=1.5)
+    return True

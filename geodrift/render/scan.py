@@ -1,16 +1,15 @@
-"""Render a Report: the per-projection table (rich), CSV, and the continuity-vs-depth plot."""
+"""Render a continuity Report in the terminal: the per-projection table, depth profiles, k table, summary.
+
+Every table is a :class:`~geodrift.render.layout.Grid`, so at 80 columns or in a pipe it is split
+by columns rather than truncated (``--wide`` prints each whole). Files (CSV) are written by
+``geodrift.render.files``, figures by ``geodrift.render.scan_plot``.
+"""
 
 from __future__ import annotations
 
-import csv
-import io
-from pathlib import Path
-
-from rich.table import Table
-
-from geodrift.atomic import write_text, write_with
 from geodrift.continuity import Report, RoleReport, VectorContinuity
 from geodrift.render import console, fmt
+from geodrift.render.layout import Col, Grid, print_grid
 
 _SPARK = "▁▂▃▄▅▆▇█"
 _VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "no prediction": "dim"}
@@ -18,13 +17,17 @@ _VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "no prediction": "
 
 def sparkline(values: list[float]) -> str:
     """Unicode sparkline of values in [0, 1] (one character per adjacent-layer pair)."""
-    return "".join(_SPARK[min(len(_SPARK) - 1, max(0, int(v * len(_SPARK))))] for v in values)
+    return "".join(_SPARK[min(len(_SPARK) - 1, max(0, int(v * len(_SPARK))))] if v == v else " " for v in values)
 
 
 def _cell(vc: VectorContinuity) -> str:
     # Line 1: mean |cos| and z; line 2: median; line 3-4: the two floors.
-    return (f"[bold]{fmt(vc.mean)}[/bold] z={vc.z:.0f}\n[dim]median {fmt(vc.median)}\n"
+    return (f"[bold]{fmt(vc.mean)}[/bold] z={_z(vc.z)}\n[dim]median {fmt(vc.median)}\n"
             f"null {fmt(vc.null_mean)}±{fmt(vc.null_std)}\nrandom {fmt(vc.baseline)}[/dim]")
+
+
+def _z(z: float) -> str:
+    return "—" if z != z else f"{z:.0f}"
 
 
 def _predicted(role: RoleReport) -> str:
@@ -33,33 +36,24 @@ def _predicted(role: RoleReport) -> str:
     return {"v": "v (input)", "u": "u (output)", None: "neither"}[role.predicted_space]
 
 
-def scan_table(report: Report, title: str | None = None) -> Table:
+def scan_grid(report: Report, title: str | None = None) -> Grid:
     """The main table: one row per projection, v1 and u1 continuity with both floors and the verdict."""
-    table = Table(
-        title=title or f"Geometric continuity — {report.origin} ({report.view} weights)",
+    grid = Grid(
+        title or f"Geometric continuity — {report.origin} ({report.view} weights)",
+        [Col("Proj", "left", style="bold"), Col("shape · L", "left"), Col("predicted", "left"),
+         Col("v1 (input)"), Col("u1 (output)"), Col("σ²-WA v"), Col("σ²-WA u"), Col("verdict", "left")],
         caption=(
             "v1/u1: mean |cos| of adjacent layers (Eq. 1), z against the permutation null "
             f"({report.null_draws} draws, seed {report.seed}); random = sqrt(2/(πd)). "
             "σ²-WA: Eq. 2 (from the top-k: lower ≤ upper bound; exact with --full-spectrum), null mean in brackets."
         ),
-        caption_justify="left", show_lines=True,
+        lines=True,
     )
-    table.add_column("Proj", style="bold")
-    table.add_column("shape · L")
-    table.add_column("predicted")
-    table.add_column("v1 (input)", justify="right")
-    table.add_column("u1 (output)", justify="right")
-    table.add_column("σ²-WA v", justify="right")
-    table.add_column("σ²-WA u", justify="right")
-    table.add_column("verdict")
     for r in report.roles:
         v1, u1 = r.spaces["v"].vectors[0], r.spaces["u"].vectors[0]
-        table.add_row(
-            r.label, f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r),
-            _cell(v1), _cell(u1), _wa(r, "v"), _wa(r, "u"),
-            f"[{_VERDICT_STYLE.get(r.verdict, '')}]{r.verdict}[/]",
-        )
-    return table
+        grid.add(r.label, f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), _cell(v1), _cell(u1),
+                 _wa(r, "v"), _wa(r, "u"), f"[{_VERDICT_STYLE.get(r.verdict, '')}]{r.verdict}[/]")
+    return grid
 
 
 def _wa(r: RoleReport, space: str) -> str:
@@ -68,85 +62,48 @@ def _wa(r: RoleReport, space: str) -> str:
     return f"{fmt(s.sigma2_wa)}{bound}\n[dim]({fmt(s.sigma2_null_mean)})[/dim]"
 
 
-def profile_table(report: Report) -> Table:
+def profile_grid(report: Report) -> Grid:
     """Per-pair |cos| of v1 and u1 across depth as sparklines (one character per adjacent pair)."""
-    table = Table(title="Depth profile: |cos(layer l, l+1)| per adjacent pair (▁ = 0, █ = 1)")
-    table.add_column("Proj", style="bold")
-    table.add_column("v1")
-    table.add_column("u1")
+    grid = Grid("Depth profile of v1 and u1: |cos(layer l, l+1)| per adjacent pair (▁ = 0, █ = 1)",
+                [Col("Proj", "left", style="bold"), Col("v1", "left"), Col("u1", "left")])
     for r in report.roles:
-        table.add_row(r.label, sparkline(r.spaces["v"].vectors[0].per_pair),
-                      sparkline(r.spaces["u"].vectors[0].per_pair))
-    return table
+        grid.add(r.label, sparkline(r.spaces["v"].vectors[0].per_pair), sparkline(r.spaces["u"].vectors[0].per_pair))
+    return grid
 
 
-def k_table(report: Report) -> Table:
+def k_grid(report: Report) -> Grid:
     """Continuity of v_k and u_k for k = 1..K, each with its permutation-null mean."""
     k = max((r.k for r in report.roles), default=1)
-    table = Table(title="Continuity by singular-vector index k (mean |cos|, null mean in brackets)")
-    table.add_column("Proj", style="bold")
-    table.add_column("space")
-    for j in range(1, k + 1):
-        table.add_column(f"k={j}", justify="right")
-    table.add_column("top-k subspace (random)", justify="right")
+    grid = Grid("Continuity by singular-vector index k (mean |cos|, null mean in brackets)",
+                [Col("Proj", "left", style="bold"), Col("space", "left")]
+                + [Col(f"k={j}") for j in range(1, k + 1)] + [Col("top-k subspace (random)")], keys=2)
     for r in report.roles:
         for s in r.spaces.values():
             cells = [f"{fmt(vc.mean)} [dim]({fmt(vc.null_mean)})[/dim]" for vc in s.vectors]
             cells += [""] * (k - len(cells))
-            table.add_row(r.label, s.space, *cells,
-                          f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
-    return table
+            grid.add(r.label, s.space, *cells, f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
+    return grid
 
 
-def render_scan(report: Report, detail: bool = True) -> None:
-    """Print the scan report to the terminal."""
-    console.print(scan_table(report))
-    console.print(profile_table(report))
+def summary_line(report: Report) -> str:
+    """One line: how many of the theory's predictions hold, on what, e.g. ``8/8 predictions hold on X (raw weights)``."""
+    judged = [r for r in report.roles if r.verdict in ("holds", "fails")]
+    held = sum(r.verdict == "holds" for r in judged)
+    failed = [r.label for r in judged if r.verdict == "fails"]
+    tail = f" (fails: {', '.join(failed)})" if failed else ""
+    return f"{held}/{len(judged)} predictions hold on {report.origin}, {report.view} weights{tail}"
+
+
+def render_scan(report: Report, detail: bool = True, wide: bool = False, summary: bool = True) -> None:
+    """Print the scan report to the terminal (tables reflowed to fit unless ``wide``), then its summary line."""
+    print_grid(scan_grid(report), wide=wide)
+    print_grid(profile_grid(report), wide=wide)
     if detail:
-        console.print(k_table(report))
+        print_grid(k_grid(report), wide=wide)
     for r in report.roles:
         if r.verdict != "no prediction":
             console.print(f"[dim]{r.label}: {r.verdict} — criterion: {r.criterion}[/dim]")
     for note in report.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
-
-
-def write_csv(report: Report, path: str | Path) -> None:
-    """Write the flat rows (role × space × k) as CSV, atomically."""
-    rows = report.rows()
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["role"])
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text(path, buffer.getvalue())
-
-
-def write_plot(report: Report, path: str | Path) -> None:
-    """PNG: adjacent-layer |cos| of v1 and u1 vs depth, one panel per projection, floors dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = len(report.roles)
-    cols = min(4, max(1, n))
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False, sharey=True)
-    for ax, r in zip(axes.flat, report.roles, strict=False):
-        pairs = [f"{a}" for a in r.layers[:-1]]
-        x = list(range(len(pairs)))
-        for space, color in (("v", "tab:blue"), ("u", "tab:orange")):
-            vc = r.spaces[space].vectors[0]
-            ax.plot(x, vc.per_pair, marker=".", color=color, label=f"{space}1 (mean {vc.mean:.2f})")
-            ax.axhline(vc.null_mean + 3 * vc.null_std, color=color, ls="--", lw=0.8)
-        ax.set_title(f"{r.label} — predicted: {r.predicted_space or 'neither'} ({r.verdict})", fontsize=9)
-        ax.set_xlabel("layer l (pair l, l+1)")
-        ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=7, loc="upper right")
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    axes[0][0].set_ylabel("|cos| adjacent layers")
-    fig.suptitle(f"{report.origin} ({report.view}); dashed: permutation null + 3 std", fontsize=10)
-    fig.tight_layout()
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
+    if summary:
+        console.print(f"[bold]{summary_line(report)}[/bold]", soft_wrap=True)

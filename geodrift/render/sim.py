@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import statistics
 
-from rich.table import Table
-
 from geodrift.continuity import Report, Stat
 from geodrift.render import console, fmt
+from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.scan import render_scan, sparkline
 from geodrift.sim.reference import PAPER_TABLE2, PAPER_TABLE2_SPACE
 from geodrift.sim.reproduce import COLUMN_TITLES, Reproduction
@@ -43,46 +42,24 @@ def _caption(rep: Reproduction) -> str:
             f"(coherent > {rep.floor + 5 * rep.noise:.3f}); permutation nulls per value are in the records")
 
 
-def comparison_table(rep: Reproduction) -> Table:
+def comparison_grid(rep: Reproduction) -> Grid:
     """One row per configuration; each cell: geodrift mean ± std over seeds, the paper's value below."""
-    table = Table(title=_title(rep), show_lines=True, caption=_caption(rep), caption_justify="left")
-    table.add_column("configuration", style="bold")
-    for col in rep.columns:
-        table.add_column(COLUMN_TITLES.get(col, col), justify="right")
+    grid = Grid(_title(rep), [Col("configuration", "left", style="bold")]
+                + [Col(COLUMN_TITLES.get(c, c)) for c in rep.columns], caption=_caption(rep), lines=True)
     for spec in rep.specs:
         stats, paper = rep.stats.get(spec.label, {}), rep.paper.get(spec.label, {})
-        table.add_row(spec.label, *(_cell(stats.get(c), paper.get(c), c) for c in rep.columns))
-    return table
+        grid.add(spec.label, *(_cell(stats.get(c), paper.get(c), c) for c in rep.columns))
+    return grid
 
 
-def long_table(rep: Reproduction) -> Table:
-    """The same comparison in long format (one row per configuration x column) for narrow terminals."""
-    table = Table(title=_title(rep), caption=_caption(rep), caption_justify="left")
-    for name, justify in (("configuration", "left"), ("metric", "left"), ("geodrift", "right"),
-                          ("paper", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for spec in rep.specs:
-        stats, paper = rep.stats.get(spec.label, {}), rep.paper.get(spec.label, {})
-        for i, col in enumerate(rep.columns):
-            ref = paper.get(col)
-            table.add_row(spec.label if i == 0 else "", COLUMN_TITLES.get(col, col),
-                          _cell(stats.get(col), None, col),
-                          "" if ref is None else (ref if isinstance(ref, str) else f"{ref:.3f}"),
-                          end_section=i == len(rep.columns) - 1)
-    return table
-
-
-def verdict_table(rep: Reproduction) -> Table:
+def verdict_grid(rep: Reproduction) -> Grid:
     """One row per claim: criterion (derived from noise floors and seed spread), measurement, verdict."""
-    table = Table(title="Claims (criteria from the noise floors and seed spread, not from the paper's values)",
-                  show_lines=True)
-    table.add_column("claim", ratio=3)
-    table.add_column("criterion", ratio=3)
-    table.add_column("geodrift measured", ratio=3)
-    table.add_column("verdict", justify="center")
+    grid = Grid("Claims (criteria from the noise floors and seed spread, not from the paper's values)",
+                [Col("claim", "left", prose=True), Col("criterion", "left", prose=True),
+                 Col("geodrift measured", "left", prose=True), Col("verdict", "center")], lines=True)
     for v in rep.verdicts:
-        table.add_row(v.claim, v.criterion, v.measured, _VERDICT_STYLE.get(v.verdict, v.verdict))
-    return table
+        grid.add(v.claim, v.criterion, v.measured, _VERDICT_STYLE.get(v.verdict, v.verdict))
+    return grid
 
 
 def _with_null(values: list[float], nulls: list[float]) -> str:
@@ -95,13 +72,13 @@ def _with_null(values: list[float], nulls: list[float]) -> str:
     return f"{fmt(statistics.fmean(values))}{spread}{null}"
 
 
-def training_table(rep: Reproduction) -> Table:
+def training_grid(rep: Reproduction) -> Grid:
     """Transformer: each projection's continuity over training in the paper's space, with its null."""
     records = [r.record for r in rep.results if r.record.label == rep.specs[0].label]
-    table = Table(title=f"Over training ({rep.specs[0].label}): weight (W) and gradient (G) continuity in the "
-                        "space the paper reports, mean over seeds (permutation-null mean in brackets)")
-    for name in ("Proj", "space", "W over training", "W step 0", "W final", "G step 0", "G final"):
-        table.add_column(name, justify="left" if name in ("Proj", "space", "W over training") else "right")
+    grid = Grid(f"Over training ({rep.specs[0].label}): weight (W) and gradient (G) continuity in the space the "
+                "paper reports, mean over seeds (permutation-null mean in brackets)",
+                [Col("Proj", "left", style="bold"), Col("space", "left"), Col("W over training", "left"),
+                 Col("W step 0"), Col("W final"), Col("G step 0"), Col("G final")], keys=2)
     for role, space in PAPER_TABLE2_SPACE.items():
         series = records[0].select("W", role, "cont", space, 1)
         if not series:
@@ -111,16 +88,16 @@ def training_table(rep: Reproduction) -> Table:
             return _with_null([r.value(source, role, "cont", space, 1, step=step) for r in records],
                               [r.value(source, role, "null_mean", space, 1, step=step) for r in records])
 
-        table.add_row(ROLE_LABELS[role], f"{space}1", sparkline([v for _, v in series]), at("W", 0), at("W", None),
-                      at("G", 0), at("G", None))
-    return table
+        grid.add(ROLE_LABELS[role], f"{space}1", sparkline([v for _, v in series]), at("W", 0), at("W", None),
+                 at("G", 0), at("G", None))
+    return grid
 
 
-def reference_table(rep: Reproduction, reference: Report) -> Table:
+def reference_grid(rep: Reproduction, reference: Report) -> Grid:
     """Transformer: the final weights beside the paper's Llama-3.1-8B and the embedded SmolLM2-135M scan."""
-    table = Table(title="Final weights beside pretrained models (each value with its permutation-null mean)")
-    for name in ("Proj", "space", "simulated", "paper Llama-3.1-8B", "SmolLM2-135M", "verdict (SmolLM2)"):
-        table.add_column(name, justify="left" if name in ("Proj", "space") else "right")
+    grid = Grid("Final weights beside pretrained models (each value with its permutation-null mean)",
+                [Col("Proj", "left", style="bold"), Col("space", "left"), Col("simulated"), Col("paper Llama-3.1-8B"),
+                 Col("SmolLM2-135M"), Col("verdict (SmolLM2)")], keys=2)
     results = [r for r in rep.results if r.record.label == rep.specs[0].label]
     for role, space in PAPER_TABLE2_SPACE.items():
         sims = [rr for rr in (r.report.role(role) for r in results) if rr is not None]
@@ -131,23 +108,37 @@ def reference_table(rep: Reproduction, reference: Report) -> Table:
                               [s.spaces[space].vectors[0].null_mean for s in sims])
         ref_cell = _with_null([ref.spaces[space].vectors[0].mean], [ref.spaces[space].vectors[0].null_mean]) \
             if ref is not None else "—"
-        table.add_row(ROLE_LABELS[role], f"{space}1", sim_cell, fmt(PAPER_TABLE2["Llama-3.1-8B"][role]), ref_cell,
-                      ref.verdict if ref is not None else "—")
-    return table
+        grid.add(ROLE_LABELS[role], f"{space}1", sim_cell, fmt(PAPER_TABLE2["Llama-3.1-8B"][role]), ref_cell,
+                 ref.verdict if ref is not None else "—")
+    return grid
 
 
-def render_reproduction(rep: Reproduction, reference: Report | None = None, detail: bool = False) -> None:
-    """Print the comparison, the verdicts, (transformer) the first run's scan table and training, notes."""
+def summary_line(rep: Reproduction) -> str:
+    """One line: how many claims hold, for which preset, seeds and steps."""
+    judged = [v for v in rep.verdicts if v.verdict in ("holds", "fails")]
+    held = sum(v.verdict == "holds" for v in judged)
+    steps = rep.specs[0].train.steps if rep.specs else 0
+    what = f"geodrift simulate {rep.sim} --preset {rep.preset}: {len(rep.specs)} configuration(s) × " \
+           f"{len(rep.seeds)} seed(s) × {steps} steps"
+    if not judged:
+        return f"{what}; this preset judges no claims"
+    failed = [v.claim for v in judged if v.verdict == "fails"]
+    tail = f" (fails: {'; '.join(failed)})" if failed else ""
+    return f"{held}/{len(judged)} claims hold — {what}{tail}"
+
+
+def render_reproduction(rep: Reproduction, reference: Report | None = None, detail: bool = False,
+                        wide: bool = False) -> None:
+    """Print the comparison, the verdicts, (transformer) the first run's scan table and training, notes, summary."""
     if rep.sim == "transformer" and rep.results:
-        render_scan(rep.results[0].report, detail=detail)
-    wide = console.width >= 24 + 15 * len(rep.columns)
-    console.print(comparison_table(rep) if wide else long_table(rep))
+        render_scan(rep.results[0].report, detail=detail, wide=wide, summary=False)
+    print_grid(comparison_grid(rep), wide=wide)
     if rep.sim == "transformer" and rep.results:
-        console.print(training_table(rep))
+        print_grid(training_grid(rep), wide=wide)
         if reference is not None:
-            console.print(reference_table(rep, reference))
+            print_grid(reference_grid(rep, reference), wide=wide)
     if rep.verdicts:
-        console.print(verdict_table(rep))
+        print_grid(verdict_grid(rep), wide=wide)
     for note in rep.notes:
         console.print(f"[dim]• {note}[/dim]")
     walls = [r.timing.get("wall_s", 0.0) / max(1.0, r.timing.get("members", 1.0)) for r in rep.records]
@@ -156,3 +147,4 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
     for r in rep.results:
         if r.path is not None:
             console.print(f"[dim]• run record: {r.path / 'run.json'}[/dim]")
+    console.print(f"[bold]{summary_line(rep)}[/bold]", soft_wrap=True)

@@ -1,96 +1,134 @@
-"""PNG plots of simulator runs, both simulators; the noise floor is drawn on every similarity plot.
+"""Figures of simulator runs, both simulators, in the conventions of ``geodrift.render.figures``.
 
-MLP: continuity over training (W, G, Ḡ v1, each with its permutation-null mean dashed), per-layer
-rotation, 3-D PCA of v1 across layers. Transformer: per projection, weight v1/u1 continuity over
-training with the null dashed; the final weights' continuity vs depth (one PNG per run).
+MLP: continuity over training (W, G, Ḡ v1, each with its permutation null as a band, and the
+random floor), per-layer rotation of v1 (colour = layer, with a colorbar; the null angle dashed)
+and the PCA trajectory of the final v1 across layers (colour = layer, with a colorbar).
+Transformer: per projection, W's v1/u1 continuity over training with nulls; the final weights'
+continuity vs depth (the scan's figure, one per run).
+
+``--plot`` names a folder (PNG figures named after the preset) or a file whose suffix gives the
+format and whose stem prefixes every figure: ``figs/t1.pdf`` -> ``figs/t1_continuity.pdf``, ...
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.colors import Normalize
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from geodrift.render.figures import (
+    NULL_LABEL,
+    RANDOM_LABEL,
+    check_dpi,
+    draw_null_band,
+    draw_random_floor,
+    figure_format,
+    figure_legend,
+    label_outer,
+    panels,
+    save_figure,
+    style,
+)
+from geodrift.render.scan_plot import write_plot
+from geodrift.sim.record import RunRecord, slug
+from geodrift.sim.reference import PAPER_TABLE2_SPACE
+from geodrift.sim.reproduce import Reproduction
+from geodrift.weights import ROLE_LABELS
 
-from geodrift.atomic import write_with  # noqa: E402
-from geodrift.render.scan import write_plot  # noqa: E402
-from geodrift.sim.record import RunRecord, slug  # noqa: E402
-from geodrift.sim.reference import PAPER_TABLE2_SPACE  # noqa: E402
-from geodrift.sim.reproduce import Reproduction  # noqa: E402
+SOURCES = (("W", "C0", "W (weights)"), ("G", "C1", "G (gradient)"), ("Gcum", "C2", "Ḡ (summed gradient)"))
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
-    fig.tight_layout()
-    write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"))
-    plt.close(fig)
-    return path
-
-
-def _epoch_axis(record: RunRecord, steps: list[int]) -> list[float]:
+def _epochs(record: RunRecord, steps: list[int]) -> list[float]:
     epoch_steps = record.config.get("train", {}).get("epoch_steps") or 1
     return [s / epoch_steps for s in steps]
 
 
-def continuity_plot(records: list[RunRecord], path: Path, floor: float) -> Path:
-    """Weight, gradient and cumulative-gradient v1 continuity over training, one panel per configuration."""
-    labels = list(dict.fromkeys(r.label for r in records))
-    cols = min(4, len(labels))
-    rows = math.ceil(len(labels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False, sharey=True)
-    for ax, label in zip(axes.flat, labels, strict=False):
-        for rec in (r for r in records if r.label == label):
-            first = rec.seed == records[0].seed
-            for source, color in (("W", "C0"), ("G", "C1"), ("Gcum", "C2")):
-                pairs = rec.select(source, "block", "cont", "v", 1)
-                nulls = rec.select(source, "block", "null_mean", "v", 1)
-                if pairs:
-                    ax.plot(_epoch_axis(rec, [p[0] for p in pairs]), [p[1] for p in pairs], color=color,
-                            alpha=0.8, label=f"{source} v1" if first else None)
-                if nulls:
-                    ax.plot(_epoch_axis(rec, [p[0] for p in nulls]), [p[1] for p in nulls], color=color, ls="--",
-                            lw=0.8, alpha=0.8, label=f"{source} v1 null" if first else None)
-        ax.axhline(floor, color="grey", ls=":", lw=1, label="random floor")
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("epoch")
-        ax.set_ylim(0, 1.02)
-    for ax in list(axes.flat)[len(labels):]:
-        ax.axis("off")
-    axes.flat[0].set_ylabel("v1 continuity (Eq. 1)")
-    axes.flat[0].legend(fontsize=7)
-    return _save(fig, path)
+def _seeds_note(records: list[RunRecord], note: str) -> str:
+    seeds = sorted({r.seed for r in records})
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}; {note}"
 
 
-def rotation_plot(records: list[RunRecord], path: Path) -> Path:
-    """Each layer's v1 angle from its epoch-1 reference over training (first seed of each configuration)."""
-    labels = list(dict.fromkeys(r.label for r in records))
-    cols = min(4, len(labels))
-    fig, axes = plt.subplots(math.ceil(len(labels) / cols), cols, figsize=(4 * cols, 3 * math.ceil(len(labels) / cols)),
-                             squeeze=False, sharey=True)
-    for ax in list(axes.flat)[len(labels):]:
-        ax.axis("off")
-    for ax, label in zip(axes.flat, labels, strict=False):
-        rec = next(r for r in records if r.label == label)
-        rows = [r for r in rec.rows if r[2] == "W" and r[4] == "rotation_deg" and r[7] is not None]
-        layers = sorted({r[7] for r in rows})
-        cmap = plt.get_cmap("viridis")
-        for layer in layers:
-            pts = [(r[0], r[8]) for r in rows if r[7] == layer]
-            ax.plot(_epoch_axis(rec, [p[0] for p in pts]), [p[1] for p in pts],
-                    color=cmap(layer / max(1, len(layers) - 1)), lw=1)
-        null = rec.select("W", "block", "rotation_null_deg")
-        if null:
-            ax.plot(_epoch_axis(rec, [p[0] for p in null]), [p[1] for p in null], color="grey", ls="--", lw=1,
-                    label="permutation null")
-            ax.legend(fontsize=7)
-        ax.set_title(f"{label} (seed {rec.seed})", fontsize=9)
-        ax.set_xlabel("epoch")
-        ax.set_ylim(0, 92)
-    axes.flat[0].set_ylabel("v1 rotation from epoch-1 ref (°)")
-    return _save(fig, path)
+def _labels(records: list[RunRecord]) -> list[str]:
+    return list(dict.fromkeys(r.label for r in records))
+
+
+def continuity_plot(records: list[RunRecord], path: Path, floor: float, dpi: int = 300) -> Path:
+    """Weight, gradient and summed-gradient v1 continuity over training, one panel per configuration."""
+    labels = _labels(records)
+    with style():
+        fig, axes = panels(len(labels), sharex=False)
+        for ax, label in zip(axes, labels, strict=True):
+            runs = [r for r in records if r.label == label]
+            for i, rec in enumerate(runs):
+                for source, color, name in SOURCES:
+                    pts = rec.select(source, "block", "cont", "v", 1)
+                    if not pts:
+                        continue
+                    x = _epochs(rec, [p[0] for p in pts])
+                    ax.plot(x, [p[1] for p in pts], color=color, lw=1.1 if i == 0 else 0.7, alpha=1 if i == 0 else 0.6,
+                            label=f"{name} v1")
+                    if i == 0:
+                        mean = [p[1] for p in rec.select(source, "block", "null_mean", "v", 1)]
+                        std = [p[1] for p in rec.select(source, "block", "null_std", "v", 1)]
+                        if len(mean) == len(std) == len(x):
+                            draw_null_band(ax, x, mean, std, color, NULL_LABEL if source == "W" else None)
+            draw_random_floor(ax, floor, RANDOM_LABEL)
+            ax.set_title(label, pad=2)
+            ax.set_ylim(0, 1.02)
+        label_outer(fig, axes, 2, "epoch", "v1 |cos| (Eq. 1)")
+        fig.suptitle("v1 continuity over training (mean |cos| of adjacent layers)\n"
+                     + _seeds_note(records, "bands: first seed's null; thin lines: other seeds"))
+        figure_legend(fig, axes)
+        return save_figure(fig, path, dpi)
+
+
+def rotation_plot(records: list[RunRecord], path: Path, dpi: int = 300) -> Path:
+    """Each layer's v1 angle from its epoch-1 reference over training (first seed of each configuration).
+
+    :func:`write_plots` draws it only when some run went past the reference step (one epoch).
+    """
+    labels = _labels(records)
+    cmap = plt.get_cmap("viridis")
+    with style():
+        fig, axes = panels(len(labels), sharex=False, extra_height=1.4)
+        n_layers = 1
+        for ax, label in zip(axes, labels, strict=True):
+            rec = next(r for r in records if r.label == label)
+            rows = [r for r in rec.rows if r[2] == "W" and r[4] == "rotation_deg" and r[7] is not None]
+            layers = sorted({r[7] for r in rows})
+            n_layers = max(n_layers, len(layers))
+            for layer in layers:
+                pts = [(r[0], r[8]) for r in rows if r[7] == layer]
+                ax.plot(_epochs(rec, [p[0] for p in pts]), [p[1] for p in pts], color=cmap(layer / max(1, len(layers) - 1)),
+                        lw=0.8)
+            if not rows:
+                ax.text(0.5, 0.5, "no data: the run ends before\nthe epoch-1 reference step", transform=ax.transAxes,
+                        ha="center", va="center", fontsize=6.5, color="0.4")
+            null = rec.select("W", "block", "rotation_null_deg")
+            if null:
+                ax.plot(_epochs(rec, [p[0] for p in null]), [p[1] for p in null], color="0.3", ls="--", lw=1,
+                        label="permutation null (fully drifted)")
+            ax.set_title(label, pad=2)
+            ax.set_ylim(0, 92)
+            ax.set_yticks([0, 30, 60, 90])
+        label_outer(fig, axes, 2, "epoch", "v1 angle to epoch 1 (°)")
+        fig.suptitle("Rotation of each layer's W v1 from its epoch-1 direction\n"
+                     + _seeds_note(records[:1], "one line per layer"))
+        _layer_colorbar(fig, axes, n_layers, cmap)
+        figure_legend(fig, axes, ncol=1)
+        return save_figure(fig, path, dpi)
+
+
+def _layer_colorbar(fig: Any, axes: list[Any], n_layers: int, cmap: Any) -> None:
+    # One horizontal colorbar under the panels for the layer colour scale, integer ticks.
+    bar = fig.colorbar(plt.cm.ScalarMappable(Normalize(0, max(1, n_layers - 1)), cmap), ax=axes, label="layer",
+                       shrink=0.6, location="bottom", aspect=35, pad=0.08)
+    bar.locator = MaxNLocator(integer=True)
+    bar.update_ticks()
 
 
 def pca_trajectory(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -112,67 +150,107 @@ def pca_trajectory(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return coords, np.pad(evr[:k], (0, 3 - k))
 
 
-def pca_plot(records: list[RunRecord], path: Path) -> Path:
-    """3-D PCA trajectory of W's v1 across layers at the end of training (and at init), per configuration."""
-    labels = list(dict.fromkeys(r.label for r in records))
-    cols = min(4, len(labels))
-    rows = math.ceil(len(labels) / cols)
-    fig = plt.figure(figsize=(4 * cols, 4 * rows))
-    for i, label in enumerate(labels):
-        rec = next(r for r in records if r.label == label)
-        ax = fig.add_subplot(rows, cols, i + 1, projection="3d")
-        for key, color in (("W v1 init", "grey"), ("W v1 final", "C3")):
-            if key in rec.vectors:
-                coords, evr = pca_trajectory(np.array(rec.vectors[key], dtype=np.float64))
-                ax.plot(*coords.T, "-o", color=color, ms=3,
-                        label=f"{key.split()[-1]} (3-PC EVR {evr.sum():.0%})")
-        ax.set_title(f"{label} (seed {rec.seed})", fontsize=9)
-        ax.legend(fontsize=7)
-    return _save(fig, path)
+def pca_plot(records: list[RunRecord], path: Path, dpi: int = 300) -> Path:
+    """PC1-PC2 trajectory of the final W v1 across layers (colour = layer), per configuration.
+
+    The title gives the share of variance in 3 PCs for the final and the initial weights: a
+    smooth path across depth is low-dimensional, random initial vectors are not.
+    """
+    labels = _labels(records)
+    cmap = plt.get_cmap("viridis")
+    with style():
+        fig, axes = panels(len(labels), panel_height=1.6, sharey=False, extra_height=1.1)
+        n_layers = 1
+        for ax, label in zip(axes, labels, strict=True):
+            rec = next(r for r in records if r.label == label)
+            title = label
+            if "W v1 final" in rec.vectors:
+                coords, evr = pca_trajectory(np.array(rec.vectors["W v1 final"], dtype=np.float64))
+                n_layers = max(n_layers, len(coords))
+                ax.plot(coords[:, 0], coords[:, 1], color="0.6", lw=0.6, zorder=1)
+                ax.scatter(coords[:, 0], coords[:, 1], c=np.arange(len(coords)), cmap=cmap, s=9, zorder=2,
+                           vmin=0, vmax=max(1, len(coords) - 1))
+                ax.set_xlabel(f"PC1 ({evr[0]:.0%})", labelpad=1)
+                ax.set_ylabel(f"PC2 ({evr[1]:.0%})", labelpad=1)
+                init = ""
+                if "W v1 init" in rec.vectors:
+                    _, evr0 = pca_trajectory(np.array(rec.vectors["W v1 init"], dtype=np.float64))
+                    init = f" (init {evr0.sum():.0%})"
+                title += f"\n3 PCs hold {evr.sum():.0%}{init}"
+            ax.set_title(title, pad=2, fontsize=7)
+            ax.tick_params(labelsize=6.5)
+        _layer_colorbar(fig, axes, n_layers, cmap)
+        fig.suptitle(f"Final W v1 across layers, PCA (sign-aligned, Eq. 6); seed {records[0].seed}")
+        return save_figure(fig, path, dpi)
 
 
-def transformer_training_plot(records: list[RunRecord], path: Path) -> Path:
-    """Per projection, weight v1 and u1 continuity vs step for every seed, each with its null dashed."""
-    fig, axes = plt.subplots(2, 4, figsize=(16, 6.4), squeeze=False, sharey=True)
-    for ax, role in zip(axes.flat, PAPER_TABLE2_SPACE, strict=False):
-        for space, color in (("v", "tab:blue"), ("u", "tab:orange")):
-            for i, rec in enumerate(records):
-                pts = rec.select("W", role, "cont", space, 1)
-                null = rec.select("W", role, "null_mean", space, 1)
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, alpha=0.9 if i == 0 else 0.5,
-                        label=f"W {space}1" if i == 0 else None)
-                ax.plot([p[0] for p in null], [p[1] for p in null], color=color, ls="--", lw=0.8,
-                        label=f"{space}1 null" if i == 0 else None)
-        ax.set_title(f"{role} (paper: {PAPER_TABLE2_SPACE[role]}1)")
-        ax.set_xlabel("step")
-        ax.set_ylim(0, 1)
-        ax.legend(fontsize=7)
-    axes.flat[-1].axis("off")
-    axes.flat[0].set_ylabel("adjacent-layer |cos|")
-    fig.suptitle(f"{records[0].label}: continuity over training")
-    return _save(fig, path)
+def transformer_training_plot(records: list[RunRecord], path: Path, floors: dict[tuple[str, str], float],
+                              dpi: int = 300) -> Path:
+    """Per projection, W's v1 and u1 continuity vs step for every seed, each with its null band."""
+    roles = [r for r in PAPER_TABLE2_SPACE if records[0].select("W", r, "cont", "v", 1)]
+    with style():
+        fig, axes = panels(len(roles), sharex=False)
+        for ax, role in zip(axes, roles, strict=True):
+            for space, color in (("v", "tab:blue"), ("u", "tab:orange")):
+                for i, rec in enumerate(records):
+                    pts = rec.select("W", role, "cont", space, 1)
+                    x = [p[0] for p in pts]
+                    ax.plot(x, [p[1] for p in pts], color=color, lw=1.1 if i == 0 else 0.7,
+                            alpha=1 if i == 0 else 0.6, label=f"W {space}1 ({'input' if space == 'v' else 'output'})")
+                    if i == 0:
+                        mean = [p[1] for p in rec.select("W", role, "null_mean", space, 1)]
+                        std = [p[1] for p in rec.select("W", role, "null_std", space, 1)]
+                        if len(mean) == len(std) == len(x):
+                            draw_null_band(ax, x, mean, std, color, NULL_LABEL if space == "v" else None)
+                if (role, space) in floors:
+                    draw_random_floor(ax, floors[(role, space)], RANDOM_LABEL if space == "v" else None)
+            ax.set_title(f"{ROLE_LABELS[role]} (paper reports {PAPER_TABLE2_SPACE[role]}1)", pad=2)
+            ax.set_ylim(0, 1.02)
+        label_outer(fig, axes, 2, "training step", "W |cos| (Eq. 1)")
+        seeds = ", ".join(str(r.seed) for r in records)
+        fig.suptitle(f"{records[0].label}: continuity over training (seeds {seeds})")
+        figure_legend(fig, axes)
+        return save_figure(fig, path, dpi)
 
 
-def write_plots(rep: Reproduction, out: str | Path) -> list[Path]:
-    """Write the reproduction's PNGs under ``out`` and return their paths."""
-    out = Path(out)
+def plot_names(rep: Reproduction, target: str | Path) -> tuple[Path, str, str]:
+    """``(folder, prefix, format)`` of the figures for ``--plot target`` (a folder, or a file naming the format)."""
+    target = Path(target)
+    if target.suffix:
+        return target.parent, f"{target.stem}_", figure_format(target)
+    return target, f"{slug(rep.preset)}_" if rep.sim == "mlp" else "", "png"
+
+
+def write_plots(rep: Reproduction, target: str | Path, dpi: int = 300) -> list[Path]:
+    """Write the reproduction's figures for ``--plot target`` and return their paths.
+
+    Raises:
+        GeodriftError: an unsupported suffix or dpi.
+    """
+    folder, prefix, fmt = plot_names(rep, target)
+    check_dpi(dpi)
     done = [r for r in rep.records if r.rows]
     if not done:
         return []
     if rep.sim == "transformer":
         paths = []
         for spec in rep.specs:
-            runs = [r for r in done if r.label == spec.label]
+            runs = [r for r in rep.results if r.record.label == spec.label and r.record.rows]
             if runs:
-                paths.append(transformer_training_plot(runs, out / f"{slug(spec.label)}_training.png"))
+                floors = _floors(runs[0].report)
+                paths.append(transformer_training_plot([r.record for r in runs],
+                                                       folder / f"{prefix}{slug(spec.label)}_training.{fmt}", floors, dpi))
         for result in rep.results:
-            path = out / f"{slug(result.record.label)}_seed{result.record.seed}_depth.png"
-            write_plot(result.report, path)
-            paths.append(path)
+            path = folder / f"{prefix}{slug(result.record.label)}_seed{result.record.seed}_depth.{fmt}"
+            paths.append(write_plot(result.report, path, dpi,
+                                    title=f"{result.record.label}, seed {result.record.seed}: final weights"))
         return paths
-    floor = rep.floor
-    return [
-        continuity_plot(done, out / f"{slug(rep.preset)}_continuity.png", floor),
-        rotation_plot(done, out / f"{slug(rep.preset)}_rotation.png"),
-        pca_plot(done, out / f"{slug(rep.preset)}_pca_v1.png"),
-    ]
+    paths = [continuity_plot(done, folder / f"{prefix}continuity.{fmt}", rep.floor, dpi)]
+    if any(r[4] == "rotation_deg" for rec in done for r in rec.rows):  # only runs past the epoch-1 reference have it
+        paths.append(rotation_plot(done, folder / f"{prefix}rotation.{fmt}", dpi))
+    paths.append(pca_plot(done, folder / f"{prefix}pca_v1.{fmt}", dpi))
+    return paths
+
+
+def _floors(report: Any) -> dict[tuple[str, str], float]:
+    return {(r.role, space): r.spaces[space].vectors[0].baseline for r in report.roles for space in ("v", "u")}

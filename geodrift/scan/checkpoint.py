@@ -39,6 +39,7 @@ class Checkpoint:
             n_kv_heads, head_dim, d_ff, vocab_size, rope_theta, norm_eps, tie_embeddings``, and
             ``raw``: the source metadata (config.json or GGUF scalars).
         plan: canonical key -> Part (filled by the reader's constructor via :meth:`_build_plan`).
+        skipped: file tensor name -> why it is not mapped (ignore lists, ``--names`` leaving it out).
         label: how the checkpoint is named in messages and reports.
     """
 
@@ -48,6 +49,7 @@ class Checkpoint:
     config: dict[str, Any]
     plan: dict[CanonicalKey, Part]
     kinds_by_name: dict[str, CanonicalKey]
+    skipped: dict[str, str]
     label: str
 
     def tensor_names(self) -> list[str]:
@@ -84,19 +86,31 @@ class Checkpoint:
 
     # ---- plan building (shared by every reader) ----
 
-    def _build_plan(self, rules: list[NameRule], ignored: Any) -> None:
-        # Map every name, refuse unknown ones, then expand fused tensors into their roles.
+    def dtype(self, name: str) -> str:
+        """How ``name`` is stored (``F32``, ``BF16``, ``Q4_1`` ...), from the header."""
+        return "?"
+
+    def _build_plan(self, rules: list[NameRule], ignored: Any, lenient: bool = False) -> None:
+        # Map every name, then expand fused tensors into their roles. Names no rule matches are
+        # refused with the built-in tables alone; with a user mapping (``lenient``) they are left
+        # unmapped (``skipped``), so a mapping need only name what should be scanned.
         kinds: dict[str, CanonicalKey] = {}
         transposed: dict[str, bool] = {}
         unknown: list[str] = []
+        self.skipped: dict[str, str] = {}
         for name in self.tensor_names():
             hit = match_name(name, rules)
             if hit is None:
-                if ignored.fullmatch(name) is None:
+                if ignored.fullmatch(name) is not None:
+                    self.skipped[name] = "a buffer without weights (built-in ignore list)"
+                elif lenient:
+                    self.skipped[name] = "unmapped: no --names rule or built-in name matches it"
+                else:
                     unknown.append(name)
                 continue
             key, transpose = hit
             if key[0] == "ignore":
+                self.skipped[name] = "ignored by a --names rule"
                 continue
             if key in kinds.values():
                 other = next(n for n, k in kinds.items() if k == key)

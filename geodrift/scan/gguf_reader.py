@@ -98,7 +98,7 @@ class GGUFCheckpoint(Checkpoint):
             self.architecture = normalise_model_type(arch_name)
         self.config = self._config(raw, arch_name)
         user = list(rules or [])
-        self._build_plan(user + gguf_rules(self.architecture), GGUF_IGNORED)
+        self._build_plan(user + gguf_rules(self.architecture), GGUF_IGNORED, lenient=bool(user))
         infer_config_from_shapes(self, self.config)
 
     def _entry(self, info: TensorInfo, file_size: int) -> _Entry:
@@ -161,6 +161,9 @@ class GGUFCheckpoint(Checkpoint):
     def qtype(self, name: str) -> str:
         """The GGML type name of ``name`` (``"Q4_1"``, ``"F32"`` ...)."""
         return str(self._tensor(name).qtype.name)
+
+    def dtype(self, name: str) -> str:
+        return self.qtype(name)
 
     def _tensor(self, name: str) -> _Entry:
         try:

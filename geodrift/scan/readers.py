@@ -37,7 +37,7 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, Part
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
-from geodrift.scan.fold import folded_loader
+from geodrift.scan.fold import INPUT_SIDE, folded_loader
 from geodrift.scan.gguf_reader import GGUFCheckpoint
 from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey, NameRule, load_name_mapping
 from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
@@ -257,6 +257,7 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
             raise GeodriftError(f"{ckpt.label}:{part.name}: expected a 2-D weight matrix, got shape {shape}")
         source = f"{ckpt.label}:{part.name}" + (f"[rows {part.rows[0]}:{part.rows[1]}]" if part.rows else "")
         if view == "folded":
+            _check_foldable(ckpt, role, layer)
             loader = folded_loader(ckpt, role, layer, _raw_loader(ckpt, role, layer),
                                    functools.partial(_layer_norm_gain, ckpt, layer))
         else:
@@ -288,6 +289,17 @@ def validate_for_continuity(ws: WeightSet) -> None:
                 f"{ws.origin}: {role} has {len(layers)} layer(s) ({layers}); continuity compares adjacent "
                 "layers and needs at least 2 - select more layers (--layers) or a deeper model"
             )
+
+
+def _check_foldable(ckpt: Checkpoint, role: str, layer: int) -> None:
+    # A reading projection without its input norm would be "folded" with nothing: refuse rather than
+    # label raw weights as folded (a --names mapping may leave the norms unmapped).
+    kind = INPUT_SIDE.get(role)
+    if kind is not None and (kind, layer) not in ckpt.plan:
+        raise GeodriftError(
+            f"{ckpt.label}: --view folded needs the {kind} gain of layer {layer} for {role}, but no tensor maps to it; "
+            f"map the norms in --names (kinds {', '.join(sorted(set(INPUT_SIDE.values())))}) or use --view raw"
+        )
 
 
 def _raw_loader(ckpt: Checkpoint, role: str, layer: int) -> Callable[[], torch.Tensor]:

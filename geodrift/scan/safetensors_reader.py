@@ -90,6 +90,7 @@ class SafetensorsCheckpoint(Checkpoint):
         self.label = str(path)
         self._where: dict[str, Path] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
+        self._dtypes: dict[str, str] = {}
         for file in files:
             self._read_header(file)
         if weight_map is not None:
@@ -107,7 +108,9 @@ class SafetensorsCheckpoint(Checkpoint):
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for name in handle.keys():
-                    self._shapes[name] = tuple(int(d) for d in handle.get_slice(name).get_shape())
+                    view = handle.get_slice(name)
+                    self._shapes[name] = tuple(int(d) for d in view.get_shape())
+                    self._dtypes[name] = str(view.get_dtype())
                     self._where[name] = file
         except FileNotFoundError:
             raise GeodriftError(f"{file}: shard not found; re-download the model or fix the index json") from None
@@ -119,6 +122,10 @@ class SafetensorsCheckpoint(Checkpoint):
 
     def tensor_names(self) -> list[str]:
         return list(self._shapes)
+
+    def dtype(self, name: str) -> str:
+        self.shape(name)  # raises for an unknown name
+        return self._dtypes[name]
 
     def shape(self, name: str) -> tuple[int, ...]:
         try:
@@ -195,6 +202,10 @@ class PytorchCheckpoint(Checkpoint):
         self.shape(name)
         return self._tensors[name].to(torch.float32, copy=True)
 
+    def dtype(self, name: str) -> str:
+        self.shape(name)
+        return str(self._tensors[name].dtype).removeprefix("torch.")
+
     def close(self) -> None:
         self._tensors = {}
 
@@ -249,7 +260,7 @@ def _set_architecture_and_config(ckpt: Checkpoint, config_path: Path | None,
     if arch == "gpt2" or arch in ("gemma", "gemma2", "gemma3"):
         config.setdefault("tie_embeddings", True)  # these configs default to tied embeddings
     ckpt.config = config
-    ckpt._build_plan(list(rules or []) + HF_TABLES.get(arch, []), HF_IGNORED)
+    ckpt._build_plan(list(rules or []) + HF_TABLES.get(arch, []), HF_IGNORED, lenient=bool(rules))
     infer_config_from_shapes(ckpt, config)
     if arch == "gpt2" and "d_model" in config:
         config.setdefault("d_ff", 4 * config["d_model"])

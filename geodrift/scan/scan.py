@@ -87,7 +87,13 @@ def ov_composite_hook(
         V = pending.pop(layer)
         head_dim = V.shape[0] // n_kv_heads
         expanded = V.reshape(n_kv_heads, head_dim, V.shape[1]).repeat_interleave(group, dim=0)
-        return {("attn_ov", layer): W @ expanded.reshape(n_heads * head_dim, V.shape[1])}
+        composite = W @ expanded.reshape(n_heads * head_dim, V.shape[1])
+        if not bool(torch.isfinite(composite).all()):
+            # float32 overflow (weights beyond ~1e18): the product in float64, brought back into float32's
+            # range; singular vectors, energy shares and every continuity number do not depend on the scale.
+            composite = W.double() @ expanded.reshape(n_heads * head_dim, V.shape[1]).double()
+            composite = (composite / composite.abs().max()).float()
+        return {("attn_ov", layer): composite}
 
     return hook
 

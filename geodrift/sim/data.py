@@ -19,6 +19,7 @@ Pixels are divided by the training set's maximum and standardised with the train
 
 from __future__ import annotations
 
+import glob
 import gzip
 import importlib.metadata
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ class Dataset:
         return Dataset(self.name, *(t.to(device) for t in (self.x_train, self.y_train, self.x_test, self.y_test)))
 
 
+# The data sets known by name (--data); anything else is a folder of IDX files or a .npz file.
+DATASET_NAMES = ("mnist5k", "digits")
+
+
 def load_dataset(spec: str = "mnist5k") -> Dataset:
     """Load a data set by name or path (see the module docstring).
 
@@ -76,6 +81,9 @@ def load_dataset(spec: str = "mnist5k") -> Dataset:
         digits = load_digits()
         return _finish("digits", *_class_split(digits.data.astype(np.float32), digits.target))
     path = Path(spec).expanduser()
+    if path.parent == Path(".") and not path.exists() and not any(Path(".").glob(glob.escape(spec) + "*")):
+        raise GeodriftError(f"--data {spec}: no data set of that name; use {' or '.join(DATASET_NAMES)}, a folder of "
+                            "IDX files or a .npz file")
     if path.suffix == ".npz":
         return _finish(path.name, *_read_npz(path))
     return _finish(str(path), *_read_idx_set(path))

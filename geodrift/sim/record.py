@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geodrift.atomic import write_json, write_with
+from geodrift.atomic import document, payload_of, write_json, write_with
 from geodrift.errors import GeodriftError
 
 SERIES_COLUMNS = ("step", "epoch", "source", "role", "metric", "space", "k", "layer", "value")
@@ -88,7 +88,7 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        data = dict(data)
+        data = payload_of(data)
         series = data.pop("series")
         if list(series["columns"]) != list(SERIES_COLUMNS):
             raise GeodriftError(f"run.json: unknown series columns {series['columns']}; written by another version")
@@ -110,7 +110,7 @@ def run_dir(out: str | Path, label: str, seed: int) -> Path:
 def write_record(out: str | Path, record: RunRecord) -> Path:
     """Write ``run.json`` atomically under ``out``; returns its path."""
     path = run_dir(out, record.label, record.seed) / "run.json"
-    write_json(path, record.to_dict())
+    write_json(path, document("run_record", record.to_dict()))
     return path
 
 

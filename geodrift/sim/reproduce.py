@@ -27,7 +27,7 @@ from geodrift.metrics import random_baseline
 from geodrift.sim.config import ImageData, LlamaConfig, RunSpec, TextData, ablate, preset, preset_seeds
 from geodrift.sim.record import RunRecord
 from geodrift.sim.reference import PAPER, PAPER_TABLE2, PAPER_TABLE2_SPACE, TABLE1_NOTES, PaperCell, paper_row
-from geodrift.sim.run import RunResult, default_batched, load_results, run_seeds
+from geodrift.sim.run import RunResult, StepStatus, default_batched, load_results, run_seeds
 from geodrift.weights import ROLE_LABELS
 
 MLP_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -123,7 +123,8 @@ def build_specs(sim: str, name: str, *, steps: int | None = None, track_every: i
 
 def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: bool | None = None,
               device: str = "auto", out: str | None = None, resume: bool = False, checkpoint_every: int = 0,
-              on_run: Callable[[str, int], None] | None = None, on_step: Callable[[int], None] | None = None,
+              on_run: Callable[[str, int], None] | None = None,
+              on_step: Callable[[StepStatus], None] | None = None, on_stage: Callable[[str], None] | None = None,
               **spec_options: Any) -> Reproduction:
     """Train a preset for every seed and judge its claims.
 
@@ -132,7 +133,8 @@ def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: b
         seeds: default: the preset's (``geodrift.sim.config.preset_seeds``).
         batched: train the MLP's seeds as one ensemble (default: only on CUDA).
         device, out, resume, checkpoint_every: see :func:`geodrift.sim.run.run`.
-        on_run: called with ``(label, seed)`` before each group; on_step: progress per step.
+        on_run: called with ``(label, seed)`` before each group; on_step: after each step
+            (:class:`geodrift.sim.run.StepStatus`); on_stage: before slow start-up work, with a message.
         spec_options: :func:`build_specs`'s overrides (steps, track_every, ablations, data, text).
 
     Returns:
@@ -145,11 +147,12 @@ def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: b
     specs = build_specs(sim, name, **spec_options)
     batched = default_batched(device) if batched is None else batched
     results: list[RunResult] = []
+    stage = {"on_stage": on_stage} if on_stage is not None else {}
     for spec in specs:
         if on_run is not None:
             on_run(spec.label, seeds[0])
         results += run_seeds(spec, seeds, batched=batched, out=out, resume=resume, device=device,
-                             checkpoint_every=checkpoint_every, preset=name, on_step=on_step)
+                             checkpoint_every=checkpoint_every, preset=name, on_step=on_step, **stage)
     return assemble(sim, name, specs, results, seeds)
 
 

@@ -16,7 +16,6 @@ removed once the run completes.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from geodrift.atomic import write_json
+from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import ImageData, LlamaConfig, MLPConfig, RunSpec, TextData
@@ -45,7 +44,7 @@ from geodrift.sim.record import (
 )
 from geodrift.sim.text import Corpus, TokenBatches, encode_ids, eval_windows, lm_loss, load_corpus, perplexity
 from geodrift.sim.tokenizer import Tokenizer, make_tokenizer
-from geodrift.sim.track import LlamaTracker, MLPTracker, Row, summarize
+from geodrift.sim.track import Latest, LlamaTracker, MLPTracker, Row, summarize
 from geodrift.sim.train import BatchSource, LossFn, make_optimizer, make_scheduler, resolve_device, train
 from geodrift.weights import WeightSet
 
@@ -59,6 +58,25 @@ class RunResult:
     path: Path | None
 
 
+@dataclass(frozen=True)
+class StepStatus:
+    """What a progress display shows after each training step of a run."""
+
+    label: str  # the configuration
+    seeds: tuple[int, ...]  # the run's seed(s) (an MLP ensemble trains several at once)
+    done: int  # steps completed in this run
+    steps: int  # the run's length
+    loss: torch.Tensor  # that step's training loss, detached 0-d (float() waits for the device: do it sparingly)
+    latest: Latest | None  # the latest tracked weight continuity and its null (None before the first track)
+
+
+Stage = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    """The default start-up message sink: say nothing."""
+
+
 @dataclass
 class _Parts:
     # What a simulator plugs into the skeleton.
@@ -69,12 +87,13 @@ class _Parts:
     data_note: str
     weightset: Callable[[int], WeightSet]  # member -> final weights
     untracked_rows: Callable[[int], list[Row]] = lambda step: []  # end-of-run rows when tracking is off
-    files: dict[str, Any] = field(default_factory=dict)  # extra JSON files written beside run.json
+    files: dict[str, tuple[str, Any]] = field(default_factory=dict)  # file name -> (kind, payload) beside run.json
 
 
 def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resume: bool = False,
         device: str = "auto", checkpoint_every: int = 0, track: bool = True, preset: str | None = None,
-        stop_at: int | None = None, on_step: Callable[[int], None] | None = None) -> list[RunResult]:
+        stop_at: int | None = None, on_step: Callable[[StepStatus], None] | None = None,
+        on_stage: Stage = _quiet) -> list[RunResult]:
     """Train ``spec`` for ``seeds`` as one group; record, checkpoint, resume, report.
 
     Args:
@@ -87,7 +106,8 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         track: False turns tracking off (the compute floor of the overhead benchmarks).
         preset: the preset name stored in the records.
         stop_at: interrupt before this step (records are written with status ``partial``).
-        on_step: progress callback (completed steps).
+        on_step: called after every step with a :class:`StepStatus` (step, loss, latest continuity).
+        on_stage: called with a message before slow start-up work (data loading, tokenizer training).
 
     Returns:
         One RunResult per seed, in ``seeds`` order.
@@ -107,7 +127,10 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         if done is not None:
             return done
     dev = resolve_device(device)
-    parts = _mlp_parts(spec, seeds, dev, track) if spec.sim == "mlp" else _llama_parts(spec, seeds[0], dev, track)
+    if spec.sim == "mlp":
+        parts = _mlp_parts(spec, seeds, dev, track, on_stage)
+    else:
+        parts = _llama_parts(spec, seeds[0], dev, track, on_stage)
     optimizer = make_optimizer(parts.model.parameters(), spec.train)
     scheduler = make_scheduler(optimizer, spec.train)
     start_step, elapsed = 0, 0.0
@@ -134,9 +157,15 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
                 "seconds": elapsed + time.perf_counter() - t0,
             })
 
+    def step_done(done: int, loss: torch.Tensor) -> None:
+        if on_step is not None:
+            on_step(StepStatus(spec.label, tuple(seeds), done, spec.train.steps, loss,
+                               parts.tracker.latest if parts.tracker else None))
+
     end = train(parts.model, parts.batches, parts.loss_fn, optimizer, scheduler, steps=spec.train.steps,
                 grad_clip=spec.train.grad_clip, tracker=parts.tracker, start_step=start_step, stop_at=stop_at,
-                checkpoint_every=checkpoint_every, on_checkpoint=save if ckpt is not None else None, on_step=on_step)
+                checkpoint_every=checkpoint_every, on_checkpoint=save if ckpt is not None else None,
+                on_step=step_done if on_step is not None else None)
     wall = time.perf_counter() - t0
     status = "complete" if end == spec.train.steps else "partial"
     if status == "complete" and ckpt is not None and ckpt.is_file():
@@ -157,9 +186,9 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         path = None
         if out is not None:
             path = write_record(out, record).parent
-            write_json(path / "report.json", report.to_dict())
-            for name, payload in parts.files.items():
-                write_json(path / name, payload)
+            write_json(path / "report.json", document("continuity_report", report.to_dict()))
+            for name, (kind, payload) in parts.files.items():
+                write_json(path / name, document(kind, payload))
         results.append(RunResult(record, report, path))
     return results
 
@@ -238,16 +267,21 @@ def _report_summary(report: Report) -> dict[str, float | None]:
 
 
 # ---- the MLP -------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=4)
-def _image_data(name: str) -> Dataset:
-    return load_dataset(name)
+_IMAGES: dict[str, Dataset] = {}  # data sets loaded by this process (several presets' rows share one)
 
 
-def _mlp_parts(spec: RunSpec, seeds: list[int], device: torch.device, track: bool) -> _Parts:
+def _image_data(name: str, on_stage: Stage = _quiet) -> Dataset:
+    if name not in _IMAGES:
+        on_stage(f"loading the {name} data set")
+        _IMAGES[name] = load_dataset(name)
+    return _IMAGES[name]
+
+
+def _mlp_parts(spec: RunSpec, seeds: list[int], device: torch.device, track: bool, on_stage: Stage) -> _Parts:
     assert isinstance(spec.model, MLPConfig) and isinstance(spec.data, ImageData)
     if spec.train.grad_clip > 0 and len(seeds) > 1:
         raise GeodriftError("grad_clip: a global norm would couple the ensemble's members; train seeds one by one")
-    data = _image_data(spec.data.name).to(device)
+    data = _image_data(spec.data.name, on_stage).to(device)
     model: ResidualMLP = build_mlp(spec.model, data.in_dim, data.n_classes, seeds, device)
     batches = ShuffledBatches(data, seeds, spec.train.batch_size)
     epoch_steps = spec.train.epoch_steps or batches.steps_per_epoch
@@ -265,13 +299,28 @@ class _Text:
     valid: torch.Tensor
 
 
-@functools.lru_cache(maxsize=2)
-def prepare_text(data: TextData) -> _Text:
-    # The corpus, a tokenizer trained on its training split, both splits encoded (cached per process:
-    # several configurations of one preset share them).
-    corpus = load_corpus(data.corpus, data.max_chars)
-    tokenizer = make_tokenizer(data.tokenizer, corpus.train, data.vocab)
-    return _Text(corpus, tokenizer, encode_ids(tokenizer, corpus.train), encode_ids(tokenizer, corpus.valid))
+_TEXTS: dict[TextData, _Text] = {}  # per process: several configurations of one preset share them
+
+
+def prepare_text(data: TextData, on_stage: Stage = _quiet) -> _Text:
+    """The corpus, a tokenizer trained on its training split, and both splits encoded (cached per process).
+
+    Args:
+        data: corpus and tokenizer settings.
+        on_stage: told before each slow step (reading, tokenizer training, encoding).
+    """
+    if data not in _TEXTS:
+        on_stage(f"reading the corpus ({data.corpus or 'embedded stdlib docs'})")
+        corpus = load_corpus(data.corpus, data.max_chars)
+        if data.tokenizer == "bpe":
+            on_stage(f"training a {data.vocab}-id BPE tokenizer on {len(corpus.train):,} characters of the "
+                     "training split (once per process)")
+        tokenizer = make_tokenizer(data.tokenizer, corpus.train, data.vocab)
+        on_stage(f"encoding {len(corpus.train) + len(corpus.valid):,} characters")
+        while len(_TEXTS) >= 2:  # keep at most two corpora resident
+            _TEXTS.pop(next(iter(_TEXTS)))
+        _TEXTS[data] = _Text(corpus, tokenizer, encode_ids(tokenizer, corpus.train), encode_ids(tokenizer, corpus.valid))
+    return _TEXTS[data]
 
 
 def build_llama(cfg: LlamaConfig, vocab_size: int, seed: int) -> LlamaLM:
@@ -283,9 +332,9 @@ def build_llama(cfg: LlamaConfig, vocab_size: int, seed: int) -> LlamaLM:
                    generator=torch.Generator().manual_seed(seed))
 
 
-def _llama_parts(spec: RunSpec, seed: int, device: torch.device, track: bool) -> _Parts:
+def _llama_parts(spec: RunSpec, seed: int, device: torch.device, track: bool, on_stage: Stage) -> _Parts:
     assert isinstance(spec.model, LlamaConfig) and isinstance(spec.data, TextData)
-    text = prepare_text(spec.data)
+    text = prepare_text(spec.data, on_stage)
     model = build_llama(spec.model, text.tokenizer.vocab_size, seed).to(device)
     windows = eval_windows(text.valid, spec.data.seq_len, spec.data.eval_windows)
     token_bytes = text.tokenizer.token_bytes()
@@ -304,4 +353,4 @@ def _llama_parts(spec: RunSpec, seed: int, device: torch.device, track: bool) ->
     tracker = LlamaTracker(model, spec.track, spec.train.steps, steps_per_epoch, seed, evaluate) if track else None
     return _Parts(model, TokenBatches(text.train, spec.train.batch_size, spec.data.seq_len, seed, device), lm_loss,
                   tracker, note, lambda e: model.weightset(origin=f"simulated {spec.label} seed {seed}"),
-                  untracked_rows, {"tokenizer.json": text.tokenizer.to_dict()})
+                  untracked_rows, {"tokenizer.json": ("tokenizer", {"tokenizer": text.tokenizer.to_dict()})})

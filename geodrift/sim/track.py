@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -49,9 +50,38 @@ from geodrift.sim.config import TrackConfig
 from geodrift.sim.data import Dataset
 from geodrift.sim.llama import LlamaLM
 from geodrift.sim.mlp import ResidualMLP
+from geodrift.sim.reference import PAPER_TABLE2_SPACE
 from geodrift.weights import WeightSet
 
 Row = list[Any]
+
+
+@dataclass(frozen=True)
+class Latest:
+    """The latest tracked weight continuity of member 0, with its permutation-null mean (for progress displays).
+
+    ``label`` says what it is, e.g. ``W v1`` (the MLP's blocks) or ``W, mean of 7 projections``.
+    """
+
+    label: str
+    value: float
+    null_mean: float
+    step: int
+
+
+def latest_continuity(rows: list[Row], step: int, spaces: dict[str, str], label: str) -> Latest | None:
+    """Mean over ``spaces`` (role -> space) of W's k=1 continuity and null mean tracked at ``step``, from ``rows``."""
+    found: dict[tuple[str, str], float] = {}
+    for row in reversed(rows):  # the latest track's rows are at the end
+        if row[0] != step:
+            break
+        if row[2] == "W" and row[6] == 1 and row[7] is None and spaces.get(row[3]) == row[5]:
+            found.setdefault((row[3], row[4]), row[8])
+    roles = [r for r in spaces if (r, "cont") in found and (r, "null_mean") in found]
+    if not roles:
+        return None
+    return Latest(label, sum(found[(r, "cont")] for r in roles) / len(roles),
+                  sum(found[(r, "null_mean")] for r in roles) / len(roles), step)
 
 
 def track_seed(seed: int, step: int) -> int:
@@ -111,6 +141,7 @@ class MLPTracker:
         # per member: W's v1 per layer at step 0 and at the latest track (for the PCA plot)
         self.vectors: list[dict[str, list[list[float]]]] = [{} for _ in range(E)]
         self.seconds = 0.0
+        self.latest: Latest | None = None
 
     def after_backward(self, step: int, stats: dict[str, torch.Tensor]) -> None:
         start = time.perf_counter()
@@ -196,6 +227,7 @@ class MLPTracker:
         self.run_loss.zero_()
         self.run_acc.zero_()
         self.run_count = 0
+        self.latest = latest_continuity(self.series[0].rows, step, {"block": "v"}, "W v1")
         self.seconds += time.perf_counter() - start
 
     @torch.no_grad()
@@ -250,6 +282,7 @@ class LlamaTracker:
         self.series = [_Series()]
         self.vectors: list[dict[str, list[list[float]]]] = [{}]
         self.seconds = 0.0
+        self.latest: Latest | None = None
 
     def after_backward(self, step: int, stats: dict[str, torch.Tensor]) -> None:
         self.losses.append(float(stats["loss"]))
@@ -267,6 +300,8 @@ class LlamaTracker:
         spec = MeasureSpec(k=self.cfg.k, null_draws=self.cfg.null_draws, seed=track_seed(self.seed, step))
         self.series[0].measure(step, epoch, "W", self.model.weightset(), spec)
         self.series[0].measure(step, epoch, "G", self.model.gradset(), spec)
+        self.latest = latest_continuity(self.series[0].rows, step, PAPER_TABLE2_SPACE,
+                                        f"W, mean of {len(PAPER_TABLE2_SPACE)} projections (paper's space)")
         if step == self.steps or (self.cfg.eval_every and step % self.cfg.eval_every == 0):
             self.record_eval(step)
         self.seconds += time.perf_counter() - start

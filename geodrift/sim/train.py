@@ -144,7 +144,7 @@ def train(
     stop_at: int | None = None,
     checkpoint_every: int = 0,
     on_checkpoint: Callable[[int], None] | None = None,
-    on_step: Callable[[int], None] | None = None,
+    on_step: Callable[[int, torch.Tensor], None] | None = None,
 ) -> int:
     """Train ``model`` from ``start_step`` to ``steps`` (or stop early at ``stop_at``).
 
@@ -157,7 +157,8 @@ def train(
         checkpoint_every: call ``on_checkpoint(next_step)`` every this many steps (0 = only at
             ``stop_at``; a finished run needs no checkpoint).
         on_checkpoint: saves a resumable state; receives the next step to run.
-        on_step: progress callback, receives the number of completed steps.
+        on_step: progress callback, receives the number of completed steps and that step's loss
+            (a detached 0-d tensor: convert it sparingly, ``float()`` waits for the device).
 
     Returns:
         The next step to run (``steps`` when finished).
@@ -184,7 +185,7 @@ def train(
         scheduler.step()
         done = step + 1
         if on_step is not None:
-            on_step(done)
+            on_step(done, loss.detach())
         if on_checkpoint is not None and checkpoint_every and done % checkpoint_every == 0 and done < end:
             on_checkpoint(done)
     if end == steps and tracker is not None and tracker.wants(steps, final=True):

@@ -1,0 +1,17 @@
+"""Options every command spells the same way: output layout, progress, figures, overwriting."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+Quiet = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="No progress bars, status lines or start-up messages on stderr (results and errors only).")]
+Wide = Annotated[bool, typer.Option(
+    "--wide", help="Print every table whole at its full width, whatever the terminal (default: tables that do not "
+    "fit the terminal - 80 columns when piped - are split by columns; no value is ever cut).")]
+Dpi = Annotated[int, typer.Option(
+    "--dpi", help="Resolution of PNG figures, dots per inch (and of any raster part of a PDF/SVG).")]
+Force = Annotated[bool, typer.Option(
+    "--force", help="Delete the earlier results in --out (and the figures under --plot) before running.")]

@@ -1,0 +1,139 @@
+"""Figure conventions shared by every plot: one-column size, fonts, formats, the noise floor, saving.
+
+- Size: every figure is one journal column wide (3.5 in, 89 mm) and is drawn at that size, so its
+  fonts (7-8 pt) are what a reader of a one-column figure sees; multi-panel figures grow taller.
+- Format: from the file suffix, ``.png``, ``.pdf`` or ``.svg`` (anything else is a one-line
+  error); ``dpi`` sets the PNG resolution (and that of any raster part of a PDF/SVG).
+- Every axis has a label, every colour scale a colorbar, and every similarity axis its floor:
+  :func:`draw_null_band` (the permutation null) and :func:`draw_random_floor` (``sqrt(2/(pi d))``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
+
+from geodrift.atomic import write_with  # noqa: E402
+from geodrift.errors import GeodriftError  # noqa: E402
+
+FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+COLUMN_WIDTH_IN = 3.5
+DEFAULT_DPI = 300
+STYLE: dict[str, Any] = {
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7,
+    "legend.fontsize": 7, "figure.titlesize": 8.5, "figure.labelsize": 8, "lines.linewidth": 1.1, "lines.markersize": 3,
+    "axes.linewidth": 0.6, "xtick.major.width": 0.6, "ytick.major.width": 0.6, "legend.frameon": False,
+    "svg.fonttype": "none", "pdf.fonttype": 42,  # text stays text (editable, searchable) in SVG and PDF
+    "axes.spines.top": False, "axes.spines.right": False,
+}
+NULL_LABEL = "permutation null (mean to +3 sd)"
+RANDOM_LABEL = "random floor √(2/πd)"
+
+
+def figure_format(path: str | Path, option: str = "--plot") -> str:
+    """The format named by ``path``'s suffix.
+
+    Raises:
+        GeodriftError: for a suffix other than .png, .pdf, .svg (the message names ``option``).
+
+    Example:
+        >>> figure_format("fig.PDF")
+        'pdf'
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise GeodriftError(f"{option} {path}: cannot tell the figure format from {suffix or 'a name without suffix'!r};"
+                            " end the file name with .png, .pdf or .svg")
+    return FORMATS[suffix]
+
+
+def check_dpi(dpi: int) -> int:
+    """``dpi`` if it is a sensible resolution (50-1200).
+
+    Raises:
+        GeodriftError: otherwise, naming ``--dpi``.
+    """
+    if not 50 <= dpi <= 1200:
+        raise GeodriftError(f"--dpi: {dpi} is outside 50-1200; 300 suits print, 150 a screen")
+    return dpi
+
+
+@contextmanager
+def style() -> Iterator[None]:
+    """Matplotlib settings of every geodrift figure (fonts sized for a one-column figure)."""
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]
+        yield
+
+
+def panels(n: int, *, cols: int = 2, panel_height: float = 1.45, extra_height: float = 1.0,
+           sharex: bool = False, sharey: bool = True) -> tuple[Any, list[Any]]:
+    """A one-column figure with ``n`` panels in ``cols`` columns; unused axes are removed.
+
+    Returns:
+        ``(figure, axes)`` with ``len(axes) == n``, in reading order.
+    """
+    cols = max(1, min(cols, n))
+    rows = math.ceil(n / cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(COLUMN_WIDTH_IN, panel_height * rows + extra_height),
+                             squeeze=False, sharex=sharex, sharey=sharey,
+                             layout=ConstrainedLayoutEngine(h_pad=0.02, w_pad=0.02, hspace=0.04, wspace=0.03))
+    flat = list(grid.flat)
+    for ax in flat[n:]:
+        ax.remove()
+    return fig, flat[:n]
+
+
+def label_outer(fig: Any, axes: Sequence[Any], cols: int, xlabel: str, ylabel: str) -> None:
+    """Label the x axis under each column's lowest panel and the y axis of each row's first panel."""
+    n = len(axes)
+    for i, ax in enumerate(axes):
+        if i + cols >= n:
+            ax.set_xlabel(xlabel)
+        if i % cols == 0:
+            ax.set_ylabel(ylabel)
+
+
+def figure_legend(fig: Any, axes: Sequence[Any], ncol: int = 2) -> None:
+    """One legend for the whole figure, below the panels (entries from every panel, each label once)."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=ncol, handlelength=1.6,
+                   columnspacing=1.0)
+
+
+def draw_null_band(ax: Any, x: Sequence[float], mean: Sequence[float], std: Sequence[float], color: str,
+                   label: str | None = None) -> None:
+    """The permutation null of a similarity: a band from its mean to mean + 3 sd, the mean dashed."""
+    upper = [m + 3 * s for m, s in zip(mean, std, strict=True)]
+    ax.fill_between(x, mean, upper, color=color, alpha=0.18, lw=0, label=label)
+    ax.plot(x, mean, color=color, ls="--", lw=0.7)
+
+
+def draw_random_floor(ax: Any, floor: float, label: str | None = None) -> None:
+    """The analytic floor ``sqrt(2/(pi d))`` of |cos| as a grey dotted line."""
+    ax.axhline(floor, color="0.35", ls=":", lw=0.9, label=label)
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = DEFAULT_DPI) -> Path:
+    """Write ``fig`` atomically in the format of ``path``'s suffix, then close it.
+
+    Raises:
+        GeodriftError: an unsupported suffix or dpi.
+    """
+    fmt = figure_format(path)
+    check_dpi(dpi)
+    write_with(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", pad_inches=0.03))
+    plt.close(fig)
+    return Path(path)

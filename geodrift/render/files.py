@@ -1,0 +1,46 @@
+"""CSV files for pipelines: the summary CSV and, next to it, the tidy per-pair (long) CSV.
+
+- ``NAME.csv``: one row per projection, space and k (means over adjacent pairs, with floors);
+- ``NAME.pairs.csv``: one row per model, view, projection, space, k and adjacent layer pair with
+  the pair's ``|cos|``, its permutation-null mean and std, z and the analytic floor - tidy data
+  (one observation per row, one variable per column), e.g. ``pandas.read_csv`` then ``groupby``.
+
+Non-finite numbers are written as empty cells (read as NaN/NA by pandas, R and spreadsheets).
+docs/output-schema.md lists every column with its meaning and units.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from geodrift.atomic import write_text
+from geodrift.continuity import Report
+
+
+def pairs_csv_path(summary_path: str | Path) -> Path:
+    """Where the long CSV goes beside the summary CSV: ``scan.csv`` -> ``scan.pairs.csv``."""
+    path = Path(summary_path)
+    stem = path.name[:-4] if path.name.lower().endswith(".csv") else path.name
+    return path.with_name(f"{stem}.pairs.csv")
+
+
+def write_csv(report: Report, path: str | Path) -> list[Path]:
+    """Write the summary CSV at ``path`` and the per-pair CSV beside it (atomically); return both paths."""
+    pairs = pairs_csv_path(path)
+    write_text(path, csv_text(report.rows()))
+    write_text(pairs, csv_text(report.pair_rows()))
+    return [Path(path), pairs]
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """Rows (dicts with the same keys) as CSV text; NaN and +-inf become empty cells."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["model"], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
+    return buffer.getvalue()

@@ -1,0 +1,20 @@
+"""Render a checkpoint inventory (``geodrift inspect``): one row per tensor, then a summary line."""
+
+from __future__ import annotations
+
+from geodrift.render import console
+from geodrift.render.layout import Col, Grid, print_grid
+from geodrift.scan.inventory import FOLDED, SCANNED, TensorRow
+
+_USE_STYLE = {SCANNED: "green", FOLDED: "cyan"}
+
+
+def render_inventory(title: str, rows: list[TensorRow], summary: str, wide: bool = False) -> None:
+    """Print the tensors of a checkpoint with their role (or why they are not scanned), then ``summary``."""
+    grid = Grid(title, [Col("tensor", "left"), Col("shape", "left"), Col("dtype", "left"),
+                        Col("use", "left", prose=True)])
+    for r in rows:
+        style = _USE_STYLE.get(r.use, "dim")
+        grid.add(r.name, "×".join(str(d) for d in r.shape) or "scalar", r.dtype, f"[{style}]{r.use}[/{style}]: {r.detail}")
+    print_grid(grid, wide=wide)
+    console.print(f"[bold]{summary}[/bold]", soft_wrap=True)

@@ -1,0 +1,67 @@
+"""The scan's figure: adjacent-layer |cos| of v1 and u1 across depth, one panel per projection.
+
+Each panel shows both spaces with each pair's own permutation null (a band from its mean to
++3 sd) and the analytic floor ``sqrt(2/(pi d))`` (dotted; one line per space when their widths
+differ). The panel title names the projection, the space the theory predicts and the verdict.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from matplotlib.ticker import MaxNLocator
+
+from geodrift.continuity import Report, RoleReport
+from geodrift.render.figures import (
+    NULL_LABEL,
+    RANDOM_LABEL,
+    draw_null_band,
+    draw_random_floor,
+    figure_legend,
+    label_outer,
+    panels,
+    save_figure,
+    style,
+)
+
+SPACE_COLORS = {"v": "tab:blue", "u": "tab:orange"}
+SPACE_NAMES = {"v": "v1 (input space)", "u": "u1 (output space)"}
+
+
+def write_plot(report: Report, path: str | Path, dpi: int = 300, title: str | None = None) -> Path:
+    """Write the depth-profile figure of ``report`` to ``path`` (.png, .pdf or .svg).
+
+    Raises:
+        GeodriftError: an unsupported suffix or dpi.
+    """
+    with style():
+        cols = 2
+        fig, axes = panels(len(report.roles), cols=cols, sharex=False)
+        for ax, role in zip(axes, report.roles, strict=True):
+            _panel(ax, role)
+        label_outer(fig, axes, cols, "layer l (pair l, l+1)", "|cos| (Eq. 1)")
+        fig.suptitle(title or f"{report.origin}, {report.view} weights")
+        figure_legend(fig, axes)
+        return save_figure(fig, path, dpi)
+
+
+def _panel(ax: Any, role: RoleReport) -> None:
+    x = role.layers[:-1]
+    floors = set()
+    for space in ("v", "u"):
+        vc = role.spaces[space].vectors[0]
+        color = SPACE_COLORS[space]
+        if vc.per_pair_null_mean:
+            draw_null_band(ax, x, vc.per_pair_null_mean, vc.per_pair_null_std, color,
+                           NULL_LABEL if space == "v" else None)
+        ax.plot(x, vc.per_pair, color=color, marker=".", label=SPACE_NAMES[space])
+        floors.add(round(vc.baseline, 6))
+    for i, floor in enumerate(sorted(floors)):
+        draw_random_floor(ax, floor, RANDOM_LABEL if i == 0 else None)
+    predicted = {"v": "v1", "u": "u1", None: "neither"}[role.predicted_space]
+    verdict = "" if role.verdict == "no prediction" else f" · pred. {predicted} · {role.verdict}"
+    ax.set_title(f"{role.label}{verdict}", pad=2, fontsize=7.5)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlim(min(x) - 0.5, max(x) + 0.5)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -1,0 +1,115 @@
+"""Long jobs report rate and ETA (live on a terminal, plain lines in a pipe), training shows step, loss and
+the latest continuity with its null, start-up work says what it is doing, and --quiet silences all of it."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+from sim_helpers import smoke_spec
+
+from geodrift.render.progress import JobProgress, announce, clock, rate_text
+from geodrift.sim.run import StepStatus, run
+
+
+def _console(terminal: bool) -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, force_terminal=terminal, width=120), buffer
+
+
+def test_in_a_pipe_each_line_has_progress_rate_eta_and_status():
+    console, out = _console(terminal=False)
+    with JobProgress("training", 10, "steps", every=0.0, console=console) as bar:
+        for step in range(1, 11):
+            bar.status(f"step {step} · loss 0.5")
+            bar.update(completed=step, description="Res+ReLU seed 42")
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(r"training Res\+ReLU seed 42: 10/10 \(100%\) · [\d.]+ (steps/s|s/step) · elapsed "
+                        r"\d:\d\d:\d\d · ETA \d:\d\d:\d\d · step 10 · loss 0.5", lines[-2]), lines[-2]
+    assert lines[-1].startswith("training done: 10/10 steps in ")
+
+
+def test_a_quick_job_in_a_pipe_prints_nothing():
+    console, out = _console(terminal=False)
+    with JobProgress("scanning", 3, "matrices", console=console) as bar:
+        bar.update(advance=3)
+    assert out.getvalue() == ""
+
+
+def test_on_a_terminal_the_bar_shows_rate_eta_and_the_status_line():
+    console, out = _console(terminal=True)
+    with JobProgress("training", 100, "steps", console=console) as bar:
+        bar.status("step 7 · loss 0.25 · W v1 0.812 (null 0.061) at step 5")
+        for step in range(1, 8):
+            bar.update(completed=step, description="Res+ReLU seed 42")
+        bar._bar.refresh()  # type: ignore[union-attr]
+    text = out.getvalue()
+    assert "7/100" in text and "ETA" in text and re.search(r"(steps/s|s/step)", text)
+    assert "W v1 0.812 (null 0.061)" in text
+
+
+def test_quiet_prints_nothing_anywhere():
+    console, out = _console(terminal=True)
+    with JobProgress("training", 10, "steps", quiet=True, every=0.0, console=console) as bar:
+        bar.note("training a BPE tokenizer")
+        bar.update(completed=10)
+    announce("loading", quiet=True, console=console)
+    assert out.getvalue() == ""
+
+
+def test_clock_and_rate_text_read_naturally():
+    assert clock(59.6) == "0:01:00" and clock(None) == "-:--:--"
+    assert rate_text(12.34, "steps") == "12.3 steps/s" and rate_text(0.5, "claims") == "2.0 s/claim"
+    assert rate_text(None, "steps") == "– steps/s"
+
+
+def test_training_reports_step_loss_and_the_latest_continuity_with_its_null_and_announces_data_loading():
+    statuses: list[StepStatus] = []
+    stages: list[str] = []
+    from geodrift.sim import run as run_module
+
+    run_module._IMAGES.clear()  # so the data set is loaded (and announced) here
+    run(smoke_spec(0), [42], device="cpu", stop_at=12, on_step=statuses.append, on_stage=stages.append)
+    assert stages == ["loading the mnist5k data set"]
+    assert [s.done for s in statuses] == list(range(1, 13)) and all(s.steps == 30 for s in statuses)
+    assert all(s.label == "Res+ReLU" and s.seeds == (42,) for s in statuses)
+    assert all(float(s.loss) > 0 for s in statuses)
+    latest = statuses[-1].latest
+    assert latest is not None and latest.label == "W v1" and latest.step == 10  # tracked every 10 steps
+    assert 0 < latest.null_mean < 1 and 0 <= latest.value <= 1
+
+
+@pytest.mark.parametrize("tokenizer", ["bpe"])
+def test_tokenizer_training_is_announced(tokenizer: str):
+    from geodrift.sim.config import TextData
+    from geodrift.sim.run import _TEXTS, prepare_text
+
+    data = TextData(max_chars=20_000, tokenizer=tokenizer, vocab=300)
+    _TEXTS.pop(data, None)
+    stages: list[str] = []
+    prepare_text(data, stages.append)
+    assert any("training a 300-id BPE tokenizer" in s for s in stages)
+    stages.clear()
+    prepare_text(data, stages.append)  # cached: nothing to announce
+    assert stages == []
+
+
+def test_the_training_reporter_counts_steps_across_runs_and_shows_loss_and_continuity():
+    import torch
+
+    from geodrift.render.progress import training_reporter
+    from geodrift.sim.track import Latest
+
+    console, out = _console(terminal=False)
+    latest = Latest("W v1", 0.8123, 0.0612, 10)
+    with JobProgress("training", 8, "steps", every=0.0, console=console) as bar:
+        report = training_reporter(bar)
+        for label in ("Res+ReLU", "Res+None"):
+            for done in range(1, 5):
+                report(StepStatus(label, (42,), done, 4, torch.tensor(0.25), latest if done > 2 else None))
+        assert bar.completed == 8 and bar.description == "Res+None seed 42"
+    lines = out.getvalue().splitlines()
+    assert lines[-2].endswith("step 4/4 · loss 0.2500 · W v1 0.812 (null 0.061) at step 10"), lines[-2]
+    assert "8/8 (100%)" in lines[-2]

@@ -1,0 +1,146 @@
+"""Terminal output never hides a number: at 80 columns and piped, every value of every table is printed whole.
+
+The real commands run on the real embedded model (and the MLP smoke runs): their tables must fit the
+width (no line longer than it), contain no elision ("…"), and contain every number of the report
+as printed by ``fmt`` - so a value folded across two lines would fail too. ``--wide`` prints each
+table whole, wider than the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sim_helpers import smoke_result, smoke_spec
+from typer.testing import CliRunner
+
+from geodrift.cli.main import app
+from geodrift.continuity import Report
+from geodrift.render import console, fmt
+from geodrift.render.layout import Col, Grid, grid_tables, plain
+from geodrift.render.sim import render_reproduction
+from geodrift.sim.reproduce import assemble
+
+runner = CliRunner()
+SCAN = ["scan", "--layers", "0-4", "--k", "3", "--null-draws", "10"]
+
+
+def _numbers(report: Report) -> set[str]:
+    # Every number the scan's tables show, formatted as they are shown.
+    out = set()
+    for r in report.roles:
+        for s in r.spaces.values():
+            out |= {fmt(s.sigma2_wa), fmt(s.sigma2_null_mean), fmt(s.subspace_overlap), fmt(s.subspace_baseline)}
+            for vc in s.vectors:
+                out |= {fmt(vc.mean), fmt(vc.null_mean)}
+                if vc.k == 1:
+                    out |= {fmt(vc.median), fmt(vc.null_std), fmt(vc.baseline), f"z={vc.z:.0f}"}
+    return out
+
+
+def _assert_whole(text: str, width: int, numbers: set[str]) -> None:
+    # Table lines fit the width; prose (captions, notes) wraps; the summary is one logical line by design.
+    assert "…" not in text and "..." not in text
+    too_long = [line for line in text.splitlines() if len(line) > width and set(line) & set("│┃┏┗┡└├")]
+    assert not too_long, too_long[:3]
+    missing = sorted(n for n in numbers if n not in text)
+    assert not missing, missing[:10]
+
+
+@pytest.fixture(scope="module")
+def scan_report() -> Report:
+    result = runner.invoke(app, [*SCAN, "--json"])
+    assert result.exit_code == 0, result.output
+    return Report.from_dict(json.loads(result.stdout))
+
+
+def test_scan_at_80_columns_prints_every_value_whole(scan_report: Report, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, SCAN)
+    assert result.exit_code == 0, result.output
+    _assert_whole(result.stdout, 80, _numbers(scan_report))
+    assert "(part 1 of" in result.stdout  # the wide table really was split, not squeezed
+    assert result.stdout.rstrip().splitlines()[-1].startswith(f"{len(scan_report.roles)}/")  # the summary line
+
+
+def test_scan_piped_to_another_program_prints_every_value_whole(scan_report: Report):
+    # A real pipe (no terminal anywhere, no COLUMNS): what a notebook's `!`, tee or a CI log sees.
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.run([sys.executable, "-m", "geodrift", *SCAN], capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL, env=env)
+    assert proc.returncode == 0, proc.stderr
+    _assert_whole(proc.stdout, 80, _numbers(scan_report))
+
+
+def test_wide_prints_each_table_whole_beyond_the_terminal(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, [*SCAN, "--wide"])
+    assert result.exit_code == 0, result.output
+    assert "(part " not in result.stdout and "…" not in result.stdout
+    assert max(len(line) for line in result.stdout.splitlines()) > 80
+
+
+def test_simulator_tables_at_80_columns_print_every_value_whole(monkeypatch):
+    monkeypatch.setattr(console, "_width", 80)
+    rep = assemble("mlp", "smoke", [smoke_spec(0), smoke_spec(1)], [smoke_result(0), smoke_result(1)], [42])
+    with console.capture() as captured:
+        render_reproduction(rep)
+    text = captured.get()
+    numbers = {fmt(st_.mean, 1 if c == "rotation_deg" else 2 if c == "rel_change" else 3)
+               for stats in rep.stats.values() for c, st_ in stats.items() if st_.n}
+    _assert_whole(text, 80, numbers)
+    assert text.rstrip().splitlines()[-1].startswith("geodrift simulate mlp --preset smoke: 2 configuration(s)")
+
+
+def test_prove_table_at_80_columns_is_not_elided(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    result = runner.invoke(app, ["prove", "equivariance"])
+    assert result.exit_code == 0, result.output
+    _assert_whole(result.stdout, 80, {"verified"})
+    assert result.stdout.rstrip().splitlines()[-1].startswith("1/1 claims verified")
+
+
+@settings(max_examples=40, deadline=None)
+@given(width=st.integers(40, 160), n_cols=st.integers(1, 12), cell=st.integers(1, 18),
+       prose=st.booleans())
+def test_a_grid_is_split_to_fit_any_width_and_keeps_every_cell(width: int, n_cols: int, cell: int, prose: bool):
+    grid = Grid("title", [Col("key", "left")] + [Col(f"c{i}", prose=prose and i == 0) for i in range(n_cols)])
+    values = [[f"r{r}"] + [f"{r}.{i}".ljust(cell, "x") for i in range(n_cols)] for r in range(3)]
+    for row in values:
+        grid.add(*row)
+    parts = grid_tables(grid, width)
+    shown = [[plain(c) for c in column.cells] for part in parts for column in part.table.columns]
+    for row in values:  # every cell is in some part, whole
+        for value in row[1:]:
+            assert any(value in column for column in shown)
+    from rich.console import Console
+
+    test_console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    for part in parts:
+        test_console.print(part.table)
+    text = test_console.export_text()
+    assert "…" not in text
+    if 12 + cell + 5 <= width:  # the key column and one value column fit: nothing is folded
+        assert all(len(line) <= width for line in text.splitlines())
+        for row in values:
+            assert all(value in text for value in row[1:])
+
+
+def test_scan_files_get_the_users_umask_and_quiet_prints_nothing_on_stderr(tmp_path: Path):
+    # (file modes in general are tested in test_atomic.py; here the CLI's own files, end to end)
+    old = os.umask(0o022)
+    try:
+        result = runner.invoke(app, [*SCAN, "--json-out", str(tmp_path / "s.json"), "--csv", str(tmp_path / "s.csv"),
+                                     "--quiet"])
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    for name in ("s.json", "s.csv", "s.pairs.csv"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644
+    assert result.stderr == ""  # --quiet: nothing on stderr
