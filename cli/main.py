@@ -75,11 +75,13 @@ def main(argv: list[str] | None = None) -> None:
         typer.echo(f"error: {where}{error.strerror or error}; check the path, its permissions and free space",
                    err=True)
         sys.exit(2)
-    except (typer.Abort, KeyboardInterrupt):
-        typer.echo("error: interrupted", err=True)
+    except (typer.Abort, KeyboardInterrupt):  # in-process callers without geodrift.signals installed
+        typer.echo("interrupted", err=True)
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
-    main()
+    from geodrift.cli.entry import main as entry
+
+    entry()

@@ -15,3 +15,6 @@ Dpi = Annotated[int, typer.Option(
     "--dpi", help="Resolution of PNG figures, dots per inch (and of any raster part of a PDF/SVG).")]
 Force = Annotated[bool, typer.Option(
     "--force", help="Delete the earlier results in --out (and the figures under --plot) before running.")]
+MaxMemory = Annotated[str, typer.Option(
+    "--max-memory", help="Refuse to start a run whose memory estimate exceeds this (e.g. 8G, 512M); raise it to "
+    "allow larger --null-draws/--k.")]

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from geodrift.cli.options import Dpi, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
 app = typer.Typer()
 
@@ -36,24 +36,31 @@ def scan_command(
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
                                                 "(Eq. 2) is exact instead of bounded (slower).")] = False,
-    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
     from geodrift.atomic import document, to_json, write_json
+    from geodrift.checks import parse_size
+    from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import write_csv
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan
+    from geodrift.scan.preflight import check_plan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
+    from geodrift.stdio import report_only_stdout
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
+    memory_limit = parse_size(max_memory)
     if plot is not None:  # fail before the long job, not after it
         figure_format(plot)
         check_dpi(dpi)
+    check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
     ws, heads = load_weights(model, view, names, role_list, layer_list)
-    with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar:
+    check_plan(ws, spec, heads if ov else None, memory_limit)
+    with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar, report_only_stdout(as_json):
         report = scan(ws, spec, heads=heads if ov else None,
                       progress=lambda label: bar.update(advance=1, description=label))
     written: list[Path] = []

@@ -1,5 +1,5 @@
 """``python -m geodrift`` runs the command line."""
 
-from geodrift.cli.main import main
+from geodrift.cli.entry import main
 
 main()

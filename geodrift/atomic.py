@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from geodrift.errors import GeodriftError
+
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
 SCHEMA_VERSION = "1.0"
 # Top-level keys of a document that are about the file, not the payload (see :func:`payload_of`).
@@ -36,26 +38,96 @@ NONFINITE_NOTE = (
 _NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 
 
+# Temporary files of atomic writes in progress: a signal handler (geodrift.signals) removes them
+# before the process exits, so an interrupted write never leaves a ``.name.xxxx.tmp`` behind.
+_PENDING: set[Path] = set()
+
+
 @contextmanager
 def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success give it the umask's mode and rename it onto ``target``.
+
+    An OS error while writing (permission denied, disk full, a folder in the way) is raised as a
+    GeodriftError that names ``target`` - the user's path - never the temporary file.
 
     Example:
         >>> with atomic_path("out.png") as tmp:  # doctest: +SKIP
         ...     figure.savefig(tmp, format="png")
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp = Path(name)
     try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~current_umask())
-        os.replace(tmp, target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as error:
+        raise GeodriftError(_write_error(target, error)) from None
+    tmp = Path(name)
+    _PENDING.add(tmp)
+    try:
+        os.close(fd)
+        try:
+            yield tmp
+            os.chmod(tmp, 0o666 & ~current_umask())
+            os.replace(tmp, target)
+        except OSError as error:
+            raise GeodriftError(_write_error(target, error)) from None
     finally:
+        _PENDING.discard(tmp)
         if tmp.exists():
             tmp.unlink()
+
+
+def check_writable(target: str | Path, option: str) -> Path:
+    """Fail now, before any work, if ``target`` could not be written atomically later.
+
+    Creates (and removes) a probe file in the target's folder; the folder itself is created as
+    :func:`atomic_path` would. Nothing is left behind either way.
+
+    Args:
+        target: the output path the user gave.
+        option: the option that named it (``--json-out``), for the message.
+
+    Returns:
+        ``target`` as a Path.
+
+    Raises:
+        GeodriftError: naming the option and the user's path: a folder where a file is expected,
+            a parent that is a file, or a folder without write permission.
+    """
+    target = Path(target).expanduser()
+    if target.is_dir():
+        raise GeodriftError(f"{option} {target}: is a folder; give a file name inside it")
+    if target.exists() and not os.access(target, os.W_OK) and not os.access(target.parent, os.W_OK):
+        raise GeodriftError(f"{option} {target}: permission denied; choose another path")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as error:
+        raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+    return target
+
+
+def remove_pending_temp_files() -> list[Path]:
+    """Delete the temporary files of atomic writes still in progress (the signal handler calls it).
+
+    Returns:
+        The paths removed.
+    """
+    removed = []
+    for tmp in list(_PENDING):
+        try:
+            tmp.unlink()
+            removed.append(tmp)
+        except OSError:
+            pass
+        _PENDING.discard(tmp)
+    return removed
+
+
+def _write_error(target: Path, error: OSError) -> str:
+    reason = error.strerror or str(error)
+    return f"{target}: cannot write here ({reason}); check the path, its permissions and free space"
 
 
 def current_umask() -> int:

@@ -33,6 +33,7 @@ from geodrift import metrics
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import read_ahead
 from geodrift.continuity.verdicts import projection_verdict
+from geodrift.checks import check_seed
 from geodrift.errors import GeodriftError
 from geodrift.linalg import SVDTriplets, batched_svd_triplets, top_k_svd
 from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet
@@ -73,6 +74,7 @@ class MeasureSpec:
             raise GeodriftError(f"--k: must be at least 1, got {self.k}")
         if self.null_draws < 2:
             raise GeodriftError(f"--null-draws: must be at least 2, got {self.null_draws}")
+        check_seed(self.seed)
         if self.svd not in SVD_ROUTES:
             raise GeodriftError(f"svd route {self.svd!r}: use one of {', '.join(SVD_ROUTES)}")
 
@@ -115,6 +117,8 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
             continue
         reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
                                     spec.null_draws, bank, spec.k))
+        if reports[-1].k < spec.k:
+            notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
     return Report(origin, view, spec.k, spec.null_draws, spec.seed, reports, notes)
 
 

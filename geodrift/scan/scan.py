@@ -9,9 +9,12 @@ import torch
 
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
+from geodrift.scan.preflight import check_layers
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.weights import TRANSFORMER_ROLES, WeightSet
 
+# --layers is expanded only below this bound (a model's depth is checked after it is opened).
+MAX_LAYERS = 100_000
 ROLE_ALIASES = {
     "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_o",
     "gate": "mlp_gate", "up": "mlp_up", "down": "mlp_down",
@@ -48,12 +51,20 @@ def parse_layers(text: str | None) -> list[int] | None:
     if not text:
         return None
     layers: list[int] = []
-    try:
-        for part in text.split(","):
-            lo, _, hi = part.strip().partition("-")
-            layers.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
-    except ValueError:
-        raise GeodriftError(f"--layers: cannot read {text!r}; write ranges like 0-9,20,25-29") from None
+    for part in text.split(","):
+        lo_text, dash, hi_text = part.strip().partition("-")
+        try:
+            lo, hi = int(lo_text), int(hi_text) if dash else int(lo_text)
+        except ValueError:
+            raise GeodriftError(f"--layers: cannot read {text!r}; write ranges like 0-9,20,25-29") from None
+        if lo < 0 or hi < lo:
+            raise GeodriftError(f"--layers: {part.strip()!r} is not a range of layers (first <= last, both >= 0)")
+        if hi >= MAX_LAYERS:
+            raise GeodriftError(
+                f"--layers: {part.strip()!r} goes past layer {MAX_LAYERS - 1}, more than any model has; "
+                "select layers the model has (geodrift inspect MODEL lists them)"
+            )
+        layers.extend(range(lo, hi + 1))
     return sorted(set(layers))
 
 
@@ -115,7 +126,9 @@ def load_weights(
     ckpt = open_checkpoint(model, names=names)
     n_heads, n_kv = ckpt.config.get("n_heads"), ckpt.config.get("n_kv_heads")
     heads = (int(n_heads), int(n_kv or n_heads)) if n_heads else None
-    return weightset(ckpt, view=view).select(roles, layers), heads
+    ws = weightset(ckpt, view=view)
+    check_layers(layers, sorted({layer for _, layer in ws.entries}), ckpt.label)
+    return ws.select(roles, layers), heads
 
 
 def scan(

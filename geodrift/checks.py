@@ -1,0 +1,66 @@
+"""Option checks shared by every command: ranges named after their command-line option.
+
+Each function raises :class:`geodrift.errors.GeodriftError` with one line naming the option, what
+was expected and what was given, so a bad option fails before any work starts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from geodrift.errors import GeodriftError
+
+# torch.Generator.manual_seed accepts [-2**63, 2**64 - 1]; geodrift's seeds are the non-negative part.
+SEED_MAX = 2**64 - 1
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def check_seed(seed: int, option: str = "--seed") -> int:
+    """``seed`` if it is in ``[0, 2**64 - 1]`` (what a torch generator takes).
+
+    Example:
+        >>> check_seed(42)
+        42
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= SEED_MAX:
+        raise GeodriftError(f"{option}: must be an integer in [0, 2**64 - 1], got {seed}")
+    return seed
+
+
+def check_count(value: int | None, option: str, minimum: int = 1, what: str = "") -> int | None:
+    """``value`` if it is None or at least ``minimum``; ``what`` explains a special value (``0 = off``).
+
+    Example:
+        >>> check_count(5, "--steps")
+        5
+    """
+    if value is not None and value < minimum:
+        note = f" ({what})" if what else ""
+        raise GeodriftError(f"{option}: must be >= {minimum}{note}, got {value}")
+    return value
+
+
+def parse_size(text: str, option: str = "--max-memory") -> int:
+    """``"8G"``, ``"512MB"``, ``"1.5GiB"`` or a plain byte count -> bytes (binary units).
+
+    Example:
+        >>> parse_size("2G")
+        2147483648
+    """
+    match = _SIZE.match(text)
+    if match is None:
+        raise GeodriftError(f"{option}: cannot read {text!r}; write a size like 8G, 512M or 2.5G")
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if size <= 0:
+        raise GeodriftError(f"{option}: must be a positive size, got {text!r}")
+    return size
+
+
+def format_size(n_bytes: float) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1 (``"3.2 GiB"``)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n_bytes) < 1024 or unit == "PiB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024
+    return f"{n_bytes:.1f} PiB"
