@@ -30,10 +30,10 @@ from dataclasses import dataclass
 import torch
 
 from geodrift import metrics
+from geodrift.checks import check_seed
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import read_ahead
 from geodrift.continuity.verdicts import projection_verdict
-from geodrift.checks import check_seed
 from geodrift.errors import GeodriftError
 from geodrift.linalg import SVDTriplets, batched_svd_triplets, top_k_svd
 from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet

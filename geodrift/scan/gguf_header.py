@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from geodrift.errors import GeodriftError
+from geodrift.scan.validate import check_file
 
 # GGUF value types -> struct format (scalars); 8 = string, 9 = array.
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
+_MAX_DEPTH = 4
+# Fewest bytes one item of a type takes: bounds an array's count by the bytes left before reading it.
+_MIN_WIDTH = {**{t: struct.calcsize("<" + f) for t, f in _SCALARS.items()}, _STRING: 8, _ARRAY: 12}
 
 
 @dataclass(frozen=True)
@@ -79,18 +83,23 @@ class _Cursor:
             if self.pos > self.size:
                 raise ValueError("string array runs past the end of the file")
 
-    def value(self, vtype: int, keep: bool = False) -> Any:
-        # keep: decode an array in full (the tokenizer tables), else record big arrays by length only
+    def value(self, vtype: int, keep: bool = False, depth: int = 0) -> Any:
+        # keep: decode an array in full (the tokenizer tables), else record big arrays by length only.
+        # depth: arrays of arrays nest at most _MAX_DEPTH deep (real files use 1; a forged file could recurse).
         if vtype in _SCALARS:
             return self.take(_SCALARS[vtype])
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
             item_type, count = self.take("I"), self.take("Q")
+            if depth >= _MAX_DEPTH:
+                raise ValueError(f"metadata arrays nested more than {_MAX_DEPTH} deep at byte {self.pos}")
+            if count * _MIN_WIDTH.get(item_type, 1) > self.size - self.pos:
+                raise ValueError(f"array of {count} items runs past the end of the file at byte {self.pos}")
             if keep:
                 if count > self.size:
                     raise ValueError(f"implausible array length {count}")
-                return [self.value(item_type) for _ in range(count)]
+                return [self.value(item_type, depth=depth + 1) for _ in range(count)]
             if item_type == _STRING:
                 self.skip_strings(count)
             elif item_type in _SCALARS:
@@ -104,7 +113,7 @@ class _Cursor:
                 self.pos += width
             else:
                 for _ in range(count):
-                    self.value(item_type)
+                    self.value(item_type, depth=depth + 1)
             return {"array_len": count}
         raise ValueError(f"unknown metadata value type {vtype}")
 
@@ -126,7 +135,7 @@ def read_gguf_header(path: Path, label: str | None = None, arrays: frozenset[str
             or tensor data that would run past the end of the file.
     """
     label = label or str(path)
-    size = path.stat().st_size
+    size = check_file(path, "GGUF file").st_size
     corrupt = "the file is truncated or corrupt - re-download or re-convert it"
     if size < 24:
         raise GeodriftError(f"{label}: not a GGUF file ({size} bytes, too short for a header); {corrupt}")

@@ -20,6 +20,7 @@ every projection is ``nn.Linear``'s ``(d_out, d_in)``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from geodrift.scan.names import (
     gguf_rules,
     normalise_model_type,
 )
+from geodrift.scan.validate import check_checkpoint, check_counts, check_tensor_names
 
 # Types we cast ourselves (gguf.quants.dequantize does not handle them).
 _PLAIN_TYPES = {"F64", "I8", "I16", "I32", "I64"}
@@ -46,21 +48,36 @@ _SUPPORTED: set[str] = set()  # quantization types seen to dequantize in this pr
 _CORRUPT = "the file is truncated or corrupt - re-download or re-convert it"
 
 
-def unpermute_qk(weight: torch.Tensor, n_head: int) -> torch.Tensor:
+def unpermute_qk(weight: torch.Tensor, n_head: int, where: str = "") -> torch.Tensor:
     """Undo llama.cpp's rotary row permutation of a Q or K weight/bias (rows = n_head * head_dim).
 
     Args:
         weight: ``(n_head * head_dim, ...)`` as stored in the GGUF.
         n_head: heads of this projection (``n_head`` for Q, ``n_head_kv`` for K).
+        where: ``file:tensor``, named in the error.
 
     Returns:
         The same shape, rows in Hugging Face's order.
     """
     rows = weight.shape[0]
     if rows % (2 * n_head):
-        raise GeodriftError(f"cannot undo the Q/K permutation: {rows} rows is not a multiple of 2 x {n_head} heads")
+        raise GeodriftError(f"{where + ': ' if where else ''}cannot undo the Q/K permutation: {rows} rows is not a "
+                            f"multiple of 2 x {n_head} heads; check the head counts in the metadata")
     rest = tuple(weight.shape[1:])
     return weight.reshape(n_head, rows // n_head // 2, 2, *rest).swapaxes(1, 2).reshape(weight.shape).contiguous()
+
+
+# normalised key -> GGUF metadata key after "<architecture>.".
+_METADATA_KEYS = {
+    "n_layers": "block_count", "d_model": "embedding_length", "d_ff": "feed_forward_length",
+    "n_heads": "attention.head_count", "n_kv_heads": "attention.head_count_kv",
+    "head_dim": "attention.key_length", "rope_theta": "rope.freq_base",
+    "vocab_size": "vocab_size", "context_length": "context_length",
+}
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 _ITEM_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I8": np.int8,
@@ -87,19 +104,29 @@ class GGUFCheckpoint(Checkpoint):
         self.format = "gguf"
         self.label = label or str(path)
         header = read_gguf_header(path, self.label)
+        check_tensor_names(self.label, [info.name for info in header.tensors])
         self._tensors = {info.name: self._entry(info, header.file_size) for info in header.tensors}
         raw = header.metadata
-        arch_name = str(raw.get("general.architecture", "llama"))
+        arch_name = raw.get("general.architecture", "llama")
+        if not isinstance(arch_name, str):
+            raise GeodriftError(f"{self.label}: general.architecture must be a string, found {arch_name!r}; {_CORRUPT}")
         if architecture is not None:
             self.architecture = architecture
         elif rules:
             self.architecture = arch_name
         else:
-            self.architecture = normalise_model_type(arch_name)
+            self.architecture = normalise_model_type(arch_name, f"{self.label} general.architecture")
         self.config = self._config(raw, arch_name)
+        sources = {ours: f"{arch_name}.{theirs}" for ours, theirs in _METADATA_KEYS.items() if ours in self.config}
+        if "n_heads" in sources and f"{arch_name}.attention.head_count_kv" not in raw:
+            sources["n_kv_heads"] = (f"{arch_name}.attention.head_count_kv (missing: defaults to "
+                                     f"{arch_name}.attention.head_count)")
+        check_counts(self.label, self.config, sources)
         user = list(rules or [])
         self._build_plan(user + gguf_rules(self.architecture), GGUF_IGNORED, lenient=bool(user))
         infer_config_from_shapes(self, self.config)
+        check_checkpoint(self, sources)
+        self._check_permutable()
 
     def _entry(self, info: TensorInfo, file_size: int) -> _Entry:
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -114,11 +141,14 @@ class GGUFCheckpoint(Checkpoint):
                 "does not know it - upgrade it (pip install -U gguf) or re-quantize the file"
             ) from None
         shape = tuple(int(d) for d in reversed(info.dims))
-        n_elems = int(np.prod(shape)) if shape else 1
-        if n_elems % block:
-            raise GeodriftError(f"{self.label}:{info.name}: {n_elems} elements is not a multiple of the {qtype.name} block {block}; {_CORRUPT}")
+        n_elems = math.prod(shape)  # Python ints: a forged dim cannot overflow (numpy's int64 product would)
+        if shape and shape[-1] % block:
+            raise GeodriftError(
+                f"{self.label}:{info.name}: rows of {shape[-1]} values are not a multiple of the {qtype.name} "
+                f"block size {block}; {_CORRUPT}"
+            )
         n_bytes = n_elems * type_size // block
-        if info.offset + n_bytes > file_size:
+        if n_bytes > file_size or info.offset + n_bytes > file_size:
             raise GeodriftError(
                 f"{self.label}:{info.name}: tensor data runs past the end of the file ({file_size} bytes); "
                 "the file is truncated - re-download or re-convert it"
@@ -132,28 +162,51 @@ class GGUFCheckpoint(Checkpoint):
             return raw.get(f"{arch}.{key}")
 
         config: dict[str, Any] = {"raw": raw}
-        pairs = {
-            "n_layers": "block_count", "d_model": "embedding_length", "d_ff": "feed_forward_length",
-            "n_heads": "attention.head_count", "n_kv_heads": "attention.head_count_kv",
-            "head_dim": "attention.key_length", "rope_theta": "rope.freq_base",
-            "vocab_size": "vocab_size", "context_length": "context_length",
-        }
-        for ours, theirs in pairs.items():
+        for ours, theirs in _METADATA_KEYS.items():
             value = get(theirs)
-            if isinstance(value, (int, float)):
-                config[ours] = value
+            if value is not None and not isinstance(value, (list, dict)):  # per-layer arrays: not used
+                config[ours] = value  # types are checked by geodrift.scan.validate.check_counts
         eps = get("attention.layer_norm_rms_epsilon") or get("attention.layer_norm_epsilon")
-        if eps is not None:
+        if isinstance(eps, (int, float)):
             config["norm_eps"] = float(eps)
+        for key in ("rope_theta",):
+            if not isinstance(config.get(key, 0.0), (int, float)):
+                del config[key]
         if "n_heads" in config and "n_kv_heads" not in config:
             config["n_kv_heads"] = config["n_heads"]
-        if "head_dim" not in config and config.get("n_heads") and config.get("d_model"):
-            config["head_dim"] = config["d_model"] // config["n_heads"]
+        n_heads, d_model = config.get("n_heads"), config.get("d_model")
+        if "head_dim" not in config and _positive_int(n_heads) and _positive_int(d_model):
+            config["head_dim"] = d_model // n_heads
         config["tie_embeddings"] = "output.weight" not in self._tensors
         return config
 
     def tensor_names(self) -> list[str]:
         return list(self._tensors)
+
+    def _check_permutable(self) -> None:
+        # llama.cpp's Q/K row permutation is undone per head pair of rows: the rows must split evenly.
+        if self.architecture not in GGUF_PERMUTED_QK:
+            return
+        for name, (kind, _) in self.kinds_by_name.items():
+            if kind not in ("attn_q", "attn_q_bias", "attn_k", "attn_k_bias"):
+                continue
+            key, heads = self._permutation_heads(kind)
+            rows = self.shape(name)[0]
+            if heads is None:
+                raise GeodriftError(
+                    f"{self.label}:{name}: {self.architecture}.{key} is missing, so llama.cpp's Q/K row "
+                    "permutation cannot be undone; add it to the GGUF metadata"
+                )
+            if rows % (2 * heads):
+                raise GeodriftError(
+                    f"{self.label}:{name}: cannot undo llama.cpp's Q/K row permutation: {rows} rows is not a "
+                    f"multiple of 2 x {self.architecture}.{key} = {heads}; the head count or the tensor is wrong"
+                )
+
+    def _permutation_heads(self, kind: str) -> tuple[str, int | None]:
+        if kind.startswith("attn_q"):
+            return "attention.head_count", self.config.get("n_heads")
+        return "attention.head_count_kv", self.config.get("n_kv_heads")
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self._tensor(name).shape
@@ -215,13 +268,9 @@ class GGUFCheckpoint(Checkpoint):
     def _undo_converter(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         kind = self.kinds_by_name.get(name, ("", None))[0] if hasattr(self, "kinds_by_name") else ""
         if self.architecture in GGUF_PERMUTED_QK and kind in ("attn_q", "attn_q_bias", "attn_k", "attn_k_bias"):
-            heads = self.config.get("n_heads") if kind.startswith("attn_q") else self.config.get("n_kv_heads")
-            if not heads:
-                raise GeodriftError(
-                    f"{self.label}:{name}: {self.architecture}.attention.head_count is missing, so "
-                    "llama.cpp's Q/K row permutation cannot be undone; add it to the GGUF metadata"
-                )
-            tensor = unpermute_qk(tensor, int(heads))
+            heads = self._permutation_heads(kind)[1]
+            assert heads is not None  # _check_permutable refused the file at open otherwise
+            tensor = unpermute_qk(tensor, heads, f"{self.label}:{name}")
         if self.architecture in GEMMA_FAMILY and kind in NORM_KINDS:
             tensor = tensor - 1.0
         return tensor

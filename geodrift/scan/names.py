@@ -234,7 +234,13 @@ def match_name(name: str, rules: list[NameRule]) -> tuple[CanonicalKey, bool] | 
         m = re.fullmatch(rule.pattern, name)
         if m is None:
             continue
-        layer = int(m.group(1)) if m.groups() and m.group(1) is not None else None
+        group = m.group(1) if m.groups() else None
+        if group is not None and not group.isdecimal():
+            raise GeodriftError(
+                f"name rule {rule.pattern!r} captures {group!r} from tensor {name!r} as the layer index, which "
+                "is not an integer; make the rule's first group match the layer number, e.g. (\\d+)"
+            )
+        layer = int(group) if group is not None else None
         return (rule.kind, layer), rule.transpose
     return None
 
@@ -259,8 +265,12 @@ def guess_hf_architecture(names: list[str]) -> str:
     return "llama"
 
 
-def normalise_model_type(model_type: str) -> str:
+def normalise_model_type(model_type: str, source: str | None = None) -> str:
     """Map a config.json ``model_type`` / GGUF ``general.architecture`` onto ARCHITECTURES.
+
+    Args:
+        model_type: the name as the file states it.
+        source: where it was read (``"model/config.json model_type"``), named in the message.
 
     Raises:
         GeodriftError: for an architecture without a name table.
@@ -269,7 +279,7 @@ def normalise_model_type(model_type: str) -> str:
     arch = aliases.get(model_type, model_type)
     if arch not in ARCHITECTURES:
         raise GeodriftError(
-            f"architecture {model_type!r} has no built-in name table (known: {', '.join(ARCHITECTURES)}); "
+            f"{source + ': ' if source else ''}architecture {model_type!r} has no built-in name table (known: {', '.join(ARCHITECTURES)}); "
             "pass --names mapping.json ({\"regex\": \"role\"}) to map its tensors"
         )
     return arch

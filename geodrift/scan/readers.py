@@ -41,6 +41,7 @@ from geodrift.scan.fold import INPUT_SIDE, folded_loader
 from geodrift.scan.gguf_reader import GGUFCheckpoint
 from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey, NameRule, load_name_mapping
 from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
+from geodrift.scan.validate import check_file, read_weight_map
 from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet, all_finite
 
 __all__ = [
@@ -82,8 +83,9 @@ def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] 
         raise GeodriftError(f"{path}: no such file or folder; pass a .gguf/.safetensors file or a model folder")
     if path.is_dir():
         return _open_folder(path, rules, architecture)
+    check_file(path)  # a FIFO or device would block the magic sniff below forever
     config = path.parent / "config.json"
-    config_path = config if config.is_file() else None
+    config_path = config if config.exists() else None
     suffix = path.suffix.lower()
     if suffix == ".gguf" or _has_magic(path, b"GGUF"):
         return GGUFCheckpoint(path, rules, None, architecture)
@@ -103,18 +105,13 @@ def _has_magic(path: Path, magic: bytes) -> bool:
 
 
 def _open_folder(path: Path, rules: list[NameRule] | None, architecture: str | None) -> Checkpoint:
-    import json
-
     config = path / "config.json"
-    config_path = config if config.is_file() else None
+    config_path = config if config.exists() else None
     for index_name, cls in (("model.safetensors.index.json", SafetensorsCheckpoint),
                             ("pytorch_model.bin.index.json", PytorchCheckpoint)):
         index = path / index_name
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise GeodriftError(f"{index}: not a valid shard index ({exc}); re-download it") from None
+        if index.exists():
+            weight_map = read_weight_map(index, path)
             files = sorted({path / str(f) for f in weight_map.values()})
             if cls is SafetensorsCheckpoint:
                 return SafetensorsCheckpoint(path, files, config_path, rules, architecture, weight_map)

@@ -25,6 +25,7 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
 from geodrift.scan.names import HF_IGNORED, HF_TABLES, NameRule, guess_hf_architecture, normalise_model_type
+from geodrift.scan.validate import check_checkpoint, check_counts, check_file, check_tensor_names
 
 _CHUNK_BYTES = 8 << 20  # float32 bytes per read/convert chunk
 
@@ -33,8 +34,9 @@ def read_hf_config(path: Path) -> dict[str, Any]:
     """Read ``config.json``; multimodal configs are flattened onto their ``text_config``.
 
     Raises:
-        GeodriftError: when the file is not valid JSON.
+        GeodriftError: when the file is not a regular file or not valid JSON.
     """
+    check_file(path, "config.json")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -48,35 +50,47 @@ def read_hf_config(path: Path) -> dict[str, Any]:
     return raw
 
 
+# normalised key -> config.json keys, first present wins (llama-style, then gpt2-style).
+HF_CONFIG_KEYS = {
+    "n_layers": ("num_hidden_layers", "n_layer"), "d_model": ("hidden_size", "n_embd"),
+    "n_heads": ("num_attention_heads", "n_head"), "n_kv_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",), "d_ff": ("intermediate_size", "n_inner"), "vocab_size": ("vocab_size",),
+    "rope_theta": ("rope_theta",), "norm_eps": ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"),
+    "tie_embeddings": ("tie_word_embeddings",), "context_length": ("max_position_embeddings", "n_positions"),
+}
+
+
+def hf_config_sources(raw: dict[str, Any], where: str = "config.json") -> dict[str, str]:
+    """Normalised key -> ``"config.json <key>"`` it was read from (for validation messages)."""
+    sources = {}
+    for ours, keys in HF_CONFIG_KEYS.items():
+        hit = next((key for key in keys if raw.get(key) is not None), None)
+        if hit is not None:
+            sources[ours] = f"{where} {hit}"
+    if "n_kv_heads" not in sources and "n_heads" in sources:
+        sources["n_kv_heads"] = f"{where} num_key_value_heads (missing: defaults to {sources['n_heads'].split()[-1]})"
+    return sources
+
+
 def normalise_hf_config(raw: dict[str, Any]) -> dict[str, Any]:
     """Map config.json keys (llama-style and gpt2-style) onto geodrift's normalised names."""
-
-    def first(*keys: str) -> Any:
-        for key in keys:
-            if raw.get(key) is not None:
-                return raw[key]
-        return None
-
     config: dict[str, Any] = {"raw": raw}
-    values = {
-        "n_layers": first("num_hidden_layers", "n_layer"),
-        "d_model": first("hidden_size", "n_embd"),
-        "n_heads": first("num_attention_heads", "n_head"),
-        "n_kv_heads": first("num_key_value_heads"),
-        "head_dim": first("head_dim"),
-        "d_ff": first("intermediate_size", "n_inner"),
-        "vocab_size": first("vocab_size"),
-        "rope_theta": first("rope_theta"),
-        "norm_eps": first("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"),
-        "tie_embeddings": first("tie_word_embeddings"),
-        "context_length": first("max_position_embeddings", "n_positions"),
-    }
-    config.update({k: v for k, v in values.items() if v is not None})
-    if "n_heads" in config:
-        config.setdefault("n_kv_heads", config["n_heads"])
-        if config.get("d_model"):
-            config.setdefault("head_dim", config["d_model"] // config["n_heads"])
+    for ours, keys in HF_CONFIG_KEYS.items():
+        value = next((raw[key] for key in keys if raw.get(key) is not None), None)
+        if value is not None:
+            config[ours] = value
+    n_heads = config.get("n_heads")
+    if n_heads is not None:
+        config.setdefault("n_kv_heads", n_heads)
+        d_model = config.get("d_model")
+        # Derived only from valid counts; invalid ones are refused by geodrift.scan.validate.check_counts.
+        if _positive_int(n_heads) and _positive_int(d_model):
+            config.setdefault("head_dim", d_model // n_heads)
     return config
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 class SafetensorsCheckpoint(Checkpoint):
@@ -93,6 +107,7 @@ class SafetensorsCheckpoint(Checkpoint):
         self._dtypes: dict[str, str] = {}
         for file in files:
             self._read_header(file)
+        check_tensor_names(self.label, list(self._shapes))
         if weight_map is not None:
             missing = sorted(set(weight_map) - set(self._where))
             if missing:
@@ -105,6 +120,7 @@ class SafetensorsCheckpoint(Checkpoint):
     def _read_header(self, file: Path) -> None:
         from safetensors import safe_open
 
+        check_file(file, "safetensors shard")
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for name in handle.keys():
@@ -186,6 +202,7 @@ class PytorchCheckpoint(Checkpoint):
         self.label = str(path)
         self._tensors: dict[str, torch.Tensor] = {}
         for file in files:
+            check_file(file, "PyTorch checkpoint")
             self._tensors.update(_safe_torch_load(file))
         _set_architecture_and_config(self, config_path, rules, architecture)
 
@@ -248,11 +265,14 @@ def _set_architecture_and_config(ckpt: Checkpoint, config_path: Path | None,
                                  rules: list[NameRule] | None, architecture: str | None) -> None:
     raw = read_hf_config(config_path) if config_path is not None else {}
     config = normalise_hf_config(raw)
+    sources = hf_config_sources(raw, str(config_path)) if config_path is not None else {}
+    check_counts(ckpt.label, config, sources)
     model_type = raw.get("model_type")
     if architecture is not None:
         arch = architecture
     elif isinstance(model_type, str):
-        arch = model_type if rules and model_type not in HF_TABLES else normalise_model_type(model_type)
+        arch = model_type if rules and model_type not in HF_TABLES else normalise_model_type(
+            model_type, f"{config_path} model_type")
     else:
         arch = guess_hf_architecture(ckpt.tensor_names())
     arch = {"gemma3_text": "gemma3"}.get(arch, arch)
@@ -264,3 +284,4 @@ def _set_architecture_and_config(ckpt: Checkpoint, config_path: Path | None,
     infer_config_from_shapes(ckpt, config)
     if arch == "gpt2" and "d_model" in config:
         config.setdefault("d_ff", 4 * config["d_model"])
+    check_checkpoint(ckpt, sources)
