@@ -8,6 +8,8 @@ gemma's ``norm + 1``), so reading back must undo them.
 from __future__ import annotations
 
 import json
+import math
+import struct
 from pathlib import Path
 
 import gguf
@@ -150,3 +152,56 @@ def llama_metadata(n_layers: int, d: int, n_heads: int, n_kv: int, d_ff: int) ->
     return {"block_count": n_layers, "embedding_length": d, "feed_forward_length": d_ff,
             "attention.head_count": n_heads, "attention.head_count_kv": n_kv,
             "attention.layer_norm_rms_epsilon": 1e-5, "rope.freq_base": 10000.0}
+
+
+def gguf_string(text: str | bytes) -> bytes:
+    """A GGUF string: u64 length, then the bytes."""
+    raw = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def gguf_kv(key: str, vtype: int, payload: bytes) -> bytes:
+    """One GGUF metadata pair from its raw value bytes (vtype 4 = u32, 6 = f32, 8 = string, 9 = array)."""
+    return gguf_string(key) + struct.pack("<I", vtype) + payload
+
+
+def write_raw_gguf(path: Path, kvs: list[bytes], tensors: list[tuple[str | bytes, tuple[int, ...], int, bytes]]) -> Path:
+    """A GGUF v3 file written byte by byte, so a test can forge any header field.
+
+    Args:
+        kvs: metadata pairs from :func:`gguf_kv`.
+        tensors: ``(name, ggml dims fastest-first, ggml type id, data bytes)``; data is laid out
+            in order, each aligned to 32 bytes.
+    """
+    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    infos, data, offset = b"", b"", 0
+    for name, dims, gtype, blob in tensors:
+        infos += gguf_string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        infos += struct.pack("<IQ", gtype, offset)
+        padded = blob + b"\0" * (-len(blob) % 32)
+        data += padded
+        offset += len(padded)
+    head = header + infos
+    path.write_bytes(head + b"\0" * (-len(head) % 32) + data)
+    return path
+
+
+def llama_raw_gguf(path: Path, n_layers: int = 2, d: int = 32, n_heads: int = 4, n_kv: int = 2, d_ff: int = 64,
+                   kvs: list[bytes] | None = None, shapes: dict[str, tuple[int, ...]] | None = None) -> Path:
+    """A small llama GGUF (F32 zeros plus a ramp) written by :func:`write_raw_gguf`; ``kvs`` replace the head counts."""
+    hd = d // n_heads
+    default = [gguf_kv("general.architecture", 8, gguf_string("llama")),
+               gguf_kv("llama.block_count", 4, struct.pack("<I", n_layers)),
+               gguf_kv("llama.embedding_length", 4, struct.pack("<I", d)),
+               gguf_kv("llama.attention.head_count", 4, struct.pack("<I", n_heads)),
+               gguf_kv("llama.attention.head_count_kv", 4, struct.pack("<I", n_kv))]
+    tensors = []
+    for i in range(n_layers):
+        table = {"attn_q": (d, n_heads * hd), "attn_k": (d, n_kv * hd), "attn_v": (d, n_kv * hd),
+                 "attn_output": (n_heads * hd, d), "ffn_gate": (d, d_ff), "ffn_up": (d, d_ff), "ffn_down": (d_ff, d)}
+        for short, dims in table.items():
+            name = f"blk.{i}.{short}.weight"
+            dims = (shapes or {}).get(name, dims)
+            values = np.random.default_rng(i).standard_normal(math.prod(dims)).astype(np.float32)
+            tensors.append((name, dims, 0, values.tobytes()))
+    return write_raw_gguf(path, default if kvs is None else kvs, tensors)

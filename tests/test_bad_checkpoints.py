@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -11,12 +12,16 @@ import numpy as np
 import pytest
 import torch
 from _checkpoints import (
+    gguf_kv,
+    gguf_string,
     hf_config,
     hf_to_gguf_tensors,
     llama_metadata,
+    llama_raw_gguf,
     llama_state,
     write_gguf,
     write_hf_folder,
+    write_raw_gguf,
 )
 from safetensors.torch import save_file
 
@@ -211,3 +216,165 @@ def test_tensor_data_corrupted_after_open_is_reported(tmp_path) -> None:
     ckpt = open_checkpoint(folder)
     save_file({"other": torch.ones(1)}, str(folder / "model.safetensors"))  # replaced under our feet
     assert "model.safetensors" in _error(ckpt.load, "model.layers.0.self_attn.q_proj.weight")
+
+
+# ---- values a checkpoint states about itself, validated before any tensor is read (issue 11) ----
+
+def _u32(key: str, value: int) -> bytes:
+    return gguf_kv(key, 4, struct.pack("<I", value))
+
+
+def _llama_kvs(**replace: bytes | None) -> list[bytes]:
+    kvs = {"general.architecture": gguf_kv("general.architecture", 8, gguf_string("llama")),
+           "llama.block_count": _u32("llama.block_count", 2), "llama.embedding_length": _u32("llama.embedding_length", 32),
+           "llama.attention.head_count": _u32("llama.attention.head_count", 4),
+           "llama.attention.head_count_kv": _u32("llama.attention.head_count_kv", 2)}
+    for key, value in replace.items():
+        kvs[key.replace("__", ".")] = value
+    return [v for v in kvs.values() if v is not None]
+
+
+@pytest.mark.parametrize(("heads", "found"), [(0, "found 0"), (4.5, "found 4.5"), ("four", "found 'four'")])
+def test_hf_head_count_that_is_not_a_positive_integer_is_refused(tmp_path, heads: object, found: str) -> None:
+    folder = write_hf_folder(tmp_path, llama_state(2), hf_config(n_layers=2, num_attention_heads=heads))
+    message = _error(open_checkpoint, folder)
+    assert "config.json num_attention_heads" in message and "positive integer" in message and found in message
+
+
+def test_hf_kv_heads_inconsistent_with_the_k_shape_name_the_tensor(tmp_path) -> None:
+    folder = write_hf_folder(tmp_path, llama_state(2), hf_config(n_layers=2, n_kv=4))  # K has 2 heads' rows
+    message = _error(open_checkpoint, folder)
+    assert "model.layers.0.self_attn.k_proj.weight" in message and "expected 32 rows" in message
+    assert "num_key_value_heads" in message and "(16, 32)" in message
+
+
+def test_hf_missing_kv_heads_with_gqa_shapes_says_it_is_missing(tmp_path) -> None:
+    config = hf_config(n_layers=2)
+    del config["num_key_value_heads"]
+    message = _error(open_checkpoint, write_hf_folder(tmp_path, llama_state(2), config))
+    assert "num_key_value_heads (missing" in message and "k_proj" in message
+
+
+def test_hf_heads_not_a_multiple_of_kv_heads_is_refused(tmp_path) -> None:
+    folder = write_hf_folder(tmp_path, llama_state(2), hf_config(n_layers=2, n_kv=3))
+    message = _error(open_checkpoint, folder)
+    assert "num_attention_heads = 4 is not a multiple of" in message and "num_key_value_heads" in message
+
+
+@pytest.mark.parametrize("weight_map", [["a", "b"], "model.safetensors", None, {"x": 3}])
+def test_index_json_whose_weight_map_is_not_a_mapping_of_files_is_refused(tmp_path, weight_map: object) -> None:
+    folder = write_hf_folder(tmp_path, llama_state(2), hf_config(n_layers=2), shards=2)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    message = _error(open_checkpoint, folder)
+    assert "model.safetensors.index.json" in message and "weight_map" in message
+
+
+def test_index_json_pointing_outside_the_folder_is_refused(tmp_path) -> None:
+    folder = write_hf_folder(tmp_path / "m", llama_state(2), hf_config(n_layers=2), shards=2)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../../etc/passwd"}}))
+    assert "outside" in _error(open_checkpoint, folder)
+
+
+def test_zero_sized_projection_is_refused_by_name(tmp_path) -> None:
+    state = llama_state(2, 32, 4, 2, 48)
+    for i in range(2):
+        state[f"model.layers.{i}.mlp.up_proj.weight"] = torch.zeros(0, 32)
+    message = _error(open_checkpoint, write_hf_folder(tmp_path, state, hf_config(n_layers=2), dtype=torch.float32))
+    assert "model.layers.0.mlp.up_proj.weight" in message and "(0, 32)" in message
+
+
+@pytest.mark.parametrize(("key", "value", "expect"), [
+    ("llama__attention__head_count", _u32("llama.attention.head_count", 0), "llama.attention.head_count must be"),
+    ("llama__attention__head_count", gguf_kv("llama.attention.head_count", 6, struct.pack("<f", 4.5)), "found 4.5"),
+    ("llama__attention__head_count_kv", _u32("llama.attention.head_count_kv", 4), "blk.0.attn_k.weight: expected 32 rows"),
+])
+def test_gguf_head_counts_are_checked_against_the_shapes(tmp_path, key: str, value: bytes, expect: str) -> None:
+    message = _error(open_checkpoint, llama_raw_gguf(tmp_path / "m.gguf", kvs=_llama_kvs(**{key: value})))
+    assert "m.gguf" in message and expect in message
+
+
+def test_gguf_missing_head_count_kv_with_gqa_shapes_says_it_is_missing(tmp_path) -> None:
+    path = llama_raw_gguf(tmp_path / "m.gguf", kvs=_llama_kvs(llama__attention__head_count_kv=None))
+    message = _error(open_checkpoint, path)
+    assert "llama.attention.head_count_kv (missing" in message and "blk.0.attn_k.weight" in message
+
+
+def test_gguf_qk_permutation_error_names_file_and_tensor(tmp_path) -> None:
+    # 32 heads of head_dim 1: every shape agrees with the counts, but 32 rows cannot be un-permuted in pairs.
+    kvs = _llama_kvs(llama__attention__head_count=_u32("llama.attention.head_count", 32),
+                     llama__attention__head_count_kv=_u32("llama.attention.head_count_kv", 16))
+    message = _error(open_checkpoint, llama_raw_gguf(tmp_path / "m.gguf", n_heads=4, n_kv=2, kvs=kvs))
+    assert "m.gguf:blk.0.attn_q.weight" in message and "permutation" in message
+
+
+def test_gguf_block_size_that_does_not_divide_the_row_is_refused(tmp_path) -> None:
+    q8_0 = int(gguf.GGMLQuantizationType.Q8_0)  # block 32, 34 bytes
+    path = write_raw_gguf(tmp_path / "q.gguf", _llama_kvs(), [("blk.0.attn_q.weight", (48, 2), q8_0, b"\0" * 136)])
+    message = _error(open_checkpoint, path)
+    assert "blk.0.attn_q.weight" in message and "48" in message and "block size 32" in message
+
+
+def test_gguf_dims_whose_product_overflows_are_refused(tmp_path) -> None:
+    path = write_raw_gguf(tmp_path / "o.gguf", _llama_kvs(), [("blk.0.attn_q.weight", (2**40, 2**40), 0, b"\0" * 64)])
+    message = _error(open_checkpoint, path)
+    assert "blk.0.attn_q.weight" in message and "past the end" in message
+
+
+def test_deeply_nested_gguf_metadata_arrays_are_refused(tmp_path) -> None:
+    value = struct.pack("<IQ", 4, 0)  # innermost: an empty u32 array
+    for _ in range(50):
+        value = struct.pack("<IQ", 9, 1) + value  # an array holding one array
+    kvs = [*_llama_kvs(), gguf_kv("general.nested", 9, value)]
+    message = _error(open_checkpoint, write_raw_gguf(tmp_path / "n.gguf", kvs, []))
+    assert "n.gguf" in message and "nested" in message
+
+
+def test_gguf_tensor_name_that_is_not_text_is_a_corrupt_header_not_a_names_problem(tmp_path) -> None:
+    path = write_raw_gguf(tmp_path / "c.gguf", _llama_kvs(), [(b"blk.0.attn_q\xff\xfe", (32, 32), 0, b"\0" * 4096)])
+    message = _error(open_checkpoint, path)
+    assert "corrupt" in message and "--names" not in message
+
+
+@pytest.mark.parametrize("where", ["hf", "gguf"])
+def test_unknown_architecture_names_the_file(tmp_path, where: str) -> None:
+    if where == "hf":
+        path = write_hf_folder(tmp_path, llama_state(2), hf_config("mamba"))
+        expected = str(path / "config.json")
+    else:
+        kvs = _llama_kvs(general__architecture=gguf_kv("general.architecture", 8, gguf_string("mamba")))
+        path = llama_raw_gguf(tmp_path / "mamba.gguf", kvs=kvs)
+        expected = str(path)
+    message = _error(open_checkpoint, path)
+    assert expected in message and "'mamba'" in message and "--names" in message
+
+
+@pytest.mark.parametrize("suffix", [".gguf", ".safetensors", ""])
+def test_a_fifo_given_as_the_model_is_refused_without_opening_it(tmp_path, suffix: str) -> None:
+    fifo = tmp_path / f"model{suffix}"
+    os.mkfifo(fifo)  # opening it for reading would block forever: the check must come from os.stat
+    message = _error(open_checkpoint, fifo)
+    assert str(fifo) in message and "FIFO" in message
+
+
+def test_a_folder_where_a_shard_is_expected_is_refused(tmp_path) -> None:
+    folder = write_hf_folder(tmp_path, llama_state(2), hf_config(n_layers=2), shards=2)
+    (folder / "model-00002-of-00002.safetensors").unlink()
+    (folder / "model-00002-of-00002.safetensors").mkdir()
+    message = _error(open_checkpoint, folder)
+    assert "model-00002-of-00002.safetensors" in message and "folder" in message
+
+
+def test_a_fifo_config_json_is_refused_without_opening_it(tmp_path) -> None:
+    folder = write_hf_folder(tmp_path, llama_state(2), None)
+    os.mkfifo(folder / "config.json")
+    assert "config.json" in _error(open_checkpoint, folder)
+
+
+def test_names_rule_capturing_a_non_integer_layer_is_refused(tmp_path) -> None:
+    mapping = tmp_path / "names.json"
+    mapping.write_text(json.dumps({r"model\.layers\.(\w+)\.self_attn\.q_proj\.weight": "attn_q"}))
+    state = {"model.layers.first.self_attn.q_proj.weight": torch.ones(4, 4)}
+    path = tmp_path / "m.safetensors"
+    save_file(state, str(path))
+    message = _error(open_checkpoint, path, names=mapping)
+    assert "'first'" in message and "layer" in message and "(\\d+)" in message
