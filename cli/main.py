@@ -81,7 +81,5 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-if __name__ == "__main__":
-    from geodrift.cli.entry import main as entry
-
-    entry()
+if __name__ == "__main__":  # the console script and `python -m geodrift` go through geodrift.cli.entry
+    main()

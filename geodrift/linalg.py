@@ -15,16 +15,22 @@ Two routes:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, eigsh
+
+from geodrift.errors import GeodriftError
 
 # Below this many entries the exact SVD is as fast as Lanczos and has no convergence question.
 EXACT_MAX_NUMEL = 64 * 64
 # When k exceeds this share of min(m, n), Lanczos loses its advantage.
 EXACT_K_SHARE = 0.25
+# Largest entries outside this range are decomposed rescaled: their squares (the Gram route) would
+# leave float32's range (about 1e-38 .. 3e38).
+SAFE_MIN, SAFE_MAX = 1e-15, 1e15
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,9 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
     m, n = W.shape
     if not 1 <= k <= min(m, n):
         raise ValueError(f"k must be in [1, {min(m, n)}], got {k}")
+    peak = float(W.detach().abs().max()) if W.numel() else 0.0
+    if peak > 0 and not SAFE_MIN <= peak <= SAFE_MAX:
+        return _rescaled(W, k, tol, method, peak)
     # float32 norm (an accurate scaled reduction in torch), without a float64 copy of W.
     frobenius_sq = float(torch.linalg.vector_norm(W.float())) ** 2
     use_exact = method == "exact" or (
@@ -89,6 +98,17 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
             return triplets
         return _exact(W, k, frobenius_sq, "exact-fallback")
     return _exact(W, k, frobenius_sq, "exact")
+
+
+def _rescaled(W: torch.Tensor, k: int, tol: float, method: str, peak: float) -> SVDTriplets:
+    # Entries near float32's limits: the Gram matrix (squares) would overflow or underflow. Decompose
+    # W / peak, then scale S and ||W||_F^2 back in float64; where that leaves float32's range, keep the
+    # common factor out (every consumer - energy shares, Eq. 2, Eq. 3 - is invariant to it).
+    inner = top_k_svd((W.double() / peak).float(), k, tol=tol, method=method)
+    S = inner.S.double() * peak
+    if not bool(torch.isfinite(S.float()).all()) or not math.isfinite(inner.frobenius_sq * peak * peak):
+        return SVDTriplets(inner.U, inner.S, inner.Vh, inner.frobenius_sq, inner.residual, inner.method + "-scaled")
+    return SVDTriplets(inner.U, S.float(), inner.Vh, inner.frobenius_sq * peak * peak, inner.residual, inner.method)
 
 
 def batched_svd_triplets(W: torch.Tensor, k: int, checked: int = 8, tol: float = 1e-8) -> list[SVDTriplets]:
@@ -129,13 +149,21 @@ def batched_svd_triplets(W: torch.Tensor, k: int, checked: int = 8, tol: float =
             U[bad], S[bad], Vh[bad], frobenius[bad], residual[bad] = _svd_triplets(W64[bad], k, c)
     else:
         U, S, Vh, frobenius, residual = _svd_triplets(W64, k, c)
+    # Singular values beyond float32's range (entries near 1e37): keep the common factor s_1 out, as
+    # top_k_svd does; energy shares, Eq. 2 and Eq. 3 do not depend on it.
+    big = ~torch.isfinite(S.float()).all(-1)
+    if bool(big.any()):
+        scale = S[:, :1].clamp_min(1e-300)
+        S = torch.where(big.unsqueeze(-1), S / scale, S)
+        frobenius = torch.where(big, frobenius / scale[:, 0] ** 2, frobenius)
+        methods = [m + "-scaled" if bool(b) else m for m, b in zip(methods, big, strict=True)]
     return [SVDTriplets(U[i].float(), S[i].float(), Vh[i].float(), float(frobenius[i]), float(residual[i]), methods[i])
             for i in range(W.shape[0])]
 
 
 def _svd_triplets(W64: torch.Tensor, k: int, c: int) -> tuple[torch.Tensor, ...]:
     # LAPACK SVD of a stack (L, m, n): top-k U (L, m, k), S (L, k), Vh (L, k, n), ||W||_F^2 (L,), residual (L,).
-    U, S, Vh = torch.linalg.svd(W64, full_matrices=False)
+    U, S, Vh = robust_svd(W64)
     frobenius = S.pow(2).sum(-1)
     U, S, Vh = U[..., :k], S[..., :k], Vh[:, :k]
     return U, S, Vh, frobenius, _batched_residual(W64, U, S, Vh, c)
@@ -205,9 +233,41 @@ def top_right_vectors(M: torch.Tensor, warm: torch.Tensor | None, tol: float = 1
     return out
 
 
+def robust_svd(W64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch.linalg.svd`` (LAPACK gesdd), falling back to scipy's gesvd when it does not converge.
+
+    Args:
+        W64: ``(m, n)`` or ``(L, m, n)`` float64.
+
+    Returns:
+        ``U, S, Vh`` (reduced), as ``torch.linalg.svd(..., full_matrices=False)``.
+
+    Raises:
+        GeodriftError: when neither LAPACK driver converges (the matrix is reported by the caller).
+    """
+    try:
+        return torch.linalg.svd(W64, full_matrices=False)
+    except torch.linalg.LinAlgError:
+        pass
+    import scipy.linalg
+
+    try:
+        stack = W64.reshape(-1, *W64.shape[-2:]).numpy()
+        parts = [scipy.linalg.svd(m, full_matrices=False, lapack_driver="gesvd") for m in stack]
+    except (np.linalg.LinAlgError, ValueError) as error:
+        raise GeodriftError(
+            f"the SVD of a {tuple(W64.shape[-2:])} matrix did not converge with LAPACK gesdd nor gesvd ({error}); "
+            "the matrix is numerically degenerate - exclude it with --roles/--layers"
+        ) from None
+    U, S, Vh = (torch.from_numpy(np.stack([p[i] for p in parts])) for i in range(3))
+    if W64.ndim == 2:
+        return U[0], S[0], Vh[0]
+    return U, S, Vh
+
+
 def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTriplets:
     W64 = W.detach().double()
-    U, S, Vh = torch.linalg.svd(W64, full_matrices=False)
+    U, S, Vh = robust_svd(W64)
     U, S, Vh = U[:, :k], S[:k], Vh[:k]
     residual = _residual(W64, U, S, Vh)
     return SVDTriplets(U.float(), S.float(), Vh.float(), frobenius_sq, residual, method)
@@ -227,7 +287,7 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTri
     ncv = min(side - 1, max(2 * k + 1, 24))
     try:
         eigvals, eigvecs = eigsh(gram, k=k, which="LA", tol=tol * 1e-2, ncv=ncv, v0=v0)
-    except (ArpackNoConvergence, ValueError):
+    except (ArpackNoConvergence, ArpackError, ValueError):  # the exact route takes over
         return None
     order = np.argsort(eigvals)[::-1]
     S = np.sqrt(np.clip(eigvals[order], 0.0, None))

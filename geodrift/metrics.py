@@ -251,7 +251,7 @@ def permutation_null(vectors: torch.Tensor, draws: int, generator: torch.Generat
 
 def null_of_continuity(samples: torch.Tensor) -> NullStats:
     """Eq. 1 null from permuted ``|cos|`` samples ``(draws, L-1, K)``: per-``k`` mean and std."""
-    means = samples.mean(1)  # (draws, K)
+    means = samples.nanmean(1)  # (draws, K); NaN marks an undefined pair (geodrift.continuity.degenerate)
     return NullStats(means.mean(0), means.std(0), samples.shape[0])
 
 

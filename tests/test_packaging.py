@@ -76,7 +76,7 @@ def test_wheel_holds_every_module_of_the_checkout_under_its_installed_name(wheel
 
 def test_wheel_declares_the_console_script(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
-    assert "geodrift = geodrift.cli.main:main" in wheel.read(entry_points).decode()
+    assert "geodrift = geodrift.cli.entry:main" in wheel.read(entry_points).decode()
 
 
 def test_source_checkout_resolves_cli_and_proofs_without_an_install() -> None:

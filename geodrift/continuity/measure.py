@@ -31,6 +31,7 @@ import torch
 
 from geodrift import metrics
 from geodrift.checks import check_seed
+from geodrift.continuity import degenerate
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import read_ahead
 from geodrift.continuity.verdicts import projection_verdict
@@ -117,6 +118,11 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
             continue
         reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
                                     spec.null_draws, bank, spec.k))
+        undefined_note = degenerate.note(role, layers, degenerate.undefined_vectors(
+            torch.stack([spectra[(role, layer)].S[:reports[-1].k] for layer in layers]), reports[-1].shape),
+            reports[-1].k)
+        if undefined_note:
+            notes.append(undefined_note)
         if reports[-1].k < spec.k:
             notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
     return Report(origin, view, spec.k, spec.null_draws, spec.seed, reports, notes)
@@ -205,8 +211,9 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
         "v": torch.stack([t.Vh[:available] for t in triplets]),  # (L, K, d_in)
         "u": torch.stack([t.U[:, :available].T for t in triplets]),  # (L, K, d_out)
     }
-    spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank) for s in SPACES}
     shape = (triplets[0].U.shape[0], triplets[0].Vh.shape[1])
+    undefined = degenerate.undefined_vectors(sigma, shape)  # (L, K): zero/rank-deficient -> NaN pairs
+    spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank, undefined) for s in SPACES}
     lower, upper = metrics.effective_rank_bounds(sigma, fro, min(shape))
     predicted = PREDICTED_SPACE.get(role)
     if role in PREDICTED_SPACE:
@@ -225,7 +232,7 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
 
 
 def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fro: torch.Tensor, k: int,
-                      draws: int, bank: PermutationBank) -> SpaceContinuity:
+                      draws: int, bank: PermutationBank, undefined: torch.Tensor | None = None) -> SpaceContinuity:
     # vectors: (L, K, d) with K >= k; the first k are reported one by one, all K enter Eq. 2.
     n_pairs, available, dim = vectors.shape[0] - 1, vectors.shape[1], vectors.shape[2]
     # One set of permuted samples serves both nulls when all K vectors are few; with the full
@@ -233,7 +240,11 @@ def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fr
     shared = available <= NULL_MAX_VECTORS
     samples = metrics.permuted_abs_cos(vectors[:, :available if shared else k], draws, bank.generator,
                                        bank.get(draws, n_pairs, dim))
-    rows = _vector_rows(metrics.adjacent_abs_cos(vectors[:, :k]), samples[..., :k], dim)
+    cos, eq1_samples = metrics.adjacent_abs_cos(vectors[:, :k]), samples[..., :k]
+    if undefined is not None and bool(undefined[:, :k].any()):
+        pairs = degenerate.undefined_pairs(undefined)
+        cos, eq1_samples = degenerate.masked(cos, pairs), degenerate.masked(eq1_samples, pairs)
+    rows = _vector_rows(cos, eq1_samples, dim)
     if shared:
         wa_draws, wa_samples = draws, samples
     else:
@@ -242,11 +253,16 @@ def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fr
     wa_null = metrics.null_of_sigma2(wa_samples, sigma, fro)
     wa = metrics.sigma2_weighted_alignment(vectors, sigma, fro)
     gap = metrics.sigma2_truncation_gap(sigma, fro)
+    overlap = metrics.subspace_overlap(vectors[:, :k])
+    zero = degenerate.zero_layer_pairs(sigma)
+    if bool(zero.any()):  # an all-zero matrix has no energy shares and no subspace
+        wa, gap, overlap = wa.masked_fill(zero, float("nan")), gap.masked_fill(zero, float("nan")), \
+            overlap.masked_fill(zero, float("nan"))
     return SpaceContinuity(
-        space=space, dim=dim, vectors=rows, sigma2_wa=float(wa.mean()),
-        sigma2_wa_upper=float((wa + gap).mean()), sigma2_wa_per_pair=wa.tolist(),
+        space=space, dim=dim, vectors=rows, sigma2_wa=float(wa.nanmean()),
+        sigma2_wa_upper=float((wa + gap).nanmean()), sigma2_wa_per_pair=wa.tolist(),
         sigma2_null_mean=float(wa_null.mean), sigma2_null_std=float(wa_null.std), sigma2_null_draws=wa_draws,
-        subspace_overlap=float(metrics.subspace_overlap(vectors[:, :k]).mean()), subspace_baseline=k / dim,
+        subspace_overlap=float(overlap.nanmean()), subspace_baseline=k / dim,
     )
 
 
@@ -254,11 +270,11 @@ def _vector_rows(cos: torch.Tensor, samples: torch.Tensor, dim: int) -> list[Vec
     # cos: (L-1, k) observed |cos|; samples: (draws, L-1, k) permuted ones.
     null = metrics.null_of_continuity(samples)
     pair_mean, pair_std = samples.mean(0), samples.std(0)  # (L-1, k): each pair's own null
-    means = cos.mean(0)
+    means = cos.nanmean(0)  # undefined pairs (NaN, see geodrift.continuity.degenerate) are left out
     z = null.z(means)
     return [
         VectorContinuity(
-            k=j + 1, per_pair=cos[:, j].tolist(), mean=float(means[j]), median=float(cos[:, j].median()),
+            k=j + 1, per_pair=cos[:, j].tolist(), mean=float(means[j]), median=float(cos[:, j].nanmedian()),
             baseline=metrics.random_baseline(dim), null_mean=float(null.mean[j]),
             null_std=float(null.std[j]), z=float(z[j]), per_pair_null_mean=pair_mean[:, j].tolist(),
             per_pair_null_std=pair_std[:, j].tolist(),

@@ -63,6 +63,9 @@ def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat) 
         >>> projection_verdict("v", S(mean=.6, null_mean=.03, z=40.), S(mean=.05, null_mean=.03, z=2.))[0]
         'holds'
     """
+    if any(math.isnan(x.mean) for x in (v1, u1)):
+        return "undefined", ("no verdict: the first singular vectors are undefined in every adjacent pair "
+                             "(all-zero or rank-deficient matrices; see the report's notes)")
     if predicted in ("v", "u"):
         hit, other = (v1, u1) if predicted == "v" else (u1, v1)
         other_name = "u1" if predicted == "v" else "v1"
