@@ -9,6 +9,7 @@ inside command bodies, so ``geodrift --help`` and ``--version`` stay fast. Error
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Annotated
 
 import typer
@@ -56,7 +57,21 @@ def _click_exception() -> type[Exception]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: user errors print one line and exit 2, never a traceback."""
+    """Console-script entry point: user errors print one line and exit 2, never a traceback.
+
+    Library warnings (torch's UserWarnings) are held back: after an error only the error line is
+    printed; after success each distinct warning follows as one ``warning:`` line on stderr.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        code = _run(argv)
+        for line in dict.fromkeys(f"warning: {w.category.__name__}: {str(w.message).splitlines()[0]}"
+                                  for w in caught if str(w.message)):
+            typer.echo(line, err=True)
+    sys.exit(code)
+
+
+def _run(argv: list[str] | None) -> int:
     click_exception = _click_exception()
     try:
         code = app(args=argv, standalone_mode=False)
@@ -78,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):  # in-process callers without geodrift.signals installed
         typer.echo("interrupted", err=True)
         sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":  # the console script and `python -m geodrift` go through geodrift.cli.entry

@@ -27,16 +27,22 @@ def prove(
 ) -> None:
     """Verify each claim with sympy, then cross-check it numerically in torch on the simulator's models."""
     from geodrift.atomic import document, to_json, write_text
+    from geodrift.checks import check_seed
+    from geodrift.cli.checks import check_outputs
+    from geodrift.stdio import report_only_stdout
     from geodrift.prove import run_claims
     from geodrift.prove.runner import select
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.proofs import proofs_markdown, render_proofs
 
+    check_seed(seed)
     if plot is not None:  # fail before the work, not after it
         figure_format(plot)
         check_dpi(dpi)
-    with JobProgress("proving", len(select(claims or None)), "claims", quiet=quiet) as bar:
+    check_outputs({"--markdown": markdown, "--plot": plot})
+    with JobProgress("proving", len(select(claims or None)), "claims", quiet=quiet) as bar, \
+            report_only_stdout(as_json):
         report = run_claims(claims or None, seed=seed,
                             on_claim=lambda name, i, n: bar.update(completed=i, description=name))
         bar.update(completed=len(report.results))

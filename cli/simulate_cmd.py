@@ -96,23 +96,27 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.sim.config import preset_seeds
     from geodrift.sim.outdir import prepare_out
+    from geodrift.cli.checks import check_outputs, check_simulate_options, resume_command
+    from geodrift.signals import resume_hint
     from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
+    from geodrift.stdio import report_only_stdout
 
     opts = {"force": False, "dpi": 300, "wide": False, "quiet": False, **(shown or {})}
     quiet = bool(opts["quiet"])
-    if threads:
-        torch.set_num_threads(threads)
     if (resume or reload) and out is None:
         raise GeodriftError("--resume/--reload need --out DIR (where the records and checkpoints are)")
-    if steps is not None and steps < 1:
-        raise GeodriftError(f"--steps: must be >= 1, got {steps}")
-    if checkpoint_every < 0:
-        raise GeodriftError(f"--checkpoint-every: must be >= 0 (0 = none), got {checkpoint_every}")
+    check_simulate_options(steps=steps, track_every=track_every, checkpoint_every=checkpoint_every,
+                           threads=threads, vocab=(text or {}).get("vocab"))
     if plot is not None:  # fail before training, not after it
         check_dpi(int(opts["dpi"]))
         if plot.suffix:
             figure_format(plot)
+            check_outputs({"--plot": plot})
     seed_list = _parse_seeds(seeds) or list(preset_seeds(sim, preset))
+    if out is not None and not reload:
+        resume_hint(resume_command(sys.argv))
+    if threads:
+        torch.set_num_threads(threads)
     if reload:
         assert out is not None
         prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]))
@@ -125,7 +129,8 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
         if removed:
             announce(f"--force: deleted {len(removed)} earlier result file(s) under {out or plot}", quiet=quiet)
         groups = 1 if (batched and sim == "mlp") else len(seed_list)
-        with JobProgress("training", sum(s.train.steps for s in specs) * groups, "steps", quiet=quiet) as bar:
+        with JobProgress("training", sum(s.train.steps for s in specs) * groups, "steps", quiet=quiet) as bar, \
+                report_only_stdout(as_json):
             rep = reproduce(sim, preset, seeds=seed_list, batched=batched, device=device,
                             out=str(out) if out else None, resume=resume, checkpoint_every=checkpoint_every,
                             on_step=training_reporter(bar), on_stage=bar.note, **options)
@@ -162,7 +167,10 @@ def _parse_seeds(text: str | None) -> list[int] | None:
 
     if not text:
         return None
+    from geodrift.checks import check_seed
+
     try:
-        return [int(s) for s in text.replace(" ", "").split(",") if s]
+        values = [int(s) for s in text.replace(" ", "").split(",") if s]
     except ValueError:
         raise GeodriftError(f"--seeds {text!r}: expected comma-separated integers, e.g. 42,123,777") from None
+    return [check_seed(value, "--seeds") for value in values]
