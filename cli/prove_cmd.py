@@ -29,12 +29,12 @@ def prove(
     from geodrift.atomic import document, to_json, write_text
     from geodrift.checks import check_seed
     from geodrift.cli.checks import check_outputs
-    from geodrift.stdio import report_only_stdout
     from geodrift.prove import run_claims
     from geodrift.prove.runner import select
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.proofs import proofs_markdown, render_proofs
+    from geodrift.stdio import report_only_stdout
 
     check_seed(seed)
     if plot is not None:  # fail before the work, not after it
