@@ -40,7 +40,7 @@ from geodrift.scan.names import (
     gguf_rules,
     normalise_model_type,
 )
-from geodrift.scan.validate import check_checkpoint, check_counts, check_tensor_names
+from geodrift.scan.validate import check_checkpoint, check_counts, check_projections, check_tensor_names
 
 # Types we cast ourselves (gguf.quants.dequantize does not handle them).
 _PLAIN_TYPES = {"F64", "I8", "I16", "I32", "I64"}
@@ -124,6 +124,7 @@ class GGUFCheckpoint(Checkpoint):
         check_counts(self.label, self.config, sources)
         user = list(rules or [])
         self._build_plan(user + gguf_rules(self.architecture), GGUF_IGNORED, lenient=bool(user))
+        check_projections(self)
         infer_config_from_shapes(self, self.config)
         check_checkpoint(self, sources)
         self._check_permutable()

@@ -25,7 +25,13 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
 from geodrift.scan.names import HF_IGNORED, HF_TABLES, NameRule, guess_hf_architecture, normalise_model_type
-from geodrift.scan.validate import check_checkpoint, check_counts, check_file, check_tensor_names
+from geodrift.scan.validate import (
+    check_checkpoint,
+    check_counts,
+    check_file,
+    check_projections,
+    check_tensor_names,
+)
 
 _CHUNK_BYTES = 8 << 20  # float32 bytes per read/convert chunk
 
@@ -281,6 +287,7 @@ def _set_architecture_and_config(ckpt: Checkpoint, config_path: Path | None,
         config.setdefault("tie_embeddings", True)  # these configs default to tied embeddings
     ckpt.config = config
     ckpt._build_plan(list(rules or []) + HF_TABLES.get(arch, []), HF_IGNORED, lenient=bool(rules))
+    check_projections(ckpt)
     infer_config_from_shapes(ckpt, config)
     if arch == "gpt2" and "d_model" in config:
         config.setdefault("d_ff", 4 * config["d_model"])

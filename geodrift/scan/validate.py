@@ -171,6 +171,22 @@ def check_shapes(label: str, config: dict[str, Any], shapes: dict[tuple[str, int
             )
 
 
+def check_projections(ckpt: Any) -> None:
+    """Refuse projections that are not non-empty 2-D matrices, right after the plan is built.
+
+    Raises:
+        GeodriftError: naming the tensor and its shape.
+    """
+    for key, part in ckpt.plan.items():
+        if key[0] in _PROJECTIONS and key[1] is not None:
+            shape = ckpt.canonical_shape(key)
+            if len(shape) != 2 or 0 in shape:
+                raise GeodriftError(
+                    f"{ckpt.label}:{part.name}: a projection must be a non-empty 2-D matrix, found shape "
+                    f"{tuple(shape)}; the file is corrupt or was exported without weights"
+                )
+
+
 def check_checkpoint(ckpt: Any, sources: dict[str, str]) -> None:
     """:func:`check_shapes` for an opened Checkpoint (its plan built, no tensor read)."""
     keys = [key for key in ckpt.plan if key[0] in _PROJECTIONS and key[1] is not None]
