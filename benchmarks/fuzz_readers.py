@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _fuzz import Outcomes, mutants, run_case, seed_files  # noqa: E402
+from _fuzz import Outcomes, mutants, remove_case, run_case, seed_files  # noqa: E402
 
 
 class _Hang(BaseException):
@@ -58,7 +58,7 @@ def run(cases: int, seed: int, timeout_s: int, batch: int = 500) -> tuple[Outcom
                 finally:
                     signal.alarm(0)
                 outcomes.add(outcome, None if finding is None else f"{how}: {finding}")
-                path.unlink()
+                remove_case(path)
             stale += len(list(out_dir.glob(".*.tmp")))
             print(f"{first + min(batch, cases - first)} cases: {dict(outcomes.counts)}", file=sys.stderr, flush=True)
     return outcomes, stale, time.perf_counter() - start

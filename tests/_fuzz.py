@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import struct
 import traceback
 from collections import Counter
@@ -32,11 +33,13 @@ import numpy as np
 import torch
 from _checkpoints import (
     gguf_kv,
+    hf_config,
     gguf_string,
     hf_to_gguf_tensors,
     llama_metadata,
     llama_state,
     write_gguf,
+    write_hf_folder,
     write_raw_gguf,
 )
 from safetensors.torch import save_file
@@ -206,6 +209,32 @@ def gguf_structure_mutation(rng: random.Random) -> bytes:
     return head + b"\0" * (-len(head) % 32) + data
 
 
+def write_folder_mutant(folder: Path, rng: random.Random) -> Path:
+    """A sharded Hugging Face folder whose config.json or index json has one hostile field."""
+    state = llama_state(3, 16, 2, 1, 32, vocab=20)
+    config = hf_config(n_layers=3, d=16, n_heads=2, n_kv=1, d_ff=32, vocab=20)
+    write_hf_folder(folder, state, config, shards=2, dtype=torch.float32)
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    kind = rng.randrange(5)
+    if kind == 0:
+        key = rng.choice(["num_attention_heads", "num_key_value_heads", "hidden_size", "num_hidden_layers",
+                          "intermediate_size", "head_dim", "model_type", "text_config", "tie_word_embeddings"])
+        config[key] = rng.choice(_HOSTILE_VALUES + ["mamba", "gemma2", "gpt2", 3, 7, 16])
+    elif kind == 1:
+        del config[rng.choice(["num_attention_heads", "num_key_value_heads", "hidden_size", "model_type"])]
+    elif kind == 2:
+        index["weight_map"] = rng.choice([[1, 2], "x", None, {"a": 1}, {"a": "../x"}, {"a": ""},
+                                          {**index["weight_map"], "extra.weight": "model-00003-of-00002.safetensors"}])
+    elif kind == 3:
+        index = rng.choice([[], "x", {"no_map": 1}, None])
+    else:
+        config = rng.choice([[], "x", None, 3])
+    (folder / "config.json").write_text(json.dumps(config))
+    index_path.write_text(json.dumps(index))
+    return folder
+
+
 def header_end(path: Path, data: bytes) -> int:
     """Where the header ends (mutations favour it): the JSON header, or the GGUF infos (approximated)."""
     if path.suffix == ".safetensors" and len(data) >= 8:
@@ -220,6 +249,9 @@ def mutants(seeds: list[Path], count: int, seed: int, folder: Path) -> list[tupl
     out = []
     originals = {p: p.read_bytes() for p in seeds}
     for i in range(count):
+        if rng.random() < 0.1:
+            out.append(("structure:hf-folder", write_folder_mutant(folder / f"case{i:05d}", rng)))
+            continue
         base = rng.choice(seeds)
         data = originals[base]
         roll = rng.random()
@@ -254,6 +286,18 @@ def run_case(path: Path, out_dir: Path) -> tuple[str, str | None]:
     Outcomes: ``report`` (strict JSON written), ``error`` (one-line GeodriftError), ``multiline-error``
     and ``traceback:<Type>`` (both findings).
     """
+    return _run_case(path, out_dir)
+
+
+def remove_case(path: Path) -> None:
+    """Delete a case (a file, or a folder of files)."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _run_case(path: Path, out_dir: Path) -> tuple[str, str | None]:
     try:
         with open_checkpoint(path) as ckpt:
             ws = weightset(ckpt)

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from _fuzz import Outcomes, mutants, run_case, seed_files
+from _fuzz import Outcomes, mutants, remove_case, run_case, seed_files
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,7 +53,7 @@ def test_mutated_files_give_a_report_or_a_one_line_error_and_nothing_else(seeds:
             finally:
                 signal.alarm(0)
             outcomes.add(outcome, None if finding is None else f"{how}: {finding}")
-            path.unlink()
+            remove_case(path)
     finally:
         signal.signal(signal.SIGALRM, previous)
     stale = list(tmp_path.glob(".*.tmp"))

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from geodrift.errors import GeodriftError
+from geodrift.scan.validate import check_file
 from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES
 
 CanonicalKey = tuple[str, int | None]
@@ -200,6 +201,9 @@ def load_name_mapping(path: str | Path) -> list[NameRule]:
         ``{"layers\\\\.(\\\\d+)\\\\.attention\\\\.wq\\\\.weight": "attn_q"}``
     """
     path = Path(path)
+    if not path.exists():
+        raise GeodriftError(f"{path}: name mapping file not found; pass an existing JSON file to --names")
+    check_file(path, "--names mapping")  # a FIFO would block the read below
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
