@@ -6,7 +6,10 @@ was expected and what was given, so a bad option fails before any work starts.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from pathlib import Path
 
 from geodrift.errors import GeodriftError
 
@@ -14,6 +17,8 @@ from geodrift.errors import GeodriftError
 SEED_MAX = 2**64 - 1
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
 
 
 def check_seed(seed: int, option: str = "--seed") -> int:
@@ -64,3 +69,28 @@ def format_size(n_bytes: float) -> str:
             return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
         n_bytes /= 1024
     return f"{n_bytes:.1f} PiB"
+
+
+def check_file(path: Path, what: str = "checkpoint file") -> os.stat_result:
+    """``os.stat`` of ``path``, refusing anything but a regular file (never opens it).
+
+    Args:
+        path: the file about to be opened.
+        what: how to name it in the message (``"shard"``, ``"config.json"`` ...).
+
+    Returns:
+        The stat result (``st_size`` is the file's size).
+
+    Raises:
+        GeodriftError: a missing path, or a FIFO, device, socket or folder where a file is expected.
+    """
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise GeodriftError(f"{path}: {what} not found; check the path (or re-download the model)") from None
+    except OSError as error:
+        raise GeodriftError(f"{path}: cannot stat the {what} ({error.strerror}); check the path") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+        raise GeodriftError(f"{path}: expected the {what} to be a regular file, found {kind}; pass the file itself")
+    return info

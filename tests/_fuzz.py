@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from _checkpoints import (
     gguf_kv,
-    hf_config,
     gguf_string,
+    hf_config,
     hf_to_gguf_tensors,
     llama_metadata,
     llama_state,

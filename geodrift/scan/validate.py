@@ -18,42 +18,17 @@ tensor infos) is checked against the shapes it must explain. Each failure is one
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
+from geodrift.checks import check_file
 from geodrift.errors import GeodriftError
+
+__all__ = ["check_file", "read_weight_map", "check_tensor_names", "check_counts", "check_shapes",
+           "check_projections", "check_checkpoint"]
 
 _INTEGER_KEYS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff")
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down")
-_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
-
-
-def check_file(path: Path, what: str = "checkpoint file") -> os.stat_result:
-    """``os.stat`` of ``path``, refusing anything but a regular file (never opens it).
-
-    Args:
-        path: the file about to be opened.
-        what: how to name it in the message (``"shard"``, ``"config.json"`` ...).
-
-    Returns:
-        The stat result (``st_size`` is the file's size).
-
-    Raises:
-        GeodriftError: a missing path, or a FIFO, device, socket or folder where a file is expected.
-    """
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise GeodriftError(f"{path}: {what} not found; check the path (or re-download the model)") from None
-    except OSError as error:
-        raise GeodriftError(f"{path}: cannot stat the {what} ({error.strerror}); check the path") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
-        raise GeodriftError(f"{path}: expected the {what} to be a regular file, found {kind}; pass the file itself")
-    return info
 
 
 def read_weight_map(index: Path, folder: Path) -> dict[str, str]:

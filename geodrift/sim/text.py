@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from geodrift.checks import check_file
 from geodrift.errors import GeodriftError
 from geodrift.sim.tokenizer import Tokenizer
 
@@ -150,6 +151,7 @@ def load_corpus(path: str | Path | None = None, max_chars: int | None = None) ->
 
 
 def _read(path: Path) -> str:
+    check_file(path, "--corpus text file")  # a FIFO would block the read below
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
