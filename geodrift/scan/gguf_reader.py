@@ -176,8 +176,9 @@ class GGUFCheckpoint(Checkpoint):
         if "n_heads" in config and "n_kv_heads" not in config:
             config["n_kv_heads"] = config["n_heads"]
         n_heads, d_model = config.get("n_heads"), config.get("d_model")
-        if "head_dim" not in config and _positive_int(n_heads) and _positive_int(d_model):
-            config["head_dim"] = int(d_model) // int(n_heads)
+        if "head_dim" not in config and isinstance(n_heads, int) and isinstance(d_model, int) \
+                and _positive_int(n_heads) and _positive_int(d_model):
+            config["head_dim"] = d_model // n_heads
         config["tie_embeddings"] = "output.weight" not in self._tensors
         return config
 
