@@ -85,7 +85,7 @@ def test_signal_during_the_scan_exits_with_the_policy_code_and_writes_nothing(
     assert not out_file.exists() and not list(tmp_path.glob(".*.tmp"))
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM])
 def test_interrupted_training_leaves_no_temp_files_and_says_how_to_resume(tmp_path: Path, signum: int) -> None:
     out = tmp_path / "runs"
     process = _start(["simulate", "mlp", "--preset", "smoke", "--steps", "100000", "--track-every", "0",

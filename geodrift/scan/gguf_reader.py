@@ -143,9 +143,9 @@ class GGUFCheckpoint(Checkpoint):
             ) from None
         shape = tuple(int(d) for d in reversed(info.dims))
         n_elems = math.prod(shape)  # Python ints: a forged dim cannot overflow (numpy's int64 product would)
-        if shape and shape[-1] % block:
+        if (not shape and block > 1) or (shape and shape[-1] % block):
             raise GeodriftError(
-                f"{self.label}:{info.name}: rows of {shape[-1]} values are not a multiple of the {qtype.name} "
+                f"{self.label}:{info.name}: rows of {shape[-1] if shape else 'no'} values are not a multiple of the {qtype.name} "
                 f"block size {block}; {_CORRUPT}"
             )
         n_bytes = n_elems * type_size // block
