@@ -153,7 +153,7 @@ def test_an_svd_that_does_not_converge_is_reported_in_one_line() -> None:
     assert "did not converge" in str(info.value) and "\n" not in str(info.value)
 
 
-def test_the_svd_fallback_matches_the_default_driver() -> None:
+def test_robust_svd_reconstructs_a_batch_of_matrices() -> None:
     g = torch.Generator().manual_seed(0)
     W = torch.randn(2, 7, 5, generator=g, dtype=torch.float64)
     U, S, Vh = robust_svd(W)
