@@ -79,8 +79,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 def check_writable(target: str | Path, option: str) -> Path:
     """Fail now, before any work, if ``target`` could not be written atomically later.
 
-    Creates (and removes) a probe file in the target's folder; the folder itself is created as
-    :func:`atomic_path` would. Nothing is left behind either way.
+    Creates (and removes) a probe file in the target's folder when it exists; when it does not
+    yet exist, checks that its nearest existing ancestor is a folder it may create folders in. Nothing
+    is created or left behind either way.
 
     Args:
         target: the output path the user gave.
@@ -91,15 +92,21 @@ def check_writable(target: str | Path, option: str) -> Path:
 
     Raises:
         GeodriftError: naming the option and the user's path: a folder where a file is expected,
-            a parent that is a file, or a folder without write permission.
+            a file where a folder is expected, or a folder without write permission.
     """
     target = Path(target).expanduser()
     if target.is_dir():
         raise GeodriftError(f"{option} {target}: is a folder; give a file name inside it")
-    if target.exists() and not os.access(target, os.W_OK) and not os.access(target.parent, os.W_OK):
-        raise GeodriftError(f"{option} {target}: permission denied; choose another path")
+    ancestor = target.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise GeodriftError(f"{option} {target}: {ancestor} is not a folder; choose another path")
+    if ancestor != target.parent:
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise GeodriftError(f"{option} {target}: cannot create folders in {ancestor} (permission denied)")
+        return target
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         os.unlink(name)

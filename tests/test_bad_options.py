@@ -16,7 +16,14 @@ import gguf
 import numpy as np
 import pytest
 import torch
-from _checkpoints import hf_config, hf_to_gguf_tensors, llama_metadata, llama_state, write_gguf, write_hf_folder
+from _checkpoints import (
+    hf_config,
+    hf_to_gguf_tensors,
+    llama_metadata,
+    llama_state,
+    write_gguf,
+    write_hf_folder,
+)
 
 from geodrift.cli.main import main
 from geodrift.continuity import MeasureSpec, measure
@@ -175,3 +182,9 @@ def test_torch_and_numpy_warnings_are_not_printed_before_the_error_line(tmp_path
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "blk.1.attn_v.weight" in lines[0] and "NaN or Inf" in lines[0], lines
+
+
+def test_checking_an_output_path_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The scan fails on --layers after the output check: the folders the output would need are not made.
+    _refused(["scan", "--layers", "0-99", "--json-out", str(tmp_path / "new" / "deeper" / "r.json")], capsys)
+    assert list(tmp_path.iterdir()) == []
