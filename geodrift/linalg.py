@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
 # Below this many entries the exact SVD is as fast as Lanczos and has no convergence question.
 EXACT_MAX_NUMEL = 64 * 64
@@ -91,6 +91,100 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
     return _exact(W, k, frobenius_sq, "exact")
 
 
+@dataclass(frozen=True)
+class MatrixProduct:
+    """``W = B @ C`` kept as its two factors (e.g. the OV composite ``W_O W_V``), never formed.
+
+    Attributes:
+        B: ``(m, r)``.
+        C: ``(r, n)``.
+    """
+
+    B: torch.Tensor
+    C: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(m, n)``, the shape of the product."""
+        return self.B.shape[0], self.C.shape[1]
+
+    def dense(self) -> torch.Tensor:
+        """``(m, n)``: the product itself (the exact routes need it)."""
+        return self.B @ self.C
+
+
+def top_k_svd_of_product(product: MatrixProduct, k: int, *, tol: float = 1e-4) -> SVDTriplets:
+    """Top-``k`` singular triplets of ``B @ C`` from products with ``B`` and ``C`` only.
+
+    Lanczos (ARPACK ``eigsh``) on the Gram operator of the smaller side, applied factor by factor:
+    for ``n <= m``, ``x -> C^T (B^T B) (C x)`` with the ``(r, r)`` matrix ``B^T B`` formed once, so a
+    product step costs ``O(r n + r^2)`` instead of forming ``B C`` (``O(m r n)``) and its Gram
+    (``O(m n^2)``). ``||B C||_F^2 = sum((B^T B) * (C C^T))``. The same residual check as
+    :func:`top_k_svd` (through the factors), and the same exact fallback (on the formed product).
+
+    Args:
+        product: the factors, ``B (m, r)`` and ``C (r, n)``.
+        k: number of triplets, ``1 <= k <= min(m, n)``.
+        tol: residual tolerance relative to ``s_1``.
+
+    Returns:
+        SVDTriplets with ``U (m, k)``, ``S (k,)``, ``Vh (k, n)`` in float32; method ``"lanczos"``
+        or ``"exact-fallback"``.
+
+    Raises:
+        ValueError: if ``k`` is out of range.
+
+    Example:
+        >>> B, C = torch.diag(torch.tensor([3.0, 2.0])), torch.eye(2)
+        >>> float(top_k_svd_of_product(MatrixProduct(B, C), 1).S[0])
+        3.0
+    """
+    B, C = product.B.detach().float(), product.C.detach().float()
+    m, n = product.shape
+    if not 1 <= k <= min(m, n):
+        raise ValueError(f"k must be in [1, {min(m, n)}], got {k}")
+    BtB, CCt = B.T @ B, C @ C.T  # (r, r) each
+    if not bool(torch.isfinite(BtB).all() and torch.isfinite(CCt).all()):
+        # float32 overflow (weights beyond ~1e18): rescale both factors; singular vectors, energy shares
+        # and every continuity number do not depend on the scale.
+        B, C = B / B.abs().max(), C / C.abs().max()
+        BtB, CCt = B.T @ B, C @ C.T
+    BtB, CCt = BtB.double(), CCt.double()
+    frobenius_sq = float((BtB * CCt).sum())
+    if not np.isfinite(frobenius_sq) or min(m, n) <= k + 1:
+        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
+    # The Gram operator of the smaller side, as (r, side) and (side, r) factors around an (r, r) core.
+    if n <= m:
+        outer, core, side = C.numpy(), BtB.float().numpy(), n  # C^T core C
+    else:
+        outer, core, side = B.T.contiguous().numpy(), CCt.float().numpy(), m  # B core B^T
+    gram = LinearOperator((side, side), matvec=lambda x: outer.T @ (core @ (outer @ x)), dtype=np.float32)
+    ncv = min(side - 1, max(2 * k + 1, 24))
+    try:
+        eigvals, eigvecs = eigsh(gram, k=k, which="LA", tol=tol * 1e-2, ncv=ncv, v0=np.ones(side, np.float32))
+    except (ArpackNoConvergence, ValueError):
+        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
+    order = np.argsort(eigvals)[::-1]
+    S = torch.from_numpy(np.sqrt(np.clip(eigvals[order], 0.0, None)).astype(np.float32))
+    if float(S[-1]) <= 0.0:
+        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
+    vecs = torch.from_numpy(np.ascontiguousarray(eigvecs[:, order], dtype=np.float32))  # (side, k)
+    if n <= m:
+        Vh = vecs.T
+        U = B @ (C @ vecs)
+        U = U / U.norm(dim=0, keepdim=True)
+    else:
+        U = vecs
+        Vh = (U.T @ B) @ C
+        Vh = Vh / Vh.norm(dim=1, keepdim=True)
+    right = B @ (C @ Vh.T) - U * S
+    left = ((U.T @ B) @ C).T - Vh.T * S
+    residual = float(torch.maximum(right.norm(dim=0), left.norm(dim=0)).max() / S[0].clamp_min(1e-30))
+    if not residual <= tol:
+        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
+    return SVDTriplets(U.contiguous(), S, Vh.contiguous(), frobenius_sq, residual, "lanczos")
+
+
 def batched_svd_triplets(W: torch.Tensor, k: int, checked: int = 8, tol: float = 1e-8) -> list[SVDTriplets]:
     """Top-``k`` triplets of a stack of same-shaped matrices, batched float64 LAPACK.
 
@@ -158,7 +252,7 @@ def _gram_triplets(W64: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
 def _batched_residual(W64: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, c: int) -> torch.Tensor:
     # max over the top c triplets of max(||W v - s u||, ||W^T u - s v||) / s_1, per matrix: (L,)
     right = W64 @ Vh[:, :c].mT - U[..., :c] * S[:, None, :c]  # (L, m, c)
-    left = W64.mT @ U[..., :c] - Vh[:, :c].mT * S[:, None, :c]  # (L, n, c)
+    left = (U[..., :c].mT @ W64).mT - Vh[:, :c].mT * S[:, None, :c]  # (L, n, c)
     return torch.maximum(right.norm(dim=1), left.norm(dim=1)).amax(-1) / S[:, 0].clamp_min(1e-300)
 
 
@@ -237,7 +331,7 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTri
     if m >= n:
         Vh_np, U_np = vecs.T, (A @ vecs) / S
     else:
-        U_np, Vh_np = vecs, ((A.T @ vecs) / S).T
+        U_np, Vh_np = vecs, (vecs.T @ A) / S[:, None]
     U_t = torch.from_numpy(np.ascontiguousarray(U_np, dtype=np.float32))
     S_t = torch.from_numpy(np.ascontiguousarray(S, dtype=np.float32))
     Vh_t = torch.from_numpy(np.ascontiguousarray(Vh_np, dtype=np.float32))
@@ -256,6 +350,6 @@ def _residual(W: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tenso
     # (m, k) and (n, k) residual blocks of the two singular-vector equations, relative to s_1.
     W = W.to(U.dtype)
     right = W @ Vh.T - U * S
-    left = W.T @ U - Vh.T * S
+    left = (U.T @ W).T - Vh.T * S  # (U^T W)^T: 4x faster than W^T U on one thread
     worst = torch.maximum(right.norm(dim=0), left.norm(dim=0)).max()
     return float(worst / S[0].clamp_min(1e-300))

@@ -34,7 +34,7 @@ from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, Vect
 from geodrift.continuity.schedule import read_ahead
 from geodrift.continuity.verdicts import projection_verdict
 from geodrift.errors import GeodriftError
-from geodrift.linalg import SVDTriplets, batched_svd_triplets, top_k_svd
+from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet
 
 SPACES = ("v", "u")
@@ -44,7 +44,7 @@ NULL_MAX_VECTORS = 32
 EXACT_BATCH_MAX_NUMEL = 2**16
 SVD_ROUTES = ("auto", "exact", "topk")
 
-Derive = Callable[[WeightKey, torch.Tensor], dict[WeightKey, torch.Tensor]]
+Derive = Callable[[WeightKey, torch.Tensor], dict[WeightKey, torch.Tensor | MatrixProduct]]
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,9 @@ def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None]
         ws: weights ``(role, layer) -> (d_out, d_in)``; each value is loaded once.
         spec: what to measure.
         progress: called with ``"role[layer]"`` after each matrix is read.
-        derive: hook called with every loaded matrix; returns derived matrices (e.g. the OV
-            composite once a layer's V and O have both been seen) that are measured too.
+        derive: hook called with every loaded matrix; returns derived matrices, dense or as a
+            :class:`geodrift.linalg.MatrixProduct` of two factors (e.g. the OV composite once a layer's
+            V and O have both been seen), that are measured too.
 
     Returns:
         Report.
@@ -134,7 +135,9 @@ def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] 
         derived = derive(key, W) if derive is not None else {}
         for name, matrix in [(key, W), *derived.items()]:
             if _exact_route(spec, matrix.shape):
-                batches[name[0]].append((name[1], matrix))
+                batches[name[0]].append((name[1], matrix.dense() if isinstance(matrix, MatrixProduct) else matrix))
+            elif isinstance(matrix, MatrixProduct):
+                out[name] = top_k_svd_of_product(matrix, _keep(spec, matrix.shape))
             else:
                 out[name] = top_k_svd(matrix, _keep(spec, matrix.shape))
         if progress is not None:
@@ -166,7 +169,7 @@ def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) 
         One VectorContinuity per ``k = 1..K``.
     """
     n_pairs, dim = vectors.shape[0] - 1, vectors.shape[2]
-    samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, bank.get(draws, n_pairs, dim))
+    samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, flat_index=bank.index(draws, n_pairs, dim))
     return _vector_rows(metrics.adjacent_abs_cos(vectors), samples, dim)
 
 
@@ -174,12 +177,14 @@ class PermutationBank:
     """Permutations shared by every null statistic of one shape ``(pairs, d)`` within a report.
 
     Each statistic still gets an exact permutation null; sharing only correlates the nulls of
-    different statistics, and it spares generating the same-shaped permutations again.
+    different statistics, and it spares generating the same-shaped permutations (and their flat
+    gather indices) again.
     """
 
     def __init__(self, generator: torch.Generator) -> None:
         self.generator = generator
         self._banks: dict[tuple[int, int], torch.Tensor] = {}
+        self._flat: dict[tuple[int, int], torch.Tensor] = {}
 
     def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
         """``(>= draws, n_pairs, dim)`` permutations, drawn on first use of the shape."""
@@ -187,7 +192,16 @@ class PermutationBank:
         if bank is None or bank.shape[0] < draws:
             bank = metrics.random_permutations(draws, n_pairs, dim, self.generator)
             self._banks[(n_pairs, dim)] = bank
+            self._flat.pop((n_pairs, dim), None)
         return bank
+
+    def index(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
+        """``(>= draws, n_pairs * dim)`` flat gather indices of :meth:`get`'s permutations, built once."""
+        bank = self.get(draws, n_pairs, dim)
+        flat = self._flat.get((n_pairs, dim))
+        if flat is None:
+            flat = self._flat[(n_pairs, dim)] = metrics.flat_permutation_index(bank)
+        return flat
 
 
 def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null_draws: int,
@@ -228,13 +242,14 @@ def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fr
     # spectrum, Eq. 2's null permutes every vector per draw, so its draws are capped (~32 x draws).
     shared = available <= NULL_MAX_VECTORS
     samples = metrics.permuted_abs_cos(vectors[:, :available if shared else k], draws, bank.generator,
-                                       bank.get(draws, n_pairs, dim))
+                                       flat_index=bank.index(draws, n_pairs, dim))
     rows = _vector_rows(metrics.adjacent_abs_cos(vectors[:, :k]), samples[..., :k], dim)
     if shared:
         wa_draws, wa_samples = draws, samples
     else:
         wa_draws = max(8, draws * NULL_MAX_VECTORS // available)
-        wa_samples = metrics.permuted_abs_cos(vectors, wa_draws, bank.generator, bank.get(wa_draws, n_pairs, dim))
+        wa_samples = metrics.permuted_abs_cos(vectors, wa_draws, bank.generator,
+                                              flat_index=bank.index(wa_draws, n_pairs, dim))
     wa_null = metrics.null_of_sigma2(wa_samples, sigma, fro)
     wa = metrics.sigma2_weighted_alignment(vectors, sigma, fro)
     gap = metrics.sigma2_truncation_gap(sigma, fro)
