@@ -159,16 +159,10 @@ def top_k_svd_of_product(product: MatrixProduct, k: int, *, tol: float = 1e-4) -
     else:
         outer, core, side = B.T.contiguous().numpy(), CCt.float().numpy(), m  # B core B^T
     gram = LinearOperator((side, side), matvec=lambda x: outer.T @ (core @ (outer @ x)), dtype=np.float32)
-    ncv = min(side - 1, max(2 * k + 1, 24))
-    try:
-        eigvals, eigvecs = eigsh(gram, k=k, which="LA", tol=tol * 1e-2, ncv=ncv, v0=np.ones(side, np.float32))
-    except (ArpackNoConvergence, ValueError):
+    pairs = _top_eigenpairs(gram, k, tol)
+    if pairs is None:
         return _exact(B @ C, k, frobenius_sq, "exact-fallback")
-    order = np.argsort(eigvals)[::-1]
-    S = torch.from_numpy(np.sqrt(np.clip(eigvals[order], 0.0, None)).astype(np.float32))
-    if float(S[-1]) <= 0.0:
-        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
-    vecs = torch.from_numpy(np.ascontiguousarray(eigvecs[:, order], dtype=np.float32))  # (side, k)
+    S, vecs = pairs  # (k,), (side, k)
     if n <= m:
         Vh = vecs.T
         U = B @ (C @ vecs)
@@ -310,14 +304,40 @@ def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTrip
 def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTriplets | None:
     # Lanczos (ARPACK eigsh) on the Gram matrix of the smaller side: one BLAS-3 product, then cheap
     # matrix-vector products of size min(m, n). (Lanczos on W itself was 3x slower on a random
-    # 14336 x 4096 matrix: its clustered top spectrum needs hundreds of memory-bound products.) Squaring the spectrum costs accuracy only for
-    # directions far below s_1, which the residual check below catches (then the exact route runs).
+    # 14336 x 4096 matrix: its clustered top spectrum needs hundreds of memory-bound products.) Squaring
+    # the spectrum costs accuracy only for directions far below s_1, which the residual check below
+    # catches (then the exact route runs).
     A = W.detach().float().numpy()
     m, n = A.shape
-    gram = A.T @ A if m >= n else A @ A.T
+    pairs = _top_eigenpairs(_gram(A), k, tol)
+    if pairs is None:
+        return None
+    S, vecs = pairs
+    if m >= n:
+        Vh_t, U_t = vecs.T, torch.from_numpy((A @ vecs.numpy()) / S.numpy())
+        U_t = U_t / U_t.norm(dim=0, keepdim=True)  # division by S leaves O(eps) norm error
+    else:
+        U_t, Vh_t = vecs, torch.from_numpy((vecs.numpy().T @ A) / S.numpy()[:, None])
+        Vh_t = Vh_t / Vh_t.norm(dim=1, keepdim=True)
+    U_t, Vh_t = U_t.contiguous(), Vh_t.contiguous()
+    residual = _residual(W.detach().float(), U_t, S, Vh_t)
+    if not residual <= tol:
+        return None
+    return SVDTriplets(U_t, S, Vh_t, frobenius_sq, residual, "lanczos")
+
+
+def _gram(A: np.ndarray) -> np.ndarray:
+    # (r, r) Gram matrix of the smaller side of A (m, n), r = min(m, n); numpy uses syrk for A.T @ A.
+    return A.T @ A if A.shape[0] >= A.shape[1] else A @ A.T
+
+
+def _top_eigenpairs(gram: np.ndarray | LinearOperator, k: int, tol: float
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    # Top-k eigenpairs of a symmetric PSD (r, r) operator by ARPACK, as singular values S (k,) =
+    # sqrt(eigenvalues), descending, and unit eigenvectors (r, k), float32; None if ARPACK fails or s_k = 0.
     side = gram.shape[0]
     # ARPACK's start vector is fixed (ones) so results are deterministic without a global RNG.
-    v0 = np.ones(side, dtype=gram.dtype)
+    v0 = np.ones(side, dtype=np.float32)
     ncv = min(side - 1, max(2 * k + 1, 24))
     try:
         eigvals, eigvecs = eigsh(gram, k=k, which="LA", tol=tol * 1e-2, ncv=ncv, v0=v0)
@@ -325,25 +345,10 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTri
         return None
     order = np.argsort(eigvals)[::-1]
     S = np.sqrt(np.clip(eigvals[order], 0.0, None))
-    if S[-1] <= 0.0:
+    if not S[-1] > 0.0:
         return None
-    vecs = eigvecs[:, order]
-    if m >= n:
-        Vh_np, U_np = vecs.T, (A @ vecs) / S
-    else:
-        U_np, Vh_np = vecs, (vecs.T @ A) / S[:, None]
-    U_t = torch.from_numpy(np.ascontiguousarray(U_np, dtype=np.float32))
-    S_t = torch.from_numpy(np.ascontiguousarray(S, dtype=np.float32))
-    Vh_t = torch.from_numpy(np.ascontiguousarray(Vh_np, dtype=np.float32))
-    # Re-normalise the derived side (division by S leaves O(eps) norm error).
-    if m >= n:
-        U_t = U_t / U_t.norm(dim=0, keepdim=True)
-    else:
-        Vh_t = Vh_t / Vh_t.norm(dim=1, keepdim=True)
-    residual = _residual(W.detach().float(), U_t, S_t, Vh_t)
-    if not residual <= tol:
-        return None
-    return SVDTriplets(U_t, S_t, Vh_t, frobenius_sq, residual, "lanczos")
+    return (torch.from_numpy(np.ascontiguousarray(S, dtype=np.float32)),
+            torch.from_numpy(np.ascontiguousarray(eigvecs[:, order], dtype=np.float32)))
 
 
 def _residual(W: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor) -> float:

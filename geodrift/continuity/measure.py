@@ -23,6 +23,7 @@ become correlated); drawn from ``torch.Generator().manual_seed(spec.seed)`` in r
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ import torch
 
 from geodrift import metrics
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
-from geodrift.continuity.schedule import read_ahead
+from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead
 from geodrift.continuity.verdicts import projection_verdict
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
@@ -131,17 +132,21 @@ def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] 
     out: dict[WeightKey, SVDTriplets] = {}
     batches: dict[str, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     streamed = not all(_exact_route(spec, ws.entries[key].shape) for key in keys)
-    for key, W in read_ahead(ws, keys, streamed or derive is not None):
-        derived = derive(key, W) if derive is not None else {}
-        for name, matrix in [(key, W), *derived.items()]:
-            if _exact_route(spec, matrix.shape):
-                batches[name[0]].append((name[1], matrix.dense() if isinstance(matrix, MatrixProduct) else matrix))
-            elif isinstance(matrix, MatrixProduct):
-                out[name] = top_k_svd_of_product(matrix, _keep(spec, matrix.shape))
-            else:
-                out[name] = top_k_svd(matrix, _keep(spec, matrix.shape))
-        if progress is not None:
-            progress(f"{key[0]}[{key[1]}]")
+    workers = SVDWorkers(None if streamed else 1)
+    try:
+        for key, W in read_ahead(ws, keys, streamed or derive is not None):
+            derived = derive(key, W) if derive is not None else {}
+            for name, matrix in [(key, W), *derived.items()]:
+                if _exact_route(spec, matrix.shape):
+                    batches[name[0]].append((name[1], matrix.dense() if isinstance(matrix, MatrixProduct) else matrix))
+                else:
+                    workers.submit(name, functools.partial(_top_k, matrix, _keep(spec, matrix.shape)),
+                                   large=matrix.shape[0] * matrix.shape[1] > PREFETCH_MAX_NUMEL)
+            if progress is not None:
+                progress(f"{key[0]}[{key[1]}]")
+        out.update(workers.drain())
+    finally:
+        workers.close()
     for role, items in batches.items():
         by_shape: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = defaultdict(list)
         for layer, matrix in items:
@@ -276,6 +281,12 @@ def _vector_rows(cos: torch.Tensor, samples: torch.Tensor, dim: int) -> list[Vec
         )
         for j in range(cos.shape[1])
     ]
+
+
+def _top_k(matrix: torch.Tensor | MatrixProduct, k: int) -> SVDTriplets:
+    if isinstance(matrix, MatrixProduct):
+        return top_k_svd_of_product(matrix, k)
+    return top_k_svd(matrix, k)
 
 
 def _exact_route(spec: MeasureSpec, shape: tuple[int, ...] | torch.Size) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from geodrift.continuity import MeasureSpec, Report, measure
+from geodrift.continuity.measure import Derive
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct
 from geodrift.scan.readers import open_checkpoint, weightset
@@ -58,7 +59,7 @@ def parse_layers(text: str | None) -> list[int] | None:
     return sorted(set(layers))
 
 
-def ov_composite_hook(n_heads: int, n_kv_heads: int) -> Callable[[tuple[str, int], torch.Tensor], dict[tuple[str, int], MatrixProduct]]:
+def ov_composite_hook(n_heads: int, n_kv_heads: int) -> Derive:
     """A :func:`geodrift.continuity.measure` ``derive`` hook that yields ``W_O W_V`` once a layer's V and O are seen.
 
     With grouped-query attention, V's rows are expanded to one block per query head (key-value head
@@ -78,7 +79,7 @@ def ov_composite_hook(n_heads: int, n_kv_heads: int) -> Callable[[tuple[str, int
     pending: dict[int, torch.Tensor] = {}
     group = n_heads // n_kv_heads
 
-    def hook(key: tuple[str, int], W: torch.Tensor) -> dict[tuple[str, int], MatrixProduct]:
+    def hook(key: tuple[str, int], W: torch.Tensor) -> dict[tuple[str, int], torch.Tensor | MatrixProduct]:
         role, layer = key
         if role == "attn_v":
             pending.clear()
