@@ -23,6 +23,7 @@ Run (the timing lock keeps the other engineers' benchmarks off the cores while i
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import threading
 import time
@@ -32,15 +33,17 @@ from typing import Any
 
 import torch
 
-import geodrift.continuity.measure as measure_module
 import geodrift.linalg as linalg
 import geodrift.scan.scan as scan_module
 from geodrift import metrics
-from geodrift.continuity import MeasureSpec, assemble, decompose, schedule
+from geodrift.continuity import MeasureSpec, decompose, schedule
 from geodrift.continuity.schedule import single_threaded_blas
 from geodrift.scan.embedded import embedded_model_path
 from geodrift.scan.scan import load_weights, ov_composite_hook, scan
 from geodrift.weights import WeightSet
+
+# The package re-exports the function `measure`, which shadows the module of the same name.
+measure_module = importlib.import_module("geodrift.continuity.measure")
 
 
 def _timed(fn: Callable[[], object], repeats: int) -> float:
@@ -127,7 +130,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--profile-only", action="store_true", help="only the stage profile")
     args = parser.parse_args()
+    if args.profile_only:
+        wall, clock = stage_profile(args.k)
+        print_profile(wall, clock)
+        return
     spec = MeasureSpec(k=args.k)
 
     def read_all() -> None:
@@ -210,9 +218,16 @@ def main() -> None:
     print(f"full64       float64 SVD, {threads} threads                      {full64_default:7.2f} s")
     print(f"full64       float64 SVD, 1 thread                       {full64_single:7.2f} s   full64 (best) / top-k = "
           f"{full64 / topk:5.1f}  (target >= 20);  one worker: {full64 / topk_serial:5.1f}")
-    print(f"stages of one serial scan ({profile_wall:.2f} s wall; exclusive seconds, reading overlaps on its thread):")
+    print_profile(profile_wall, clock)
+
+
+def print_profile(wall: float, clock: StageClock) -> None:
+    """The stage table: exclusive seconds per stage of one serial scan."""
+    print(f"stages of one serial scan ({wall:.2f} s wall; exclusive seconds, reading overlaps on its thread):")
     for stage, seconds in sorted(clock.seconds.items(), key=lambda item: -item[1]):
-        print(f"  {stage:<42} {seconds:6.2f} s  {seconds / profile_wall:6.1%}  ({clock.calls[stage]} calls)")
+        print(f"  {stage:<42} {seconds:6.2f} s  {seconds / wall:6.1%}  ({clock.calls[stage]} calls)")
+    rest = wall - sum(s for name, s in clock.seconds.items() if not name.startswith("read"))
+    print(f"  {'other (main thread, unattributed)':<42} {rest:6.2f} s  {rest / wall:6.1%}")
 
 
 if __name__ == "__main__":

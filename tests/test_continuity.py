@@ -125,8 +125,8 @@ SIMILARITIES = {"per_pair", "mean", "median", "null_mean", "null_std", "sigma2_w
 
 
 def test_scan_of_the_embedded_model_matches_the_golden_report():
-    # tests/golden/smollm2_scan_main.json was written by `geodrift scan --json > tests/golden/smollm2_scan_main.json`
-    # on branch issue13, when the permutation generator became one torch.randperm per draw and pair (same
+    # tests/golden/smollm2_scan_main.json is `geodrift scan --json` without its `schema_version` and `kind`
+    # (the Report's to_dict), written on branch issue13 when the permutation generator became one torch.randperm per draw and pair (same
     # uniform distribution, a different stream): against the previous golden (commit a7790c9, before the
     # continuity package existed) every null mean and std moved by at most 0.42 of its null std, every
     # observed similarity by at most 4.4e-5, and the OV composite's effective-rank bounds by 1.8e-5 relative

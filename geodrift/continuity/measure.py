@@ -23,6 +23,7 @@ become correlated); drawn from ``torch.Generator().manual_seed(spec.seed)`` in r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import defaultdict
 from collections.abc import Callable
@@ -32,7 +33,7 @@ import torch
 
 from geodrift import metrics
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
-from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead
+from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead, single_threaded_blas
 from geodrift.continuity.verdicts import projection_verdict
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
@@ -110,13 +111,16 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
     bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
     roles = sorted({role for role, _ in spectra}, key=_role_order)
     reports, notes = [], []
-    for role in roles:
-        layers = sorted(layer for r, layer in spectra if r == role)
-        if len(layers) < 2:
-            notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
-            continue
-        reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
-                                    spec.null_draws, bank, spec.k))
+    # One thread: the null gathers are many small cache-sized ops, and on a busy 2-core machine each
+    # two-thread parallel region waits for a descheduled thread (measured 20x slower at load 17).
+    with single_threaded_blas():
+        for role in roles:
+            layers = sorted(layer for r, layer in spectra if r == role)
+            if len(layers) < 2:
+                notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
+                continue
+            reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
+                                        spec.null_draws, bank, spec.k))
     return Report(origin, view, spec.k, spec.null_draws, spec.seed, reports, notes)
 
 
@@ -133,20 +137,23 @@ def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] 
     batches: dict[str, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     streamed = not all(_exact_route(spec, ws.entries[key].shape) for key in keys)
     workers = SVDWorkers(None if streamed else 1)
-    try:
-        for key, W in read_ahead(ws, keys, streamed or derive is not None):
-            derived = derive(key, W) if derive is not None else {}
-            for name, matrix in [(key, W), *derived.items()]:
-                if _exact_route(spec, matrix.shape):
-                    batches[name[0]].append((name[1], matrix.dense() if isinstance(matrix, MatrixProduct) else matrix))
-                else:
-                    workers.submit(name, functools.partial(_top_k, matrix, _keep(spec, matrix.shape)),
-                                   large=matrix.shape[0] * matrix.shape[1] > PREFETCH_MAX_NUMEL)
-            if progress is not None:
-                progress(f"{key[0]}[{key[1]}]")
-        out.update(workers.drain())
-    finally:
-        workers.close()
+    # The jobs still in flight when reading ends must keep the one-thread limit too (read_ahead's ends with it).
+    with single_threaded_blas() if streamed else contextlib.nullcontext():
+        try:
+            for key, W in read_ahead(ws, keys, streamed or derive is not None):
+                derived = derive(key, W) if derive is not None else {}
+                for name, matrix in [(key, W), *derived.items()]:
+                    if _exact_route(spec, matrix.shape):
+                        batches[name[0]].append((name[1], matrix.dense() if isinstance(matrix, MatrixProduct)
+                                                 else matrix))
+                    else:
+                        workers.submit(name, functools.partial(_top_k, matrix, _keep(spec, matrix.shape)),
+                                       large=matrix.shape[0] * matrix.shape[1] > PREFETCH_MAX_NUMEL)
+                if progress is not None:
+                    progress(f"{key[0]}[{key[1]}]")
+            out.update(workers.drain())
+        finally:
+            workers.close()
     for role, items in batches.items():
         by_shape: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = defaultdict(list)
         for layer, matrix in items:
@@ -174,7 +181,8 @@ def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) 
         One VectorContinuity per ``k = 1..K``.
     """
     n_pairs, dim = vectors.shape[0] - 1, vectors.shape[2]
-    samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, flat_index=bank.index(draws, n_pairs, dim))
+    with single_threaded_blas():  # as in assemble
+        samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, flat_index=bank.index(draws, n_pairs, dim))
     return _vector_rows(metrics.adjacent_abs_cos(vectors), samples, dim)
 
 
