@@ -40,8 +40,13 @@ D_MODEL, D_FF, N_HEADS, N_KV, VOCAB = 4096, 14336, 32, 8, 32000
 LIMIT_GB = 1.5
 
 
-def write_checkpoint(folder: Path, n_layers: int, seed: int = 0) -> int:
-    """Write a Llama-3-8B-shaped bf16 checkpoint (one shard per layer); returns its size in bytes."""
+def write_checkpoint(folder: Path, n_layers: int, seed: int = 0, embedding: bool = True) -> int:
+    """Write a Llama-3-8B-shaped bf16 checkpoint (one shard per layer); returns its size in bytes.
+
+    Layer ``l``'s tensors are the same for every ``n_layers > l`` (one generator, layer by layer), so a
+    shallower checkpoint holds exactly the first layers of a deeper one. ``embedding=False`` leaves
+    out the last shard (embedding and final norm).
+    """
     import torch
     from safetensors.torch import save_file
 
@@ -54,7 +59,7 @@ def write_checkpoint(folder: Path, n_layers: int, seed: int = 0) -> int:
         "mlp.gate_proj.weight": (D_FF, D_MODEL), "mlp.up_proj.weight": (D_FF, D_MODEL),
         "mlp.down_proj.weight": (D_MODEL, D_FF),
     }
-    n_shards = n_layers + 1
+    n_shards = n_layers + 1 if embedding else n_layers
     weight_map: dict[str, str] = {}
 
     def randn(*shape: int) -> torch.Tensor:
@@ -68,10 +73,11 @@ def write_checkpoint(folder: Path, n_layers: int, seed: int = 0) -> int:
         save_file(shard, str(folder / fname))
         weight_map.update({name: fname for name in shard})
         del shard
-    fname = f"model-{n_shards:05d}-of-{n_shards:05d}.safetensors"
-    last = {"model.embed_tokens.weight": randn(VOCAB, D_MODEL), "model.norm.weight": (1 + randn(D_MODEL))}
-    save_file(last, str(folder / fname))
-    weight_map.update({name: fname for name in last})
+    if embedding:
+        fname = f"model-{n_shards:05d}-of-{n_shards:05d}.safetensors"
+        last = {"model.embed_tokens.weight": randn(VOCAB, D_MODEL), "model.norm.weight": (1 + randn(D_MODEL))}
+        save_file(last, str(folder / fname))
+        weight_map.update({name: fname for name in last})
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     config = {"model_type": "llama", "num_hidden_layers": n_layers, "hidden_size": D_MODEL,
               "num_attention_heads": N_HEADS, "num_key_value_heads": N_KV, "intermediate_size": D_FF,

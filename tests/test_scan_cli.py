@@ -14,7 +14,7 @@ from _checkpoints import hf_config, llama_state, write_hf_folder
 from typer.testing import CliRunner
 
 from geodrift.cli.main import app, main
-from geodrift.linalg import top_k_svd
+from geodrift.continuity import MeasureSpec, decompose
 from geodrift.scan.scan import load_weights, ov_composite_hook
 
 runner = CliRunner()
@@ -98,14 +98,29 @@ def test_an_existing_output_file_survives_a_failed_scan(tmp_path: Path):
 
 
 def _top1_agreement(layers: list[int] | None) -> float:
-    ws, _ = load_weights(None, layers=layers)
+    # Through the scan's own route (decompose, with the OV hook: its composite is never formed there),
+    # against a float64 LAPACK SVD of every matrix and of every explicitly formed OV composite.
+    ws, heads = load_weights(None, layers=layers)
+    assert heads is not None
+    spectra = decompose(ws, MeasureSpec(k=8), derive=ov_composite_hook(*heads))
     worst = 1.0
-    for key in ws:
-        W = ws[key]
-        fast = top_k_svd(W, 1)
+    for (role, layer), fast in spectra.items():
+        if role == "attn_ov":
+            W = _ov_formed(heads, ws[("attn_o", layer)], ws[("attn_v", layer)])
+        else:
+            W = ws[(role, layer)]
         _, _, Vh = torch.linalg.svd(W.double(), full_matrices=False)
         worst = min(worst, float((fast.Vh[0].double() @ Vh[0]).abs()))
+    assert {role for role, _ in spectra} >= {"attn_ov", "mlp_down"}
     return worst
+
+
+def _ov_formed(heads: tuple[int, int], O: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    # W_O @ repeat_kv(W_V), formed explicitly as transformers would.
+    n_heads, n_kv = heads
+    hd = V.shape[0] // n_kv
+    expanded = V.reshape(n_kv, hd, V.shape[1]).repeat_interleave(n_heads // n_kv, dim=0).reshape(n_heads * hd, -1)
+    return O @ expanded
 
 
 def test_fast_top1_vectors_agree_with_full_svd_on_embedded_layers():
@@ -124,7 +139,8 @@ def test_ov_composite_sums_each_query_head_with_its_shared_kv_head():
     O = torch.randn(d, n_heads * hd, generator=g)
     hook = ov_composite_hook(n_heads, n_kv)
     assert hook(("attn_v", 7), V) == {}
-    (key, ov), = hook(("attn_o", 7), O).items()
+    (key, product), = hook(("attn_o", 7), O).items()
+    ov = product.dense()
     group = n_heads // n_kv
     expected = sum(O[:, h * hd:(h + 1) * hd] @ V[(h // group) * hd:(h // group + 1) * hd] for h in range(n_heads))
     assert key == ("attn_ov", 7) and torch.allclose(ov, expected, atol=1e-5)

@@ -23,6 +23,8 @@ become correlated); drawn from ``torch.Generator().manual_seed(spec.seed)`` in r
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,10 +35,10 @@ from geodrift import metrics
 from geodrift.checks import check_seed
 from geodrift.continuity import degenerate
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
-from geodrift.continuity.schedule import read_ahead
+from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead, single_threaded_blas
 from geodrift.continuity.verdicts import projection_verdict
 from geodrift.errors import GeodriftError
-from geodrift.linalg import SVDTriplets, batched_svd_triplets, top_k_svd
+from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet
 
 SPACES = ("v", "u")
@@ -46,7 +48,7 @@ NULL_MAX_VECTORS = 32
 EXACT_BATCH_MAX_NUMEL = 2**16
 SVD_ROUTES = ("auto", "exact", "topk")
 
-Derive = Callable[[WeightKey, torch.Tensor], dict[WeightKey, torch.Tensor]]
+Derive = Callable[[WeightKey, torch.Tensor], dict[WeightKey, torch.Tensor | MatrixProduct]]
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,9 @@ def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None]
         ws: weights ``(role, layer) -> (d_out, d_in)``; each value is loaded once.
         spec: what to measure.
         progress: called with ``"role[layer]"`` after each matrix is read.
-        derive: hook called with every loaded matrix; returns derived matrices (e.g. the OV
-            composite once a layer's V and O have both been seen) that are measured too.
+        derive: hook called with every loaded matrix; returns derived matrices, dense or as a
+            :class:`geodrift.linalg.MatrixProduct` of two factors (e.g. the OV composite once a layer's
+            V and O have both been seen), that are measured too.
 
     Returns:
         Report.
@@ -111,20 +114,23 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
     bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
     roles = sorted({role for role, _ in spectra}, key=_role_order)
     reports, notes = [], []
-    for role in roles:
-        layers = sorted(layer for r, layer in spectra if r == role)
-        if len(layers) < 2:
-            notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
-            continue
-        reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
-                                    spec.null_draws, bank, spec.k))
-        undefined_note = degenerate.note(role, layers, degenerate.undefined_vectors(
-            torch.stack([spectra[(role, layer)].S[:reports[-1].k] for layer in layers]), reports[-1].shape),
-            reports[-1].k)
-        if undefined_note:
-            notes.append(undefined_note)
-        if reports[-1].k < spec.k:
-            notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
+    # One thread: the null gathers are many small cache-sized ops, and on a busy 2-core machine each
+    # two-thread parallel region waits for a descheduled thread (measured 20x slower at load 17).
+    with single_threaded_blas():
+        for role in roles:
+            layers = sorted(layer for r, layer in spectra if r == role)
+            if len(layers) < 2:
+                notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
+                continue
+            reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
+                                        spec.null_draws, bank, spec.k))
+            undefined_note = degenerate.note(role, layers, degenerate.undefined_vectors(
+                torch.stack([spectra[(role, layer)].S[:reports[-1].k] for layer in layers]), reports[-1].shape),
+                reports[-1].k)
+            if undefined_note:
+                notes.append(undefined_note)
+            if reports[-1].k < spec.k:
+                notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
     return Report(origin, view, spec.k, spec.null_draws, spec.seed, reports, notes)
 
 
@@ -140,15 +146,24 @@ def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] 
     out: dict[WeightKey, SVDTriplets] = {}
     batches: dict[str, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     streamed = not all(_exact_route(spec, ws.entries[key].shape) for key in keys)
-    for key, W in read_ahead(ws, keys, streamed or derive is not None):
-        derived = derive(key, W) if derive is not None else {}
-        for name, matrix in [(key, W), *derived.items()]:
-            if _exact_route(spec, matrix.shape):
-                batches[name[0]].append((name[1], matrix))
-            else:
-                out[name] = top_k_svd(matrix, _keep(spec, matrix.shape))
-        if progress is not None:
-            progress(f"{key[0]}[{key[1]}]")
+    workers = SVDWorkers(None if streamed else 1)
+    # The jobs still in flight when reading ends must keep the one-thread limit too (read_ahead's ends with it).
+    with single_threaded_blas() if streamed else contextlib.nullcontext():
+        try:
+            for key, W in read_ahead(ws, keys, streamed or derive is not None):
+                derived = derive(key, W) if derive is not None else {}
+                for name, matrix in [(key, W), *derived.items()]:
+                    if _exact_route(spec, matrix.shape):
+                        batches[name[0]].append((name[1], matrix.dense() if isinstance(matrix, MatrixProduct)
+                                                 else matrix))
+                    else:
+                        workers.submit(name, functools.partial(_top_k, matrix, _keep(spec, matrix.shape)),
+                                       large=matrix.shape[0] * matrix.shape[1] > PREFETCH_MAX_NUMEL)
+                if progress is not None:
+                    progress(f"{key[0]}[{key[1]}]")
+            out.update(workers.drain())
+        finally:
+            workers.close()
     for role, items in batches.items():
         by_shape: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = defaultdict(list)
         for layer, matrix in items:
@@ -176,7 +191,8 @@ def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) 
         One VectorContinuity per ``k = 1..K``.
     """
     n_pairs, dim = vectors.shape[0] - 1, vectors.shape[2]
-    samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, bank.get(draws, n_pairs, dim))
+    with single_threaded_blas():  # as in assemble
+        samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, flat_index=bank.index(draws, n_pairs, dim))
     return _vector_rows(metrics.adjacent_abs_cos(vectors), samples, dim)
 
 
@@ -184,12 +200,14 @@ class PermutationBank:
     """Permutations shared by every null statistic of one shape ``(pairs, d)`` within a report.
 
     Each statistic still gets an exact permutation null; sharing only correlates the nulls of
-    different statistics, and it spares generating the same-shaped permutations again.
+    different statistics, and it spares generating the same-shaped permutations (and their flat
+    gather indices) again.
     """
 
     def __init__(self, generator: torch.Generator) -> None:
         self.generator = generator
         self._banks: dict[tuple[int, int], torch.Tensor] = {}
+        self._flat: dict[tuple[int, int], torch.Tensor] = {}
 
     def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
         """``(>= draws, n_pairs, dim)`` permutations, drawn on first use of the shape."""
@@ -197,7 +215,16 @@ class PermutationBank:
         if bank is None or bank.shape[0] < draws:
             bank = metrics.random_permutations(draws, n_pairs, dim, self.generator)
             self._banks[(n_pairs, dim)] = bank
+            self._flat.pop((n_pairs, dim), None)
         return bank
+
+    def index(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
+        """``(>= draws, n_pairs * dim)`` flat gather indices of :meth:`get`'s permutations, built once."""
+        bank = self.get(draws, n_pairs, dim)
+        flat = self._flat.get((n_pairs, dim))
+        if flat is None:
+            flat = self._flat[(n_pairs, dim)] = metrics.flat_permutation_index(bank)
+        return flat
 
 
 def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null_draws: int,
@@ -239,7 +266,7 @@ def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fr
     # spectrum, Eq. 2's null permutes every vector per draw, so its draws are capped (~32 x draws).
     shared = available <= NULL_MAX_VECTORS
     samples = metrics.permuted_abs_cos(vectors[:, :available if shared else k], draws, bank.generator,
-                                       bank.get(draws, n_pairs, dim))
+                                       flat_index=bank.index(draws, n_pairs, dim))
     cos, eq1_samples = metrics.adjacent_abs_cos(vectors[:, :k]), samples[..., :k]
     if undefined is not None and bool(undefined[:, :k].any()):
         pairs = degenerate.undefined_pairs(undefined)
@@ -249,7 +276,8 @@ def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fr
         wa_draws, wa_samples = draws, samples
     else:
         wa_draws = max(8, draws * NULL_MAX_VECTORS // available)
-        wa_samples = metrics.permuted_abs_cos(vectors, wa_draws, bank.generator, bank.get(wa_draws, n_pairs, dim))
+        wa_samples = metrics.permuted_abs_cos(vectors, wa_draws, bank.generator,
+                                              flat_index=bank.index(wa_draws, n_pairs, dim))
     wa_null = metrics.null_of_sigma2(wa_samples, sigma, fro)
     wa = metrics.sigma2_weighted_alignment(vectors, sigma, fro)
     gap = metrics.sigma2_truncation_gap(sigma, fro)
@@ -281,6 +309,12 @@ def _vector_rows(cos: torch.Tensor, samples: torch.Tensor, dim: int) -> list[Vec
         )
         for j in range(cos.shape[1])
     ]
+
+
+def _top_k(matrix: torch.Tensor | MatrixProduct, k: int) -> SVDTriplets:
+    if isinstance(matrix, MatrixProduct):
+        return top_k_svd_of_product(matrix, k)
+    return top_k_svd(matrix, k)
 
 
 def _exact_route(spec: MeasureSpec, shape: tuple[int, ...] | torch.Size) -> bool:

@@ -8,7 +8,9 @@ from pathlib import Path
 import torch
 
 from geodrift.continuity import MeasureSpec, Report, measure
+from geodrift.continuity.measure import Derive
 from geodrift.errors import GeodriftError
+from geodrift.linalg import MatrixProduct
 from geodrift.scan.preflight import check_layers
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.weights import TRANSFORMER_ROLES, WeightSet
@@ -68,14 +70,15 @@ def parse_layers(text: str | None) -> list[int] | None:
     return sorted(set(layers))
 
 
-def ov_composite_hook(
-    n_heads: int, n_kv_heads: int
-) -> Callable[[tuple[str, int], torch.Tensor], dict[tuple[str, int], torch.Tensor]]:
+def ov_composite_hook(n_heads: int, n_kv_heads: int) -> Derive:
     """A :func:`geodrift.continuity.measure` ``derive`` hook that yields ``W_O W_V`` once a layer's V and O are seen.
 
     With grouped-query attention, V's rows are expanded to one block per query head (key-value head
     ``j`` serves query heads ``j*g .. j*g+g-1``, ``g = n_heads / n_kv_heads``, as in transformers'
-    ``repeat_kv``) so that ``W_O (d, n_heads*hd) @ V_expanded (n_heads*hd, d)`` is the composite map.
+    ``repeat_kv``), so the composite is ``W_O (d, n_heads*hd) @ V_expanded (n_heads*hd, d)``. The
+    expansion is folded into ``W_O`` instead: summing each group's ``g`` head blocks of ``W_O``'s
+    columns gives ``B (d, n_kv*hd)`` with ``W_O V_expanded = B W_V`` exactly. The product is returned
+    as its factors (:class:`geodrift.linalg.MatrixProduct`); the scan's top-k SVD never forms it.
 
     Args:
         n_heads: query heads.
@@ -87,7 +90,7 @@ def ov_composite_hook(
     pending: dict[int, torch.Tensor] = {}
     group = n_heads // n_kv_heads
 
-    def hook(key: tuple[str, int], W: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
+    def hook(key: tuple[str, int], W: torch.Tensor) -> dict[tuple[str, int], torch.Tensor | MatrixProduct]:
         role, layer = key
         if role == "attn_v":
             pending.clear()
@@ -97,14 +100,8 @@ def ov_composite_hook(
             return {}
         V = pending.pop(layer)
         head_dim = V.shape[0] // n_kv_heads
-        expanded = V.reshape(n_kv_heads, head_dim, V.shape[1]).repeat_interleave(group, dim=0)
-        composite = W @ expanded.reshape(n_heads * head_dim, V.shape[1])
-        if not bool(torch.isfinite(composite).all()):
-            # float32 overflow (weights beyond ~1e18): the product in float64, brought back into float32's
-            # range; singular vectors, energy shares and every continuity number do not depend on the scale.
-            composite = W.double() @ expanded.reshape(n_heads * head_dim, V.shape[1]).double()
-            composite = (composite / composite.abs().max()).float()
-        return {("attn_ov", layer): composite}
+        summed = W.reshape(W.shape[0], n_kv_heads, group, head_dim).sum(2)  # (d, n_kv, hd)
+        return {("attn_ov", layer): MatrixProduct(summed.reshape(W.shape[0], n_kv_heads * head_dim), V)}
 
     return hook
 

@@ -328,7 +328,7 @@ def _alignment(a: torch.Tensor, b: torch.Tensor, draws: int, bank: PermutationBa
     # (a_l, b_l) are interleaved into one stack (2L, 1, D) whose even adjacent pairs are exactly them.
     stack = torch.stack([a.float(), b.float()], 1).reshape(-1, 1, a.shape[-1])
     n_pairs, dim = stack.shape[0] - 1, stack.shape[-1]
-    samples = metrics.permuted_abs_cos(stack, draws, bank.generator, bank.get(draws, n_pairs, dim))[:, 0::2]
+    samples = metrics.permuted_abs_cos(stack, draws, bank.generator, flat_index=bank.index(draws, n_pairs, dim))[:, 0::2]
     return float(metrics.adjacent_abs_cos(stack)[0::2].mean()), float(samples.mean())
 
 
