@@ -32,7 +32,7 @@ import torch
 from geodrift import metrics
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import read_ahead
-from geodrift.continuity.verdicts import projection_verdict
+from geodrift.continuity.verdicts import projection_verdict, relative_verdicts
 from geodrift.errors import GeodriftError
 from geodrift.linalg import SVDTriplets, batched_svd_triplets, top_k_svd
 from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet
@@ -115,7 +115,7 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
             continue
         reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
                                     spec.null_draws, bank, spec.k))
-    return Report(origin, view, spec.k, spec.null_draws, spec.seed, reports, notes)
+    return Report(origin, view, spec.k, spec.null_draws, spec.seed, relative_verdicts(reports), notes)
 
 
 def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] | None = None,

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import torch
 
-from geodrift.continuity import MeasureSpec, Report, measure
+from geodrift.continuity import MeasureSpec, Report, assemble, decompose
+from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.errors import GeodriftError
+from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.weights import TRANSFORMER_ROLES, WeightSet
 
@@ -113,9 +115,13 @@ def load_weights(
     if view not in ("raw", "folded"):
         raise GeodriftError(f"--view: {view!r} is not a view; use raw or folded")
     ckpt = open_checkpoint(model, names=names)
+    return weightset(ckpt, view=view).select(roles, layers), heads_of(ckpt)
+
+
+def heads_of(ckpt: Checkpoint) -> tuple[int, int] | None:
+    """``(n_heads, n_kv_heads)`` when the checkpoint's config states them (the OV composite needs them)."""
     n_heads, n_kv = ckpt.config.get("n_heads"), ckpt.config.get("n_kv_heads")
-    heads = (int(n_heads), int(n_kv or n_heads)) if n_heads else None
-    return weightset(ckpt, view=view).select(roles, layers), heads
+    return (int(n_heads), int(n_kv or n_heads)) if n_heads else None
 
 
 def scan(
@@ -134,7 +140,9 @@ def scan(
         heads: ``(n_heads, n_kv_heads)`` to add the OV composite ``W_O W_V`` (None = skip it).
 
     Returns:
-        The continuity Report.
+        The continuity Report, with the trajectory shape (App. A.2: 3-PC explained variance and
+        ``|cos|`` decay with layer distance, each beside its random and permutation floors) of v1
+        and u1 of every projection with at least 3 layers in ``report.trajectory``.
 
     Raises:
         GeodriftError: fewer than 2 layers, NaN/Inf in a tensor.
@@ -151,4 +159,7 @@ def scan(
     derive = None
     if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
         derive = ov_composite_hook(*heads)
-    return measure(ws, spec, progress=progress, derive=derive)
+    spectra = decompose(ws, spec, progress, derive)
+    report = assemble(spectra, spec, ws.origin, ws.view)
+    report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed)
+    return report
