@@ -26,7 +26,8 @@ from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.names import NameRule, load_name_mapping
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.scan.safetensors_reader import StateDictCheckpoint
-from geodrift.scan.scan import heads_of, parse_layers, parse_roles, scan as scan_weights
+from geodrift.scan.scan import heads_of, parse_layers, parse_roles
+from geodrift.scan.scan import scan as scan_weights
 from geodrift.scan.state_dict import module_config, unwrap_state_dict
 
 # What geodrift.scan returns: the continuity Report (tables, JSON, CSV and to_frame()).
