@@ -45,6 +45,9 @@ class TrajectoryShape:
         lags: layer distances ``k``; lag_abs_cos: mean ``|cos(x^(l), x^(l+k))|`` per lag.
         lag_null_mean, lag_null_std: its permutation null per lag; lag_floor: ``sqrt(2/(pi dim))``.
         draws: random and permuted draws behind each null.
+        order_null_mean, order_null_std: the layer-order null of the lag-1 ``|cos|``: the same vectors with
+            the layers in a uniformly random order. Above it, nearby layers agree more than far ones (a
+            path); at it, the continuity is a frame every layer shares, whatever the order.
     """
 
     role: str
@@ -64,6 +67,13 @@ class TrajectoryShape:
     lag_null_std: list[float] = field(default_factory=list)
     lag_floor: float = 0.0
     draws: int = 0
+    order_null_mean: float = float("nan")  # lag-1 |cos| with the layers in a random order (the same vectors)
+    order_null_std: float = float("nan")
+
+    @property
+    def order_z(self) -> float:
+        """``(lag-1 |cos| - order-null mean) / std``: is the continuity local in depth, or a frame all layers share?"""
+        return (self.lag_abs_cos[0] - self.order_null_mean) / max(self.order_null_std, 1e-12)
 
 
 def sign_align(vectors: torch.Tensor) -> torch.Tensor:
@@ -184,13 +194,32 @@ def trajectory_shape(vectors: torch.Tensor, role: str, label: str, space: str, d
         per_draw = samples.mean(1)
         null_mean.append(float(per_draw.mean()))
         null_std.append(float(per_draw.std()))
+    order_mean, order_std = order_null(x, draws, generator)
     return TrajectoryShape(
         role=role, label=label, space=space, dim=dim, layers=n_layers, components=N_COMPONENTS, evr=evr,
         evr_random_mean=float(random_evr.mean()), evr_random_std=float(random_evr.std()),
         evr_null_mean=float(null_evr.mean()), evr_null_std=float(null_evr.std()), lags=lags,
         lag_abs_cos=lag_abs_cos(x, lags), lag_null_mean=null_mean, lag_null_std=null_std,
-        lag_floor=metrics.random_baseline(dim), draws=draws,
+        lag_floor=metrics.random_baseline(dim), draws=draws, order_null_mean=order_mean, order_null_std=order_std,
     )
+
+
+def order_null(vectors: torch.Tensor, draws: int, generator: torch.Generator) -> tuple[float, float]:
+    """Mean and std of the mean adjacent ``|cos|`` with the layers in a uniformly random order.
+
+    Args:
+        vectors: ``(L, d)``.
+        draws: random orders.
+        generator: the only source of randomness.
+
+    Returns:
+        ``(mean, std)`` over the orders.
+    """
+    unit = vectors.double() / vectors.double().norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    gram = (unit @ unit.T).abs()  # (L, L)
+    orders = torch.rand(draws, vectors.shape[0], generator=generator).argsort(-1)  # (draws, L)
+    per_draw = gram[orders[:, :-1], orders[:, 1:]].mean(-1)  # (draws,)
+    return float(per_draw.mean()), float(per_draw.std())
 
 
 def trajectory_shapes(spectra: dict[WeightKey, SVDTriplets], draws: int, seed: int) -> list[TrajectoryShape]:

@@ -117,13 +117,16 @@ def trajectory_grid(report: Report) -> Grid:
     grid = Grid(
         "Trajectory shape across depth (App. A.2)",
         [Col("Proj", "left", style="bold"), Col("space", "left"), Col("3-PC EVR"), Col("random"), Col("perm. null")]
-        + [Col(f"|cos| lag {k}") for k in shown],
+        + [Col(f"|cos| lag {k}") for k in shown] + [Col("layer-order null (z)")],
         keys=2,
         caption=("3-PC EVR: explained-variance ratio of the first 3 principal components of the L2-normalised, "
                  "sign-aligned, centred vectors of all layers (> 0.5: a low-dimensional path); random: random unit "
                  "vectors of the same dimension and count; perm. null: each layer's coordinates permuted (mean ± std, "
                  f"{report.trajectory[0].draws if report.trajectory else 0} draws). |cos| lag k: mean |cos(x_l, x_l+k)| "
-                 "with its permutation-null mean in brackets; random floor sqrt(2/(πd)) as in the main table."),
+                 "with its permutation-null mean in brackets; random floor sqrt(2/(πd)) as in the main table. "
+                 "layer-order null: lag-1 |cos| of the same vectors with the layers in random order, and the z of "
+                 "the observed lag 1 against it (high: nearby layers agree more than far ones; ≈ 0: a frame every "
+                 "layer shares)."),
     )
     for t in report.trajectory:
         lag_cells = []
@@ -134,5 +137,6 @@ def trajectory_grid(report: Report) -> Grid:
             else:
                 lag_cells.append("—")
         grid.add(t.label, t.space, f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
-                 f"{fmt(t.evr_null_mean)}±{fmt(t.evr_null_std)}", *lag_cells)
+                 f"{fmt(t.evr_null_mean)}±{fmt(t.evr_null_std)}", *lag_cells,
+                 f"{fmt(t.order_null_mean)}±{fmt(t.order_null_std)} ({_z(t.order_z)})")
     return grid

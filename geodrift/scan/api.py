@@ -35,13 +35,15 @@ ScanReport = Report
 
 
 def open_model(model: Any = None, names: str | Path | list[NameRule] | None = None,
-               architecture: str | None = None) -> Checkpoint:
+               architecture: str | None = None, config: dict[str, Any] | None = None) -> Checkpoint:
     """Open anything :func:`scan` accepts as a Checkpoint (headers only for files; no copy for tensors).
 
     Args:
         model: None (the embedded SmolLM2-135M), a path, an ``nn.Module`` or a (wrapped) state dict.
         names: a ``--names`` JSON mapping (path or rules) for unknown tensor names.
         architecture: override the detected architecture (e.g. ``"gemma"``).
+        config: for an in-memory state dict or module, config.json-style hyperparameters (e.g.
+            ``json.load(open("config.json"))``): the head counts enable the OV composite.
 
     Returns:
         The Checkpoint.
@@ -56,11 +58,11 @@ def open_model(model: Any = None, names: str | Path | list[NameRule] | None = No
 
     if isinstance(model, torch.nn.Module):
         label = f"{type(model).__name__} (in memory)"
-        return StateDictCheckpoint(unwrap_state_dict(model.state_dict(), label), label, module_config(model),
-                                   rules, architecture)
+        return StateDictCheckpoint(unwrap_state_dict(model.state_dict(), label), label,
+                                   config if config is not None else module_config(model), rules, architecture)
     if isinstance(model, Mapping):
         label = "state dict (in memory)"
-        return StateDictCheckpoint(unwrap_state_dict(model, label), label, None, rules, architecture)
+        return StateDictCheckpoint(unwrap_state_dict(model, label), label, config, rules, architecture)
     raise GeodriftError(
         f"geodrift.scan: cannot scan a {type(model).__name__}; pass a path (.gguf, .safetensors, a Hugging Face "
         "folder, a .pt/.bin pickle), an nn.Module or a state dict"
@@ -69,8 +71,9 @@ def open_model(model: Any = None, names: str | Path | list[NameRule] | None = No
 
 def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
          k: int = 8, null_draws: int = 100, seed: int = 0, view: str = "raw",
-         names: str | Path | list[NameRule] | None = None, architecture: str | None = None, ov: bool = True,
-         full_spectrum: bool = False, progress: Callable[[str], None] | None = None) -> ScanReport:
+         names: str | Path | list[NameRule] | None = None, architecture: str | None = None,
+         config: dict[str, Any] | None = None, ov: bool = True, full_spectrum: bool = False,
+         progress: Callable[[str], None] | None = None) -> ScanReport:
     """Scan a model: per-projection continuity with noise floors, verdicts and trajectory shape.
 
     The same measurement as ``geodrift scan`` (one code path): the top-k singular triplets of every
@@ -85,6 +88,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         k, null_draws, seed, full_spectrum: as :class:`geodrift.continuity.MeasureSpec`.
         view: ``"raw"`` or ``"folded"`` (norm gains folded into the projections).
         names: a ``--names`` mapping for unknown tensor names; architecture: override the detected one.
+        config: config.json-style hyperparameters for an in-memory state dict (head counts for OV).
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
         progress: called with ``"role[layer]"`` after each matrix.
 
@@ -105,6 +109,6 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     layer_list = parse_layers(layers) if isinstance(layers, str) else layers
     if view not in ("raw", "folded"):
         raise GeodriftError(f"view: {view!r} is not a view; use raw or folded")
-    ckpt = open_model(model, names, architecture)
+    ckpt = open_model(model, names, architecture, config)
     ws = weightset(ckpt, view=view).select(role_list, layer_list)
     return scan_weights(ws, spec, progress=progress, heads=heads_of(ckpt) if ov else None)
