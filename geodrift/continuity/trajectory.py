@@ -105,7 +105,8 @@ def pca_explained_variance(vectors: torch.Tensor, components: int = N_COMPONENTS
         components: PCs summed.
 
     Returns:
-        ``(...)`` values in ``[0, 1]`` (1 when ``L - 1 <= components``: the centred stack has rank ``L - 1``).
+        ``(...)`` values in ``[0, 1]`` (1 when ``L - 1 <= components``: the centred stack has rank ``L - 1``;
+        1 when all vectors coincide up to sign).
 
     Example:
         >>> line = torch.stack([torch.tensor([1.0, t, 0.0]) for t in (0.0, 0.5, 1.0, 1.5)])
@@ -115,7 +116,10 @@ def pca_explained_variance(vectors: torch.Tensor, components: int = N_COMPONENTS
     unit = sign_align(vectors.double() / vectors.double().norm(dim=-1, keepdim=True).clamp_min(1e-300))
     centred = unit - unit.mean(-2, keepdim=True)
     energy = torch.linalg.svdvals(centred).pow(2)  # (..., min(L, d))
-    return (energy[..., :components].sum(-1) / energy.sum(-1).clamp_min(1e-300)).float()
+    total = energy.sum(-1)
+    ratio = energy[..., :components].sum(-1) / total.clamp_min(1e-300)
+    # Every layer's vector the same (up to sign): a single point, as low-dimensional as it gets.
+    return torch.where(total < 1e-12, torch.ones_like(ratio), ratio).float()
 
 
 def lag_pairs(vectors: torch.Tensor, lag: int) -> torch.Tensor:
