@@ -125,3 +125,24 @@ def test_rotation_and_subspace_math_on_known_vectors():
     assert sub[("v", 0)].overlap == pytest.approx((1 + math.cos(math.radians(30)) ** 2) / 2, abs=1e-6)
     observed, samples = paired_abs_cos(e[:3].unsqueeze(1), e[:3].unsqueeze(1), 50, torch.Generator().manual_seed(1))
     assert observed.flatten().tolist() == [1.0, 1.0, 1.0] and samples.shape == (50, 3, 1)
+
+
+def test_drift_and_compare_json_fields_and_csv_columns_are_documented(series: list[Path]):
+    from test_output_schema import DOC, _section, fields
+
+    from geodrift.atomic import document, to_json
+    from geodrift.render.files import csv_text
+
+    paths = [str(p) for p in series]
+    d = drift(paths[:2], MeasureSpec(k=1, null_draws=4), layers=[0, 1, 2])
+    c = compare(paths[0], paths[1], MeasureSpec(k=2, null_draws=4))
+    for kind, rep in (("drift_report", d), ("compare_report", c)):
+        doc = json.loads(to_json(document(kind, rep.to_dict())))
+        text = _section(f"## kind: `{kind}`") + _section("## kind: `continuity_report`") + _section("## Conventions")
+        missing = sorted(f for f in fields(doc) if f"`{f}`" not in text)
+        assert not missing, (kind, missing)
+    csv_doc = _section("## The series and comparison CSVs")
+    for rows in (d.continuity_rows(), d.rotation_rows(), c.subspace_rows()):
+        header = csv_text(rows).splitlines()[0].split(",")
+        assert not [h for h in header if f"`{h}`" not in csv_doc], header
+    assert "## kind: `drift_report`" in DOC
