@@ -62,6 +62,10 @@ def test_a_state_dict_without_tensors_and_a_wrong_object_are_one_line_errors(tmp
         geodrift.scan(3)
     with pytest.raises(GeodriftError, match="--k"):
         geodrift.scan(_model(), k=0)
+    with pytest.raises(GeodriftError, match="unknown projection 'qq'"):
+        geodrift.scan(_model(), roles=["q", "qq"])
+    report = geodrift.scan(_model(), roles=["q", "attn_k"], layers=[0, 1, 2], null_draws=4, k=1)
+    assert [r.role for r in report.roles] == ["attn_q", "attn_k"] and report.roles[0].layers == [0, 1, 2]
 
 
 def test_a_hugging_face_module_brings_its_config_so_the_ov_composite_is_scanned():

@@ -83,7 +83,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     Args:
         model: None (the embedded SmolLM2-135M-Instruct), a path, an ``nn.Module`` or a state dict
             (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``).
-        roles: ``"q,k,gate"`` or ``["attn_q", ...]`` (None = all).
+        roles: ``"q,k,gate"``, ``["q", "attn_k"]`` (short or canonical names; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
         k, null_draws, seed, full_spectrum: as :class:`geodrift.continuity.MeasureSpec`.
         view: ``"raw"`` or ``"folded"`` (norm gains folded into the projections).
@@ -105,7 +105,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         'holds'
     """
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
-    role_list = parse_roles(roles) if isinstance(roles, str) else roles
+    role_list = parse_roles(roles if isinstance(roles, str) or roles is None else ",".join(roles))
     layer_list = parse_layers(layers) if isinstance(layers, str) else layers
     if view not in ("raw", "folded"):
         raise GeodriftError(f"view: {view!r} is not a view; use raw or folded")
