@@ -83,7 +83,7 @@ def write_trajectory_plot(report: Report, path: str | Path, dpi: int = 300) -> P
     """
     labels = list(dict.fromkeys(t.label for t in report.trajectory))
     with style():
-        fig, axes = panels(len(labels), cols=2, sharex=False)
+        fig, axes = panels(len(labels), cols=2, sharex=False, panel_height=1.6)
         for ax, label in zip(axes, labels, strict=True):
             evr = []
             for t in (t for t in report.trajectory if t.label == label):
@@ -91,9 +91,9 @@ def write_trajectory_plot(report: Report, path: str | Path, dpi: int = 300) -> P
                 draw_null_band(ax, t.lags, t.lag_null_mean, t.lag_null_std, color, NULL_LABEL if t.space == "v" else None)
                 ax.plot(t.lags, t.lag_abs_cos, color=color, marker=".", label=SPACE_NAMES[t.space])
                 draw_random_floor(ax, t.lag_floor, RANDOM_LABEL if t.space == "v" else None)
-                evr.append(f"{t.space} {t.evr:.2f}")
+                evr.append(f"{t.space} {t.evr:.2f}")  # e.g. "v 0.48"
             rand = next(t.evr_random_mean for t in report.trajectory if t.label == label)
-            ax.set_title(f"{label} · 3-PC EVR {', '.join(evr)} (random {rand:.2f})", pad=2, fontsize=7)
+            ax.set_title(f"{label}\n3-PC EVR {', '.join(evr)} · rand {rand:.2f}", pad=2, fontsize=6)
             ax.set_ylim(0, 1.02)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         label_outer(fig, axes, 2, "layer distance k", "mean |cos(l, l+k)|")
