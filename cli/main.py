@@ -1,6 +1,6 @@
 """The geodrift command line: ``cli/main.py`` only composes the command modules' Typer apps.
 
-Each command module (``scan_cmd``, ``prove_cmd``, ``simulate_cmd``) owns its app; its commands parse
+Each command module (``scan_cmd``, ``series_cmd``, ``prove_cmd``, ``simulate_cmd``) owns its app; its commands parse
 options, make one library call and render. Heavy imports (torch, rich tables, matplotlib) happen
 inside command bodies, so ``geodrift --help`` and ``--version`` stay fast. Errors a user can cause
 (GeodriftError, bad options, OS errors) print one line and exit with status 2.
@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from geodrift import __version__
-from geodrift.cli import inspect_cmd, prove_cmd, scan_cmd, simulate_cmd
+from geodrift.cli import inspect_cmd, prove_cmd, scan_cmd, series_cmd, simulate_cmd
 from geodrift.errors import GeodriftError
 
 app = typer.Typer(
@@ -28,6 +28,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(scan_cmd.app)
+app.add_typer(series_cmd.app)
 app.add_typer(inspect_cmd.app)
 app.add_typer(prove_cmd.app)
 app.add_typer(simulate_cmd.app, name="simulate")

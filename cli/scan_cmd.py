@@ -31,7 +31,9 @@ def scan_command(
                                                  "this CSV, and one row per adjacent layer pair to NAME.pairs.csv "
                                                  "beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the figure of continuity vs depth per "
-                                              "projection; the suffix gives the format: .png, .pdf or .svg.")] = None,
+                                              "projection, and the trajectory-shape figure (|cos| vs layer "
+                                              "distance, 3-PC EVR) as NAME_trajectory.EXT beside it; the suffix "
+                                              "gives the format: .png, .pdf or .svg.")] = None,
     detail: Annotated[bool, typer.Option("--detail/--brief", help="Also show the k = 1..K table.")] = True,
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
@@ -70,9 +72,11 @@ def scan_command(
     if csv_out:
         written += write_csv(report, csv_out)
     if plot:
-        from geodrift.render.scan_plot import write_plot
+        from geodrift.render.scan_plot import trajectory_plot_path, write_plot, write_trajectory_plot
 
         written.append(write_plot(report, plot, dpi))
+        if report.trajectory:
+            written.append(write_trajectory_plot(report, trajectory_plot_path(plot), dpi))
     if as_json:
         sys.stdout.write(to_json(document("continuity_report", report.to_dict())) + "\n")
     else:

@@ -73,20 +73,25 @@ def transformer_command(
     vocab: Annotated[int | None, typer.Option("--vocab", help="BPE vocabulary size.")] = None,
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside.")] = True,
+    save_hf_every: Annotated[int, typer.Option("--save-hf-every", help="Save the weights as a Hugging Face folder "
+                                               "(model.safetensors + config.json) under --out, in "
+                                               "<run>/hf/step-<n>/, at step 0, every N steps and at the end "
+                                               "(0: never); read them with geodrift drift / compare.")] = 0,
     force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial, nores,
     nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial."""
     _simulate("transformer", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot,
               as_json, checkpoint_every, threads, detail, text={"tokenizer": tokenizer, "vocab": vocab},
-              smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet})
+              smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
+              save_hf_every=save_hf_every)
 
 
 def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | None, steps: int | None,
               track_every: int | None, data: str | None, device: str, out: Path | None, resume: bool, reload: bool,
               plot: Path | None, as_json: bool, checkpoint_every: int, threads: int | None, detail: bool,
               batched: bool | None = None, text: dict[str, Any] | None = None, smollm2: bool = False,
-              shown: dict[str, Any] | None = None) -> None:
+              shown: dict[str, Any] | None = None, save_hf_every: int = 0) -> None:
     # Parse -> one library call (reproduce, or reload) -> render. ``shown``: force, dpi, wide, quiet.
     import torch
 
@@ -107,6 +112,9 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
         raise GeodriftError("--resume/--reload need --out DIR (where the records and checkpoints are)")
     check_simulate_options(steps=steps, track_every=track_every, checkpoint_every=checkpoint_every,
                            threads=threads, vocab=(text or {}).get("vocab"))
+    if save_hf_every < 0 or (save_hf_every and out is None):
+        raise GeodriftError(f"--save-hf-every {save_hf_every}: needs a value >= 1 (0 = never) and --out DIR, "
+                            "where the Hugging Face folders go")
     if plot is not None:  # fail before training, not after it
         check_dpi(int(opts["dpi"]))
         if plot.suffix:
@@ -133,7 +141,8 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
                 report_only_stdout(as_json):
             rep = reproduce(sim, preset, seeds=seed_list, batched=batched, device=device,
                             out=str(out) if out else None, resume=resume, checkpoint_every=checkpoint_every,
-                            on_step=training_reporter(bar), on_stage=bar.note, **options)
+                            save_hf_every=save_hf_every, on_step=training_reporter(bar), on_stage=bar.note,
+                            **options)
     reference = None
     if smollm2 and sim == "transformer":
         from geodrift.continuity import MeasureSpec

@@ -1,5 +1,8 @@
 """geodrift: geometric continuity of weight singular vectors across depth.
 
+Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.scan.api``), loaded on
+first use - ``import geodrift`` imports neither torch nor any subpackage.
+
 Importing this package has no side effects (no logging set-up, no device probing), with one
 exception for source checkouts, described below.
 """
@@ -26,3 +29,15 @@ if (
 ):
     __path__.append(_root)
 del _os, _here, _root
+
+
+def __getattr__(name: str) -> object:
+    # PEP 562 lazy subpackages: ``geodrift.scan(...)`` works after a bare ``import geodrift`` without
+    # importing the scanner (or torch) at import time. ``ScanReport`` is the type geodrift.scan returns.
+    import importlib
+
+    if name == "scan":
+        return importlib.import_module("geodrift.scan")
+    if name == "ScanReport":
+        return importlib.import_module("geodrift.scan.api").ScanReport
+    raise AttributeError(f"module 'geodrift' has no attribute {name!r}")

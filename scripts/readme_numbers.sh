@@ -31,5 +31,14 @@ for abl in "" "--ablation none" "--ablation linear_attn" "--ablation v_silu"; do
 done
 # SmolLM2-135M held-out perplexity on the same held-out text, with its own tokenizer (built from the GGUF metadata)
 OMP_NUM_THREADS=1 $PY -c "from geodrift.sim.text import load_corpus; from geodrift.pretrained import smollm2_perplexity; print(smollm2_perplexity(load_corpus().valid, 128, 32))"
+# A training series and a model pair (about a minute): HF folders saved by the simulator, drift, compare
+$G simulate transformer --preset tiny --out runs/series --save-hf-every 10 --no-smollm2 --resume > /dev/null
+S=runs/series/tiny/seed42/hf
+$G drift $S/step-000000 $S/step-000010 $S/step-000020 $S/step-000030 --plot out/drift.png --csv out/drift.csv --json-out out/drift.json
+$G compare $S/step-000000 $S/step-000030 --k 4 --plot out/compare.png --json-out out/compare.json
+# Verdict calibration (random-init models of every architecture, layer-shuffled SmolLM2; about 30 min at load 10)
+nice -n 10 $PY benchmarks/bench_verdicts.py --seeds 2 --shuffles 4 --out benchmarks/RESULTS_verdicts.md
+# Series cost against the number of checkpoints (timing: under the shared lock)
+flock /tmp/geodrift-bench.lock $PY benchmarks/bench_series.py --out benchmarks/RESULTS_series.md
 # CLI start-up (--help / --version vs import typer)
 $PY benchmarks/bench_cli_startup.py

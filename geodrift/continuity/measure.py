@@ -36,7 +36,7 @@ from geodrift.checks import check_seed
 from geodrift.continuity import degenerate
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead, single_threaded_blas
-from geodrift.continuity.verdicts import projection_verdict
+from geodrift.continuity.verdicts import projection_verdict, relative_verdicts
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet
@@ -131,7 +131,7 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
                 notes.append(undefined_note)
             if reports[-1].k < spec.k:
                 notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
-    return Report(origin, view, spec.k, spec.null_draws, spec.seed, reports, notes)
+    return Report(origin, view, spec.k, spec.null_draws, spec.seed, relative_verdicts(reports), notes)
 
 
 def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] | None = None,

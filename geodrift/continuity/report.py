@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from geodrift.atomic import payload_of
+from geodrift.continuity.trajectory import TrajectoryShape
 from geodrift.errors import GeodriftError
 
 
@@ -92,6 +93,7 @@ class Report:
     seed: int
     roles: list[RoleReport]
     notes: list[str] = field(default_factory=list)
+    trajectory: list[TrajectoryShape] = field(default_factory=list)  # App. A.2, per role and space (scan)
 
     def role(self, name: str) -> RoleReport | None:
         """The report of role ``name``, or None when it was not measured."""
@@ -115,7 +117,8 @@ class Report:
                 spaces = {name: SpaceContinuity(**{**s, "vectors": [VectorContinuity(**v) for v in s["vectors"]]})
                           for name, s in r["spaces"].items()}
                 roles.append(RoleReport(**{**r, "spaces": spaces, "shape": tuple(r["shape"])}))
-            return cls(**{**payload, "roles": roles})
+            trajectory = [TrajectoryShape(**t) for t in payload.get("trajectory", [])]
+            return cls(**{**payload, "roles": roles, "trajectory": trajectory})
         except (KeyError, TypeError) as error:
             raise GeodriftError(f"not a geodrift continuity report ({error}); re-create it with this version") from None
 
@@ -159,6 +162,35 @@ class Report:
                             "random_floor": vc.baseline, "null_draws": self.null_draws,
                         })
         return out
+
+    def to_frame(self) -> Any:
+        """The tidy per-pair table as a pandas DataFrame (the rows of :meth:`pair_rows`).
+
+        One row per projection, space, k and adjacent layer pair: ``abs_cos`` (the statistic),
+        ``null_mean``/``null_std`` (that pair's permutation null), ``z`` and ``random_floor``
+        (``sqrt(2/(pi d))``), plus ``model``, ``view``, ``projection``, ``role``, ``space``, ``dim``,
+        ``k``, ``layer``, ``next_layer``, ``null_draws``.
+
+        Returns:
+            ``pandas.DataFrame`` with those columns.
+
+        Raises:
+            GeodriftError: when pandas is not installed (``pip install 'geodrift[frame]'``).
+
+        Example:
+            >>> frame = report.to_frame()  # doctest: +SKIP
+            >>> frame.groupby(["projection", "space"]).abs_cos.mean()  # doctest: +SKIP
+        """
+        try:
+            import pandas as pd
+        except ImportError:
+            raise GeodriftError("Report.to_frame needs pandas, which is not installed; "
+                                "pip install 'geodrift[frame]' (or pandas>=2)") from None
+        rows = self.pair_rows()
+        columns = list(rows[0]) if rows else ["model", "view", "projection", "role", "space", "dim", "k", "layer",
+                                              "next_layer", "abs_cos", "null_mean", "null_std", "z",
+                                              "random_floor", "null_draws"]
+        return pd.DataFrame(rows, columns=columns)
 
     def series(self) -> list[tuple[str, str, str | None, int | None, int | None, float]]:
         """Tidy ``(role, metric, space, k, layer, value)`` tuples: what a tracker records over training.

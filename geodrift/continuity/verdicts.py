@@ -15,15 +15,29 @@ Two families share the same primitives and the same printed form (:class:`Verdic
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
+
+from geodrift.continuity.report import RoleReport
 
 # A projection's space counts as continuous when its v1/u1 continuity beats the permutation null
 # by this many null standard deviations (a one-sided test at about 1e-3 under a normal null).
 Z_SIGNIFICANT = 3.0
-# For "neither space" (V): an excess over the null below this counts as no continuity. It is the
-# level the paper calls low (V: 0.14 in Llama-3.1-8B, against 0.63-0.89 for the other projections).
-QUIET_EXCESS = 0.3
+# For "neither space" (V), the projections V is compared with, per space: in the input space the
+# other readers of the residual stream (each followed by a symmetry breaker: softmax for Q/K, the MLP
+# activation for Gate/Up); in the output space the writers the theory predicts continuous (O, Down).
+# V "holds" when, in each space, it is not significant or is the least continuous of its group.
+# This replaced an absolute excess threshold (0.3, taken from Llama-3.1-8B) that lost its meaning in
+# models where every projection is weaker.
+NEITHER_PEERS: dict[str, tuple[str, ...]] = {
+    "v": ("attn_q", "attn_k", "mlp_gate", "mlp_up"),
+    "u": ("attn_o", "mlp_down"),
+}
+NEITHER_CRITERION = (
+    f"neither v1 nor u1 is continuous: in each space V's first vector is within {Z_SIGNIFICANT:g} null std of its "
+    "null, or its excess over the null is below that of every peer measured (v1: Q, K, Gate, Up, the other readers "
+    "of the residual stream; u1: O, Down, the writers)"
+)
 
 
 @dataclass(frozen=True)
@@ -73,10 +87,62 @@ def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat) 
                      f"the null exceeds {other_name}'s")
         ok = hit.z >= Z_SIGNIFICANT and (hit.mean - hit.null_mean) > (other.mean - other.null_mean)
         return ("holds" if ok else "fails"), criterion
-    criterion = (f"neither v1 nor u1 is continuous: each is within {Z_SIGNIFICANT:g} null std of its null "
-                 f"or its excess over the null is below {QUIET_EXCESS:g}")
-    quiet = all(x.z < Z_SIGNIFICANT or (x.mean - x.null_mean) < QUIET_EXCESS for x in (v1, u1))
-    return ("holds" if quiet else "fails"), criterion
+    return neither_verdict(v1, u1, {"v": [], "u": []})
+
+
+def neither_verdict(v1: _VectorStat, u1: _VectorStat, peers: dict[str, list[float]]) -> tuple[str, str]:
+    """``(verdict, criterion)`` for a projection predicted continuous in neither space (V).
+
+    Relative, so it keeps its meaning across models: in each space V must be not significant
+    (``z < Z_SIGNIFICANT``) or less continuous (smaller excess over its null) than every peer in
+    :data:`NEITHER_PEERS` that was measured.
+
+    Args:
+        v1, u1: V's k = 1 continuity in each space.
+        peers: space -> the peers' excesses over their nulls in that space (v1 of Q, K, Gate,
+            Up; u1 of O, Down).
+
+    Returns:
+        ``("holds" | "fails" | "n/a", criterion)``: ``n/a`` when a space in which V is significant
+        has no peer to compare with (e.g. ``--roles v``).
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> neither_verdict(S(mean=.3, null_mean=.1, z=9.), S(mean=.05, null_mean=.05, z=0.),
+        ...                 {"v": [.5, .4], "u": [.3]})[0]
+        'holds'
+    """
+    outcome = "holds"
+    for space, stat in (("v", v1), ("u", u1)):
+        if stat.z < Z_SIGNIFICANT:
+            continue
+        if not peers.get(space):
+            outcome = "n/a" if outcome == "holds" else outcome
+            continue
+        if stat.mean - stat.null_mean >= min(peers[space]):
+            outcome = "fails"
+    return outcome, NEITHER_CRITERION
+
+
+def relative_verdicts(roles: list[RoleReport]) -> list[RoleReport]:
+    """The roles with each "neither" (V) verdict decided against its peers in the same report.
+
+    Args:
+        roles: the RoleReports of one measurement.
+
+    Returns:
+        The same list, V's entry replaced (``dataclasses.replace``) with its relative verdict.
+    """
+    excess = {r.role: {s: r.spaces[s].vectors[0].mean - r.spaces[s].vectors[0].null_mean for s in ("v", "u")}
+              for r in roles}
+    out = []
+    for r in roles:
+        if r.role == "attn_v" and r.predicted_space is None:
+            peers = {space: [excess[p][space] for p in names if p in excess] for space, names in NEITHER_PEERS.items()}
+            verdict, criterion = neither_verdict(r.spaces["v"].vectors[0], r.spaces["u"].vectors[0], peers)
+            r = replace(r, verdict=verdict, criterion=criterion)
+        out.append(r)
+    return out
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,8 @@ def render_scan(report: Report, detail: bool = True, wide: bool = False, summary
     print_grid(profile_grid(report), wide=wide)
     if detail:
         print_grid(k_grid(report), wide=wide)
+    if report.trajectory:
+        print_grid(trajectory_grid(report), wide=wide)
     for r in report.roles:
         if r.verdict != "no prediction":
             console.print(f"[dim]{r.label}: {r.verdict} — criterion: {r.criterion}[/dim]")
@@ -107,3 +109,34 @@ def render_scan(report: Report, detail: bool = True, wide: bool = False, summary
         console.print(f"[yellow]note:[/yellow] {note}")
     if summary:
         console.print(f"[bold]{summary_line(report)}[/bold]", soft_wrap=True)
+
+
+def trajectory_grid(report: Report) -> Grid:
+    """App. A.2: 3-PC explained variance of v1/u1 across layers and the |cos| decay with layer distance, with floors."""
+    shown = [k for k in (1, 2, 4, 8, 16) if any(k in t.lags for t in report.trajectory)]
+    grid = Grid(
+        "Trajectory shape across depth (App. A.2)",
+        [Col("Proj", "left", style="bold"), Col("space", "left"), Col("3-PC EVR"), Col("random"), Col("perm. null")]
+        + [Col(f"|cos| lag {k}") for k in shown] + [Col("layer-order null (z)")],
+        keys=2,
+        caption=("3-PC EVR: explained-variance ratio of the first 3 principal components of the L2-normalised, "
+                 "sign-aligned, centred vectors of all layers (> 0.5: a low-dimensional path); random: random unit "
+                 "vectors of the same dimension and count; perm. null: each layer's coordinates permuted (mean ± std, "
+                 f"{report.trajectory[0].draws if report.trajectory else 0} draws). |cos| lag k: mean |cos(x_l, x_l+k)| "
+                 "with its permutation-null mean in brackets; random floor sqrt(2/(πd)) as in the main table. "
+                 "layer-order null: lag-1 |cos| of the same vectors with the layers in random order, and the z of "
+                 "the observed lag 1 against it (high: nearby layers agree more than far ones; ≈ 0: a frame every "
+                 "layer shares)."),
+    )
+    for t in report.trajectory:
+        lag_cells = []
+        for k in shown:
+            if k in t.lags:
+                i = t.lags.index(k)
+                lag_cells.append(f"{fmt(t.lag_abs_cos[i])} [dim]({fmt(t.lag_null_mean[i])})[/dim]")
+            else:
+                lag_cells.append("—")
+        grid.add(t.label, t.space, f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
+                 f"{fmt(t.evr_null_mean)}±{fmt(t.evr_null_std)}", *lag_cells,
+                 f"{fmt(t.order_null_mean)}±{fmt(t.order_null_std)} ({_z(t.order_z)})")
+    return grid

@@ -65,3 +65,38 @@ def _panel(ax: Any, role: RoleReport) -> None:
     ax.set_ylim(0, 1.02)
     ax.set_xlim(min(x) - 0.5, max(x) + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def trajectory_plot_path(path: str | Path) -> Path:
+    """Where the trajectory figure goes beside the scan figure: ``scan.png`` -> ``scan_trajectory.png``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}_trajectory{path.suffix}")
+
+
+def write_trajectory_plot(report: Report, path: str | Path, dpi: int = 300) -> Path:
+    """App. A.2 as numbers: per projection, mean |cos| of layers l and l+k against k for v1 and u1, each
+    with its permutation-null band and the random floor; the 3-PC explained variance (and its random
+    baseline) in the panel title.
+
+    Raises:
+        GeodriftError: an unsupported suffix or dpi.
+    """
+    labels = list(dict.fromkeys(t.label for t in report.trajectory))
+    with style():
+        fig, axes = panels(len(labels), cols=2, sharex=False, panel_height=1.6)
+        for ax, label in zip(axes, labels, strict=True):
+            evr = []
+            for t in (t for t in report.trajectory if t.label == label):
+                color = SPACE_COLORS[t.space]
+                draw_null_band(ax, t.lags, t.lag_null_mean, t.lag_null_std, color, NULL_LABEL if t.space == "v" else None)
+                ax.plot(t.lags, t.lag_abs_cos, color=color, marker=".", label=SPACE_NAMES[t.space])
+                draw_random_floor(ax, t.lag_floor, RANDOM_LABEL if t.space == "v" else None)
+                evr.append(f"{t.space} {t.evr:.2f}")  # e.g. "v 0.48"
+            rand = next(t.evr_random_mean for t in report.trajectory if t.label == label)
+            ax.set_title(f"{label}\n3-PC EVR {', '.join(evr)} · rand {rand:.2f}", pad=2, fontsize=6)
+            ax.set_ylim(0, 1.02)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        label_outer(fig, axes, 2, "layer distance k", "mean |cos(l, l+k)|")
+        fig.suptitle(f"Trajectory shape across depth — {report.origin}")
+        figure_legend(fig, axes)
+        return save_figure(fig, path, dpi)

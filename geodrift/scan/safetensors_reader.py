@@ -25,6 +25,7 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
 from geodrift.scan.names import HF_IGNORED, HF_TABLES, NameRule, guess_hf_architecture, normalise_model_type
+from geodrift.scan.state_dict import unwrap_state_dict
 from geodrift.scan.validate import (
     check_checkpoint,
     check_counts,
@@ -198,19 +199,28 @@ class SafetensorsCheckpoint(Checkpoint):
         return out
 
 
-class PytorchCheckpoint(Checkpoint):
-    """A PyTorch pickle (``pytorch_model.bin``, ``*.pt``, ``*.pth``) read with ``weights_only=True``."""
+class StateDictCheckpoint(Checkpoint):
+    """Tensors held in memory, named like a Hugging Face state dict (an ``nn.Module``'s, a loaded pickle's).
 
-    def __init__(self, path: Path, files: list[Path], config_path: Path | None,
-                 rules: list[NameRule] | None = None, architecture: str | None = None) -> None:
-        self.path = path
-        self.format = "pytorch"
-        self.label = str(path)
-        self._tensors: dict[str, torch.Tensor] = {}
-        for file in files:
-            check_file(file, "PyTorch checkpoint")
-            self._tensors.update(_safe_torch_load(file))
-        _set_architecture_and_config(self, config_path, rules, architecture)
+    Args:
+        tensors: name -> tensor (any dtype or device; ``load`` returns a float32 CPU copy).
+        label: how reports and errors name it.
+        raw_config: config.json-style hyperparameters (``model.config.to_dict()``), or None.
+        rules: ``--names`` rules tried before the built-in tables.
+        architecture: override the architecture (else from ``model_type``, else guessed from the names).
+
+    Raises:
+        GeodriftError: unknown tensor names (pass ``names``) or an unknown architecture.
+    """
+
+    def __init__(self, tensors: dict[str, torch.Tensor], label: str, raw_config: dict[str, Any] | None = None,
+                 rules: list[NameRule] | None = None, architecture: str | None = None,
+                 path: Path | None = None, config_path: Path | None = None) -> None:
+        self.path = path if path is not None else Path(label)
+        self.format = "state-dict"
+        self.label = label
+        self._tensors = tensors
+        _configure(self, dict(raw_config or {}), rules, architecture, config_path)
 
     def tensor_names(self) -> list[str]:
         return list(self._tensors)
@@ -223,7 +233,7 @@ class PytorchCheckpoint(Checkpoint):
 
     def load(self, name: str) -> torch.Tensor:
         self.shape(name)
-        return self._tensors[name].to(torch.float32, copy=True)
+        return self._tensors[name].detach().to("cpu", torch.float32, copy=True)
 
     def dtype(self, name: str) -> str:
         self.shape(name)
@@ -231,6 +241,24 @@ class PytorchCheckpoint(Checkpoint):
 
     def close(self) -> None:
         self._tensors = {}
+
+
+class PytorchCheckpoint(StateDictCheckpoint):
+    """A PyTorch pickle (``pytorch_model.bin``, ``*.pt``, ``*.pth``) read with ``weights_only=True``.
+
+    Training checkpoints (``{"model": sd, "optimizer": ...}``, ``{"state_dict": ...}``, DDP's
+    ``module.`` prefix) are unwrapped by :func:`geodrift.scan.state_dict.unwrap_state_dict`.
+    """
+
+    def __init__(self, path: Path, files: list[Path], config_path: Path | None,
+                 rules: list[NameRule] | None = None, architecture: str | None = None) -> None:
+        tensors: dict[str, torch.Tensor] = {}
+        for file in files:
+            check_file(file, "PyTorch checkpoint")
+            tensors.update(_safe_torch_load(file))
+        raw = read_hf_config(config_path) if config_path is not None else {}
+        super().__init__(tensors, str(path), raw, rules, architecture, path=path, config_path=config_path)
+        self.format = "pytorch"
 
 
 def _safe_torch_load(file: Path) -> dict[str, torch.Tensor]:
@@ -255,21 +283,18 @@ def _safe_torch_load(file: Path) -> dict[str, torch.Tensor]:
             f"{file}: not a readable PyTorch checkpoint ({type(exc).__name__}); the file is truncated or "
             "corrupt - re-save it (safetensors preferred)"
         ) from None
-    if isinstance(state, dict) and len(state) == 1:
-        (only,) = state.values()
-        if isinstance(only, dict):
-            state = only  # {"state_dict": {...}} / {"model": {...}}
-    if not isinstance(state, dict):
-        raise GeodriftError(f"{file}: expected a state dict (name -> tensor), got {type(state).__name__}")
-    tensors = {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    if not tensors:
-        raise GeodriftError(f"{file}: the state dict holds no tensors")
-    return tensors
+    return unwrap_state_dict(state, str(file))
 
 
 def _set_architecture_and_config(ckpt: Checkpoint, config_path: Path | None,
                                  rules: list[NameRule] | None, architecture: str | None) -> None:
-    raw = read_hf_config(config_path) if config_path is not None else {}
+    _configure(ckpt, read_hf_config(config_path) if config_path is not None else {}, rules, architecture,
+               config_path)
+
+
+def _configure(ckpt: Checkpoint, raw: dict[str, Any], rules: list[NameRule] | None, architecture: str | None,
+               config_path: Path | None = None) -> None:
+    # Architecture (override > config's model_type > names), normalised config and the canonical plan.
     config = normalise_hf_config(raw)
     sources = hf_config_sources(raw, str(config_path)) if config_path is not None else {}
     check_counts(ckpt.label, config, sources)
@@ -278,7 +303,7 @@ def _set_architecture_and_config(ckpt: Checkpoint, config_path: Path | None,
         arch = architecture
     elif isinstance(model_type, str):
         arch = model_type if rules and model_type not in HF_TABLES else normalise_model_type(
-            model_type, f"{config_path} model_type")
+            model_type, f"{config_path or ckpt.label} model_type")
     else:
         arch = guess_hf_architecture(ckpt.tensor_names())
     arch = {"gemma3_text": "gemma3"}.get(arch, arch)

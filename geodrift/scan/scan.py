@@ -7,10 +7,12 @@ from pathlib import Path
 
 import torch
 
-from geodrift.continuity import MeasureSpec, Report, measure
+from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.measure import Derive
+from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct
+from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.preflight import check_layers
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.weights import TRANSFORMER_ROLES, WeightSet
@@ -121,11 +123,15 @@ def load_weights(
     if view not in ("raw", "folded"):
         raise GeodriftError(f"--view: {view!r} is not a view; use raw or folded")
     ckpt = open_checkpoint(model, names=names)
-    n_heads, n_kv = ckpt.config.get("n_heads"), ckpt.config.get("n_kv_heads")
-    heads = (int(n_heads), int(n_kv or n_heads)) if n_heads else None
     ws = weightset(ckpt, view=view)
     check_layers(layers, sorted({layer for _, layer in ws.entries}), ckpt.label)
-    return ws.select(roles, layers), heads
+    return ws.select(roles, layers), heads_of(ckpt)
+
+
+def heads_of(ckpt: Checkpoint) -> tuple[int, int] | None:
+    """``(n_heads, n_kv_heads)`` when the checkpoint's config states them (the OV composite needs them)."""
+    n_heads, n_kv = ckpt.config.get("n_heads"), ckpt.config.get("n_kv_heads")
+    return (int(n_heads), int(n_kv or n_heads)) if n_heads else None
 
 
 def scan(
@@ -144,7 +150,9 @@ def scan(
         heads: ``(n_heads, n_kv_heads)`` to add the OV composite ``W_O W_V`` (None = skip it).
 
     Returns:
-        The continuity Report.
+        The continuity Report, with the trajectory shape (App. A.2: 3-PC explained variance and
+        ``|cos|`` decay with layer distance, each beside its random and permutation floors) of v1
+        and u1 of every projection with at least 3 layers in ``report.trajectory``.
 
     Raises:
         GeodriftError: fewer than 2 layers, NaN/Inf in a tensor.
@@ -161,4 +169,7 @@ def scan(
     derive = None
     if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
         derive = ov_composite_hook(*heads)
-    return measure(ws, spec, progress=progress, derive=derive)
+    spectra = decompose(ws, spec, progress, derive)
+    report = assemble(spectra, spec, ws.origin, ws.view)
+    report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed)
+    return report

@@ -3,7 +3,7 @@
 A run into a folder that already holds results must say what to do with them: ``--resume``
 (reuse finished runs, continue interrupted ones) or ``--force`` (delete them, then start again).
 ``--force`` deletes only what geodrift writes - run records, reports, tokenizers, checkpoints,
-cached reference scans and figures - and refuses, deleting nothing, if the folder holds anything
+Hugging Face step folders (``--save-hf-every``), cached reference scans and figures - and refuses, deleting nothing, if the folder holds anything
 else. Figures in a separate ``--plot`` folder are cleared too, by name.
 
 Example:
@@ -19,6 +19,8 @@ from pathlib import Path
 from geodrift.errors import GeodriftError
 
 RUN_FILES = frozenset({"run.json", "report.json", "tokenizer.json", "checkpoint.pt"})
+HF_FILES = frozenset({"model.safetensors", "config.json"})
+_HF_STEP = re.compile(r"step-\d{6}")
 # The endings of the figure names geodrift writes (geodrift.render.sim_plots): <prefix>_<kind>.<fmt>.
 PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth")
 _FIGURE = re.compile(rf".*(?:{'|'.join(PLOT_KINDS)})\.(?:png|pdf|svg)", re.IGNORECASE)
@@ -73,7 +75,13 @@ def _results(folder: Path) -> list[Path]:
 
 def _owned(path: Path) -> bool:
     return not path.is_symlink() and (path.name in RUN_FILES or _CACHE.fullmatch(path.name) is not None
-                                      or _FIGURE.fullmatch(path.name) is not None)
+                                      or _FIGURE.fullmatch(path.name) is not None or _hf_export(path))
+
+
+def _hf_export(path: Path) -> bool:
+    # --save-hf-every's folders: <run>/hf/step-000120/{model.safetensors, config.json}.
+    return (path.name in HF_FILES and _HF_STEP.fullmatch(path.parent.name) is not None
+            and path.parent.parent.name == "hf")
 
 
 def _clear(folder: Path) -> list[Path]:

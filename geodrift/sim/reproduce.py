@@ -123,7 +123,7 @@ def build_specs(sim: str, name: str, *, steps: int | None = None, track_every: i
 
 def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: bool | None = None,
               device: str = "auto", out: str | None = None, resume: bool = False, checkpoint_every: int = 0,
-              on_run: Callable[[str, int], None] | None = None,
+              save_hf_every: int = 0, on_run: Callable[[str, int], None] | None = None,
               on_step: Callable[[StepStatus], None] | None = None, on_stage: Callable[[str], None] | None = None,
               **spec_options: Any) -> Reproduction:
     """Train a preset for every seed and judge its claims.
@@ -132,7 +132,7 @@ def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: b
         sim: ``mlp`` or ``transformer``; name: the preset.
         seeds: default: the preset's (``geodrift.sim.config.preset_seeds``).
         batched: train the MLP's seeds as one ensemble (default: only on CUDA).
-        device, out, resume, checkpoint_every: see :func:`geodrift.sim.run.run`.
+        device, out, resume, checkpoint_every, save_hf_every: see :func:`geodrift.sim.run.run`.
         on_run: called with ``(label, seed)`` before each group; on_step: after each step
             (:class:`geodrift.sim.run.StepStatus`); on_stage: before slow start-up work, with a message.
         spec_options: :func:`build_specs`'s overrides (steps, track_every, ablations, data, text).
@@ -152,7 +152,8 @@ def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: b
         if on_run is not None:
             on_run(spec.label, seeds[0])
         results += run_seeds(spec, seeds, batched=batched, out=out, resume=resume, device=device,
-                             checkpoint_every=checkpoint_every, preset=name, on_step=on_step, **stage)
+                             checkpoint_every=checkpoint_every, preset=name, on_step=on_step,
+                             save_hf_every=save_hf_every, **stage)
     return assemble(sim, name, specs, results, seeds)
 
 

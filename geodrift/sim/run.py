@@ -31,6 +31,7 @@ from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import ImageData, LlamaConfig, MLPConfig, RunSpec, TextData
 from geodrift.sim.data import Dataset, ShuffledBatches, load_dataset
+from geodrift.sim.hf_export import hf_config, hf_step_dir, save_hf_folder
 from geodrift.sim.llama import LlamaLM
 from geodrift.sim.mlp import ResidualMLP, build_mlp, ensemble_loss
 from geodrift.sim.record import (
@@ -93,7 +94,7 @@ class _Parts:
 def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resume: bool = False,
         device: str = "auto", checkpoint_every: int = 0, track: bool = True, preset: str | None = None,
         stop_at: int | None = None, on_step: Callable[[StepStatus], None] | None = None,
-        on_stage: Stage = _quiet) -> list[RunResult]:
+        on_stage: Stage = _quiet, save_hf_every: int = 0) -> list[RunResult]:
     """Train ``spec`` for ``seeds`` as one group; record, checkpoint, resume, report.
 
     Args:
@@ -108,6 +109,9 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         stop_at: interrupt before this step (records are written with status ``partial``).
         on_step: called after every step with a :class:`StepStatus` (step, loss, latest continuity).
         on_stage: called with a message before slow start-up work (data loading, tokenizer training).
+        save_hf_every: transformer only, with ``out``: save the weights as a Hugging Face folder
+            (``<run folder>/hf/step-<n>/``, :mod:`geodrift.sim.hf_export`) at step 0, every this many
+            steps and at the end (0: never).
 
     Returns:
         One RunResult per seed, in ``seeds`` order.
@@ -122,6 +126,9 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
     """
     if spec.sim == "transformer" and len(seeds) != 1:
         raise GeodriftError("--batch-seeds: the transformer trains one seed per run; drop --batch-seeds")
+    if save_hf_every < 0 or (save_hf_every and (spec.sim != "transformer" or out is None)):
+        raise GeodriftError(f"--save-hf-every {save_hf_every}: needs a value >= 1, the transformer simulator and "
+                            "--out DIR (where the Hugging Face folders go)")
     if out is not None and resume:
         done = _reload(out, spec, seeds)
         if done is not None:
@@ -157,15 +164,25 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
                 "seconds": elapsed + time.perf_counter() - t0,
             })
 
+    def save_hf(done: int) -> None:
+        if save_hf_every and out is not None and (done % save_hf_every == 0 or done == spec.train.steps):
+            assert isinstance(spec.model, LlamaConfig) and isinstance(parts.model, LlamaLM)
+            save_hf_folder(parts.model, hf_config(spec.model, parts.model.lm_head.out_features), hf_step_dir(
+                run_dir(out, spec.label, seeds[0]), done), done)
+
     def step_done(done: int, loss: torch.Tensor) -> None:
+        save_hf(done)
         if on_step is not None:
             on_step(StepStatus(spec.label, tuple(seeds), done, spec.train.steps, loss,
                                parts.tracker.latest if parts.tracker else None))
 
+    if start_step == 0:
+        save_hf(0)
+
     end = train(parts.model, parts.batches, parts.loss_fn, optimizer, scheduler, steps=spec.train.steps,
                 grad_clip=spec.train.grad_clip, tracker=parts.tracker, start_step=start_step, stop_at=stop_at,
                 checkpoint_every=checkpoint_every, on_checkpoint=save if ckpt is not None else None,
-                on_step=step_done if on_step is not None else None)
+                on_step=step_done if (on_step is not None or save_hf_every) else None)
     wall = time.perf_counter() - t0
     status = "complete" if end == spec.train.steps else "partial"
     if status == "complete" and ckpt is not None and ckpt.is_file():

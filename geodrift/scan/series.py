@@ -1,0 +1,168 @@
+"""Scan jobs over several checkpoints: a training series (``geodrift drift``) and a pair (``geodrift compare``).
+
+Each checkpoint is opened, streamed and decomposed once (the scan's own path: top-k Lanczos with a
+residual check, the OV composite when the config names the heads), its continuity Report assembled
+from those triplets, and only the top-k vectors kept; the cross-checkpoint numbers
+(``geodrift.continuity.series``) are computed from them. Time and memory grow linearly with the
+number of checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from geodrift.continuity import MeasureSpec, Report, assemble, decompose
+from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotation_drift, subspace_comparison
+from geodrift.errors import GeodriftError
+from geodrift.linalg import SVDTriplets
+from geodrift.scan.api import open_model
+from geodrift.scan.readers import weightset
+from geodrift.scan.scan import heads_of, ov_composite_hook
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class DriftReport:
+    """A training series: each checkpoint's continuity Report and every layer's rotation from the first."""
+
+    checkpoints: list[str]
+    k: int
+    null_draws: int
+    seed: int
+    view: str
+    reports: list[Report]
+    rotation: list[RotationRow]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (see docs/output-schema.md, kind ``drift_report``)."""
+        return asdict(self)
+
+    def continuity_rows(self) -> list[dict[str, Any]]:
+        """One row per checkpoint, projection and space: v1/u1 continuity across depth with its floors."""
+        out = []
+        for t, (label, report) in enumerate(zip(self.checkpoints, self.reports, strict=True)):
+            for r in report.roles:
+                for s in r.spaces.values():
+                    vc = s.vectors[0]
+                    out.append({"checkpoint": t, "model": label, "projection": r.label, "role": r.role,
+                                "space": s.space, "dim": s.dim, "abs_cos": vc.mean, "null_mean": vc.null_mean,
+                                "null_std": vc.null_std, "z": vc.z, "random_floor": vc.baseline,
+                                "verdict": r.verdict})
+        return out
+
+    def rotation_rows(self) -> list[dict[str, Any]]:
+        """Tidy rows of :attr:`rotation` (one per projection, space, layer and checkpoint t >= 1)."""
+        return [{"model": self.checkpoints[r.checkpoint], **asdict(r)} for r in self.rotation]
+
+
+@dataclass
+class CompareReport:
+    """Two models: each one's continuity Report and, per projection, space and layer, their subspace angles."""
+
+    a: str
+    b: str
+    k: int
+    null_draws: int
+    seed: int
+    view: str
+    reports: list[Report]
+    subspaces: list[SubspaceRow]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (see docs/output-schema.md, kind ``compare_report``)."""
+        return asdict(self)
+
+    def subspace_rows(self) -> list[dict[str, Any]]:
+        """Tidy rows of :attr:`subspaces`; the principal angles as one ``;``-separated cell."""
+        out = []
+        for row in self.subspaces:
+            d = asdict(row)
+            d["principal_angles_deg"] = ";".join(f"{x:.4f}" for x in row.principal_angles_deg)
+            out.append({"a": self.a, "b": self.b, **d})
+        return out
+
+
+def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", roles: list[str] | None = None,
+                         layers: list[int] | None = None, ov: bool = True, names: str | Path | None = None,
+                         progress: Progress | None = None) -> tuple[Report, Spectra]:
+    """Read one checkpoint once: its continuity Report and its top-``spec.k`` triplets.
+
+    Raises:
+        GeodriftError: any unreadable input, fewer than 2 layers.
+    """
+    ckpt = open_model(model, names)
+    ws = weightset(ckpt, view=view).select(roles, layers)
+    heads = heads_of(ckpt) if ov else None
+    derive = ov_composite_hook(*heads) if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None
+    spectra = decompose(ws, spec, progress, derive)
+    report = assemble(spectra, spec, ws.origin, ws.view)
+    kept = {key: SVDTriplets(t.U[:, :spec.k].clone(), t.S[:spec.k].clone(), t.Vh[:spec.k].clone(), t.frobenius_sq,
+                             t.residual, t.method) for key, t in spectra.items()}
+    return report, kept
+
+
+def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = None,
+          **options: Any) -> DriftReport:
+    """A training series: continuity of each checkpoint and each layer's v1/u1 rotation from the first.
+
+    Args:
+        models: at least 2 checkpoints (paths, modules or state dicts), in training order.
+        spec: k, null draws, seed (shared by every checkpoint).
+        progress: called after each matrix.
+        options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``.
+
+    Returns:
+        DriftReport.
+
+    Raises:
+        GeodriftError: fewer than 2 checkpoints, or a checkpoint that cannot be read.
+    """
+    if len(models) < 2:
+        raise GeodriftError(f"drift: needs at least 2 checkpoints of one training run, got {len(models)}")
+    reports, series = [], []
+    for model in models:
+        report, spectra = decompose_checkpoint(model, spec, progress=progress, **options)
+        reports.append(report)
+        series.append(spectra)
+    notes = _shape_notes(series)
+    return DriftReport([r.origin for r in reports], spec.k, spec.null_draws, spec.seed, reports[0].view, reports,
+                       rotation_drift(series, spec.null_draws, spec.seed), notes)
+
+
+def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = None,
+            **options: Any) -> CompareReport:
+    """Two models (base vs fine-tune, a model vs its compressed copy): principal angles of top-k subspaces.
+
+    Args:
+        a, b: the models (paths, modules or state dicts).
+        spec: ``k`` is the subspace dimension; null draws and seed as the scan's.
+        progress: called after each matrix.
+        options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``.
+
+    Returns:
+        CompareReport.
+    """
+    report_a, spectra_a = decompose_checkpoint(a, spec, progress=progress, **options)
+    report_b, spectra_b = decompose_checkpoint(b, spec, progress=progress, **options)
+    rows = subspace_comparison(spectra_a, spectra_b, spec.k, spec.null_draws, spec.seed)
+    if not rows:
+        raise GeodriftError(f"compare: {report_a.origin} and {report_b.origin} share no projection of the same shape "
+                            "and layers; compare checkpoints of one architecture")
+    return CompareReport(report_a.origin, report_b.origin, spec.k, spec.null_draws, spec.seed, report_a.view,
+                         [report_a, report_b], rows, _shape_notes([spectra_a, spectra_b]))
+
+
+def _shape_notes(series: list[Spectra]) -> list[str]:
+    first = {role for role, _ in series[0]}
+    notes = []
+    for i, spectra in enumerate(series[1:], start=1):
+        missing = sorted(first ^ {role for role, _ in spectra})
+        if missing:
+            notes.append(f"checkpoint {i}: projections not in every checkpoint are left out: {', '.join(missing)}")
+    return notes

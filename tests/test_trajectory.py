@@ -1,0 +1,89 @@
+"""Trajectory shape (App. A.2): 3-PC explained variance, |cos| decay with layer distance, and their floors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import orthogonal_matrices, vector_stacks
+
+from geodrift.continuity import Report
+from geodrift.continuity.trajectory import (
+    default_lags,
+    lag_abs_cos,
+    pca_explained_variance,
+    sign_align,
+    trajectory_shape,
+)
+
+
+def _path(n_layers: int = 24, dim: int = 256, noise: float = 0.02, seed: int = 0) -> torch.Tensor:
+    # A smooth arc through a 2-plane of R^dim, with a little noise: the paper's "low-dimensional trajectory".
+    g = torch.Generator().manual_seed(seed)
+    basis = torch.linalg.qr(torch.randn(dim, 2, generator=g)).Q.T  # (2, dim)
+    angles = torch.linspace(0, 1.2, n_layers)
+    return torch.stack([torch.cos(angles), torch.sin(angles)], 1) @ basis + noise * torch.randn(n_layers, dim,
+                                                                                                 generator=g) / math.sqrt(dim)
+
+
+@given(vector_stacks(layers=st.integers(3, 8), k=st.just(1), dim=st.integers(3, 12)), st.data())
+def test_explained_variance_ignores_signs_and_a_shared_rotation(stack: torch.Tensor, data: st.DataObject):
+    vectors = stack[:, 0]
+    signs = torch.tensor(data.draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=len(vectors),
+                                            max_size=len(vectors)))).unsqueeze(1)
+    rotation = data.draw(orthogonal_matrices(st.just(vectors.shape[1])))
+    base = float(pca_explained_variance(vectors))
+    assert 0.0 <= base <= 1.0 + 1e-6
+    assert float(pca_explained_variance(vectors * signs)) == pytest.approx(base, abs=1e-5)
+    assert float(pca_explained_variance(vectors @ rotation.T)) == pytest.approx(base, abs=1e-5)
+
+
+def test_sign_alignment_makes_every_consecutive_inner_product_non_negative():
+    g = torch.Generator().manual_seed(1)
+    aligned = sign_align(torch.randn(10, 6, generator=g))
+    assert bool(((aligned[1:] * aligned[:-1]).sum(-1) >= 0).all())
+
+
+def test_a_smooth_path_is_low_dimensional_and_random_vectors_sit_at_the_random_baseline():
+    g = torch.Generator().manual_seed(2)
+    smooth = trajectory_shape(_path(), "attn_q", "Q", "v", 40, g)
+    assert smooth.evr > 0.95 and smooth.evr_random_mean < 0.2 and smooth.evr_null_mean < 0.2
+    # |cos| decays with layer distance along an arc, and stays far above its permutation null.
+    assert smooth.lag_abs_cos == sorted(smooth.lag_abs_cos, reverse=True)
+    assert all(c > m + 5 * s for c, m, s in zip(smooth.lag_abs_cos, smooth.lag_null_mean, smooth.lag_null_std,
+                                                strict=True))
+    assert smooth.order_z > 3  # local in depth: nearby layers agree more than a random order gives
+    noise = trajectory_shape(torch.randn(24, 256, generator=g), "attn_q", "Q", "v", 30, g)
+    assert abs(noise.evr - noise.evr_random_mean) < 4 * noise.evr_random_std + 0.01
+    assert noise.lag_floor == pytest.approx(math.sqrt(2 / (math.pi * 256)))
+
+
+def test_a_frame_every_layer_shares_is_continuous_but_not_local_in_depth():
+    # The same direction plus independent noise in every layer: high adjacent |cos| in any layer order.
+    g = torch.Generator().manual_seed(3)
+    shared = torch.randn(256, generator=g)
+    vectors = shared + 0.6 * torch.randn(30, 256, generator=g)
+    t = trajectory_shape(vectors, "mlp_down", "Down", "u", 60, g)
+    assert t.lag_abs_cos[0] > t.lag_null_mean[0] + 10 * t.lag_null_std[0]
+    assert abs(t.order_z) < 4
+    shuffled = trajectory_shape(_path()[torch.randperm(24, generator=g)], "attn_q", "Q", "v", 60, g)
+    assert shuffled.order_z < 3 and shuffled.evr > 0.95  # the same points: the path's EVR does not need the order
+
+
+def test_lags_and_lag_cos_on_known_vectors():
+    assert default_lags(30) == [1, 2, 3, 4, 6, 9, 13, 19, 28]
+    assert default_lags(2) == [1]
+    e = torch.eye(4)
+    vectors = torch.stack([e[0], e[0], e[1], -e[1]])
+    assert lag_abs_cos(vectors, [1, 2]) == pytest.approx([2 / 3, 0.0])
+
+
+def test_the_trajectory_survives_the_report_json_round_trip():
+    g = torch.Generator().manual_seed(4)
+    t = trajectory_shape(_path(8, 64), "attn_q", "Q", "v", 10, g)
+    report = Report("x", "raw", 1, 10, 0, [], [], [t])
+    again = Report.from_dict(report.to_dict())
+    assert again.trajectory == [t] and again.trajectory[0].order_z == pytest.approx(t.order_z)
