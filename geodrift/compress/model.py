@@ -128,8 +128,10 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
     text = load_corpus(corpus)
     if not text.train.strip() or not text.valid.strip():
         raise GeodriftError(f"--corpus {corpus}: empty training or held-out split; pass a text with content")
-    calib = _windows(encode_ids(tokenizer, text.train), seq_len, calib_windows, "--calib-windows", corpus)
-    evaluation = _windows(encode_ids(tokenizer, text.valid), seq_len, eval_windows_count, "--eval-windows", corpus)
+    calib = _windows(_encode_prefix(tokenizer, text.train, seq_len * calib_windows + 1), seq_len, calib_windows,
+                     "--calib-windows", corpus)
+    evaluation = _windows(_encode_prefix(tokenizer, text.valid, seq_len * eval_windows_count + 1), seq_len,
+                          eval_windows_count, "--eval-windows", corpus)
     model = llama_from_checkpoint(ckpt)
     if tokenizer.vocab_size > model.lm_head.weight.shape[0]:
         raise GeodriftError(f"MODEL {ckpt.label}: tokenizer has {tokenizer.vocab_size} ids but the model "
@@ -137,6 +139,19 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
     label = EMBEDDED_LABEL if path is None else ckpt.label
     return Setup(model, label, dict(ckpt.config), calib, evaluation,
                  {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes())
+
+
+def _encode_prefix(tokenizer: Tokenizer, text: str, need: int) -> torch.Tensor:
+    # Only the first ``need`` tokens are used: encode a prefix cut at a paragraph break (where the
+    # pre-tokenizer gives the same tokens as on the whole text), doubling it until it is long enough.
+    size = 8 * need + 1024
+    while size < len(text):
+        cut = text.rfind("\n\n", 0, size)
+        ids = encode_ids(tokenizer, text[: cut if cut > 0 else size])
+        if ids.numel() >= need + 1:
+            return ids
+        size *= 2
+    return encode_ids(tokenizer, text)
 
 
 def _windows(ids: torch.Tensor, seq_len: int, count: int, option: str, corpus: str | Path | None) -> torch.Tensor:
