@@ -12,16 +12,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from _checkpoints import hf_config, llama_state, write_hf_folder
 
 from geodrift.compress import rank
 from geodrift.compress.model import layer_states, load_setup, window_nll
 from geodrift.compress.prune import PruneSpec, run_prune
-from geodrift.compress.share import POLICIES, Assignment, Bases, groups_of, parameters, rank_for, swapped_weights
+from geodrift.compress.share import (
+    POLICIES,
+    Assignment,
+    Bases,
+    groups_of,
+    parameters,
+    rank_for,
+    swapped_weights,
+)
 from geodrift.compress.share_run import ShareSpec, run_share
 from geodrift.continuity import MeasureSpec, measure
 from geodrift.errors import GeodriftError
 from geodrift.weights import PREDICTED_SPACE, TRANSFORMER_ROLES, WeightSet
-from tests._checkpoints import hf_config, llama_state, write_hf_folder
 
 VOCAB = 49152  # the embedded SmolLM2 tokenizer's ids
 

@@ -90,6 +90,7 @@ class PruneResult:
     random_std: list[float]
     random_curves: list[Curve]
     scores: dict[str, list[float]]
+    geometry: list[dict[str, Any]]
     spearman: list[dict[str, Any]]
     seconds: dict[str, float]
     eval_seconds: float
@@ -148,11 +149,13 @@ def run_prune(setup: Setup, spec: PruneSpec, progress: Progress | None = None) -
         return cache[key]
 
     scores: dict[str, list[float]] = {}
+    floors: list[dict[str, Any]] = []
     sets: dict[str, list[list[int]]] = {}
     if any(m.startswith("geom-") for m in spec.methods):
         start = time.perf_counter()
-        geometry = rank.geometry_scores(rank.geometry_report(model, MeasureSpec(k=spec.k, null_draws=spec.null_draws,
-                                                                                  seed=spec.seed)), L)
+        continuity = rank.geometry_report(model, MeasureSpec(k=spec.k, null_draws=spec.null_draws, seed=spec.seed))
+        geometry = rank.geometry_scores(continuity, L)
+        floors = rank.geometry_floors(continuity)
         seconds["geometry (both scores)"] = time.perf_counter() - start
         for m in rank.GEOMETRY_METHODS:
             if m in spec.methods:
@@ -209,7 +212,7 @@ def run_prune(setup: Setup, spec: PruneSpec, progress: Progress | None = None) -
         calib_windows=setup.calib.shape[0], eval_windows=setup.evaluation.shape[0],
         baseline_ppl=perplexity_of(base), baseline_nll_se=spread(base), curves=curves,
         random_mean=by_n.mean(0).tolist(), random_std=by_n.std(0).tolist(), random_curves=random_curves,
-        scores=scores, spearman=_correlations(scores, L), seconds=seconds, eval_seconds=eval_seconds, notes=notes,
+        scores=scores, geometry=floors, spearman=_correlations(scores, L), seconds=seconds, eval_seconds=eval_seconds, notes=notes,
     )
 
 

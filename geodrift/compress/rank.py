@@ -78,6 +78,27 @@ def geometry_scores(report: Report, n_layers: int) -> dict[str, list[float]]:
     return {"geom-v1": _layer_means(pair_v1 / roles), "geom-s2wa": _layer_means(pair_wa / roles)}
 
 
+def geometry_floors(report: Report) -> list[dict[str, float | str]]:
+    """Per projection scored: its predicted space's mean first-vector continuity with both floors.
+
+    Returns:
+        One dict per projection with a predicted space: ``role``, ``label``, ``space``, ``mean``
+        (Eq. 1 over adjacent pairs), ``null_mean``, ``null_std`` (permutation null), ``random_floor``
+        (``sqrt(2/(pi d))``), ``sigma2_wa`` and ``sigma2_null_mean``.
+    """
+    out: list[dict[str, float | str]] = []
+    for r in report.roles:
+        space = PREDICTED_SPACE.get(r.role)
+        if space is None:
+            continue
+        s = r.spaces[space]
+        v1 = s.vectors[0]
+        out.append({"role": r.role, "label": r.label, "space": space, "mean": v1.mean, "null_mean": v1.null_mean,
+                    "null_std": v1.null_std, "random_floor": v1.baseline, "sigma2_wa": s.sigma2_wa,
+                    "sigma2_null_mean": s.sigma2_null_mean})
+    return out
+
+
 def _layer_means(pairs: torch.Tensor) -> list[float]:
     # pairs: (L-1,) per adjacent pair -> (L,) per layer, the mean of the pairs it belongs to.
     n = pairs.numel() + 1

@@ -44,6 +44,12 @@ def prune_grids(result: PruneResult) -> list[Grid]:
                   [Col("layer")] + [Col(m) for m in names])
     for layer in range(result.n_layers):
         scores.add(str(layer), *[fmt(result.scores[m][layer]) for m in names])
+    floors = Grid("Continuity behind the geometry scores (predicted space, first singular vector, mean over pairs)",
+                  [Col("Proj", "left"), Col("space", "left"), Col("|cos| v1/u1"), Col("null (mean ± std)"),
+                   Col("random"), Col("σ²-WA (null)")])
+    for g in result.geometry:
+        floors.add(str(g["label"]), str(g["space"]), fmt(g["mean"]), f"{fmt(g['null_mean'])} ± {fmt(g['null_std'])}",
+                   fmt(g["random_floor"]), f"{fmt(g['sigma2_wa'])} ({fmt(g['sigma2_null_mean'])})")
     corr = Grid("Spearman rank correlation: data-free removability vs the activation-based references",
                 [Col("data-free", "left"), Col("reference", "left"), Col("rho"), Col("p")],
                 caption="Removability: higher = removed earlier (−BI, −angular distance, greedy step; layers greedy "
@@ -55,7 +61,7 @@ def prune_grids(result: PruneResult) -> list[Grid]:
     for stage, s in result.seconds.items():
         cost.add(stage, f"{s:.1f}", f"{s / max(result.eval_seconds, 1e-9):.1f}")
     cost.add("one evaluation", f"{result.eval_seconds:.1f}", "1.0")
-    return [ppl, sets, scores, corr, cost]
+    return [ppl, sets, scores, floors, corr, cost] if result.geometry else [ppl, sets, scores, corr, cost]
 
 
 def render_prune(result: PruneResult, wide: bool = False) -> None:
