@@ -8,6 +8,8 @@ permutation null (so their floor is 0, printed in the caption).
 
 from __future__ import annotations
 
+import math
+import statistics
 from pathlib import Path
 
 from geodrift.compress.prune import PruneResult
@@ -146,12 +148,16 @@ def plot_prune(result: PruneResult, path: str | Path, dpi: int = 300) -> Path:
     import matplotlib.pyplot as plt
 
     with style():
-        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 2.6), layout="constrained")
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3.2), layout="constrained")
         n = list(range(1, len(result.random_mean) + 1))
-        lo = [max(m - s, 1.0) for m, s in zip(result.random_mean, result.random_std, strict=True)]
-        hi = [m + s for m, s in zip(result.random_mean, result.random_std, strict=True)]
-        ax.fill_between(n, lo, hi, color="0.6", alpha=0.3, lw=0, label=f"random (mean ± std, {len(result.random_curves)} seeds)")
-        ax.plot(n, result.random_mean, color="0.4", lw=0.8, ls="--")
+        # On the log axis the band is the mean ± std of log perplexity over the seeds (geometric).
+        logs = [[math.log(c.ppl[i]) for c in result.random_curves] for i in range(len(n))]
+        mid = [statistics.fmean(v) for v in logs]
+        sd = [statistics.stdev(v) for v in logs]
+        ax.fill_between(n, [math.exp(m - s) for m, s in zip(mid, sd, strict=True)],
+                        [math.exp(m + s) for m, s in zip(mid, sd, strict=True)], color="0.6", alpha=0.3, lw=0,
+                        label=f"random ({len(result.random_curves)} seeds: exp(mean ± std of log ppl))")
+        ax.plot(n, [math.exp(m) for m in mid], color="0.4", lw=0.8, ls="--")
         for c in result.curves:
             ax.plot(n, c.ppl, marker=".", label=c.method)
         ax.axhline(result.baseline_ppl, color="0.35", ls=":", lw=0.9, label=f"unpruned ({result.baseline_ppl:.1f})")
@@ -159,7 +165,7 @@ def plot_prune(result: PruneResult, path: str | Path, dpi: int = 300) -> Path:
         ax.set_xlabel("layers removed n")
         ax.set_ylabel("held-out perplexity")
         ax.set_title(f"{result.model.split(' ')[0]} ({result.n_layers} layers)", fontsize=7.5)
-        ax.legend(fontsize=6, ncol=2)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=6)
         return save_figure(fig, path, dpi)
 
 
@@ -168,7 +174,7 @@ def plot_share(result: ShareResult, path: str | Path, dpi: int = 300) -> Path:
     import matplotlib.pyplot as plt
 
     with style():
-        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 2.6), layout="constrained")
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3.2), layout="constrained")
         x = [100 * r for r in result.ratios]
         for c in result.curves:
             ax.plot(x, c.ppl, marker=".", label=c.policy)
@@ -177,5 +183,5 @@ def plot_share(result: ShareResult, path: str | Path, dpi: int = 300) -> Path:
         ax.set_xlabel("projection parameters removed (%)")
         ax.set_ylabel("held-out perplexity")
         ax.set_title(f"{result.model.split(' ')[0]}: shared bases, groups of {result.group_size}", fontsize=7.5)
-        ax.legend(fontsize=6, ncol=2)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=6)
         return save_figure(fig, path, dpi)
