@@ -33,3 +33,7 @@ done
 OMP_NUM_THREADS=1 $PY -c "from geodrift.sim.text import load_corpus; from geodrift.pretrained import smollm2_perplexity; print(smollm2_perplexity(load_corpus().valid, 128, 32))"
 # CLI start-up (--help / --version vs import typer)
 $PY benchmarks/bench_cli_startup.py
+# Compression (issue 9): the default prune and share runs on the embedded SmolLM2, timed (each ~11 min
+# of CPU with 1 thread; ~28 min wall at load 10-18), then their Markdown tables
+flock /tmp/geodrift-bench.lock $PY benchmarks/bench_compress.py --out runs/compress
+$PY benchmarks/compress_tables.py runs/compress/prune.json runs/compress/share.json
