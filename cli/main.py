@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from geodrift import __version__
-from geodrift.cli import inspect_cmd, prove_cmd, scan_cmd, series_cmd, simulate_cmd
+from geodrift.cli import compress_cmd, inspect_cmd, prove_cmd, scan_cmd, series_cmd, simulate_cmd
 from geodrift.errors import GeodriftError
 
 app = typer.Typer(
@@ -32,6 +32,7 @@ app.add_typer(series_cmd.app)
 app.add_typer(inspect_cmd.app)
 app.add_typer(prove_cmd.app)
 app.add_typer(simulate_cmd.app, name="simulate")
+app.add_typer(compress_cmd.app, name="compress")
 
 
 def _show_version(value: bool) -> None:

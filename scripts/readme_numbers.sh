@@ -42,3 +42,7 @@ nice -n 10 $PY benchmarks/bench_verdicts.py --seeds 2 --shuffles 4 --out benchma
 flock /tmp/geodrift-bench.lock $PY benchmarks/bench_series.py --out benchmarks/RESULTS_series.md
 # CLI start-up (--help / --version vs import typer)
 $PY benchmarks/bench_cli_startup.py
+# Compression (issue 9): the default prune and share runs on the embedded SmolLM2, timed (each ~11 min
+# of CPU with 1 thread; ~28 min wall at load 10-18), then their Markdown tables
+flock /tmp/geodrift-bench.lock $PY benchmarks/bench_compress.py --out runs/compress
+$PY benchmarks/compress_tables.py runs/compress/prune.json runs/compress/share.json

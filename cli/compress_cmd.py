@@ -1,0 +1,219 @@
+"""`geodrift compress prune|share [MODEL]`: does continuity predict what compression can remove?
+
+``prune``: layer rankings (two data-free geometry scores, Block Influence, angular distance, random,
+greedy) and the held-out perplexity after removing n = 1..N layers. ``share``: bases shared by
+adjacent layers in input or output space, policies at equal parameter count, each projection alone.
+Every option is checked before the model is loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from geodrift.cli.options import Dpi, Quiet, Wide
+
+app = typer.Typer(help="Layer pruning and shared bases, ranked by weight geometry and by activations.",
+                  no_args_is_help=True)
+
+Model = Annotated[str | None, typer.Argument(help="A Llama-family .gguf, .safetensors or Hugging Face folder (with "
+                                             "tokenizer.json unless GGUF). Default: the embedded SmolLM2-135M-Instruct.")]
+Corpus = Annotated[Path | None, typer.Option("--corpus", help="Text file, folder of .txt or WikiText folder "
+                                             "(default: the embedded stdlib-docs corpus). Calibration windows come "
+                                             "from its training split, evaluation windows from its held-out split.")]
+SeqLen = Annotated[int, typer.Option("--seq-len", help="Tokens per window.")]
+EvalWindows = Annotated[int, typer.Option("--eval-windows", help="Held-out windows per perplexity evaluation.")]
+CalibWindows = Annotated[int, typer.Option("--calib-windows", help="Calibration windows (Block Influence, angular "
+                                           "distance, greedy search).")]
+JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Write the full result as JSON here.")]
+Csv = Annotated[Path | None, typer.Option("--csv", help="Write tidy rows (one per method/policy and n/ratio) here.")]
+Plot = Annotated[Path | None, typer.Option("--plot", help="Figure file; the suffix gives the format (.png, .pdf, .svg).")]
+Save = Annotated[Path | None, typer.Option("--save", help="Write the compressed model here as a Hugging Face folder "
+                                           "(model.safetensors + config.json).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout instead of tables.")]
+Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads. Default 1: on a shared 2-core machine two "
+                                      "threads ran these forwards 2.5-3x slower (oversubscription).")]
+
+
+def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
+    from geodrift.errors import GeodriftError
+
+    if text is None:
+        return None
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not items:
+        raise GeodriftError(f"{option}: empty list")
+    return items
+
+
+def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int) -> None:
+    from geodrift.errors import GeodriftError
+    from geodrift.render.figures import check_dpi, figure_format
+
+    if seq_len < 2:
+        raise GeodriftError(f"--seq-len: must be at least 2, got {seq_len}")
+    for option, value in windows.items():
+        if value < 1:
+            raise GeodriftError(f"{option}: must be at least 1, got {value}")
+    if plot is not None:
+        figure_format(plot)
+        check_dpi(dpi)
+    if threads < 1:
+        raise GeodriftError(f"--threads: must be at least 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None) -> list[Path]:
+    from geodrift.atomic import document, write_json, write_text
+    from geodrift.render.files import csv_text
+
+    written = []
+    if json_out:
+        write_json(json_out, document(kind, result.to_dict()))
+        written.append(json_out)
+    if csv_out:
+        write_text(csv_out, csv_text(result.rows()))
+        written.append(csv_out)
+    return written
+
+
+@app.command("prune")
+def prune_command(
+    model: Model = None, corpus: Corpus = None,
+    max_remove: Annotated[int, typer.Option("--max-remove", help="N: evaluate n = 1..N removed layers.")] = 10,
+    methods: Annotated[str | None, typer.Option("--methods", help="Comma list of geom-v1, geom-s2wa, block-influence, "
+                                                "angular, greedy (default all; random always runs).")] = None,
+    random_seeds: Annotated[int, typer.Option("--random-seeds", help="Random rankings (seeds 0..R-1).")] = 3,
+    greedy_windows: Annotated[int, typer.Option("--greedy-windows", help="Calibration windows the greedy search "
+                                                "scores each candidate on (the first of --calib-windows).")] = 2,
+    seq_len: SeqLen = 128, calib_windows: CalibWindows = 4, eval_windows: EvalWindows = 8,
+    k: Annotated[int, typer.Option("--k", help="Singular vectors per space for the geometry scores.")] = 8,
+    null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws.")] = 100,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
+    save: Save = None,
+    save_method: Annotated[str, typer.Option("--save-method", help="Which method's removal set --save writes.")] = "geom-v1",
+    save_n: Annotated[int | None, typer.Option("--save-n", help="How many layers removed in --save (default N).")] = None,
+    json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
+    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+) -> None:
+    """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
+    from geodrift.atomic import document, to_json
+    from geodrift.compress.model import load_setup, open_llama
+    from geodrift.compress.prune import METHODS, PruneSpec, run_prune
+    from geodrift.errors import GeodriftError
+    from geodrift.render.progress import JobProgress, announce
+
+    spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or METHODS,
+                     random_seeds=random_seeds, greedy_windows=greedy_windows, k=k, null_draws=null_draws, seed=seed)
+    spec.check()
+    _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
+                            "--greedy-windows": greedy_windows}, plot, dpi, threads)
+    if greedy_windows > calib_windows:
+        raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
+    if save is not None and save_method not in spec.methods:
+        raise GeodriftError(f"--save-method: {save_method!r} is not among the methods run ({', '.join(spec.methods)})")
+    save_n = max_remove if save_n is None else save_n
+    if save is not None and not 1 <= save_n <= max_remove:
+        raise GeodriftError(f"--save-n: {save_n} is outside 1..--max-remove ({max_remove})")
+    spec.check(int(open_llama(model).config["n_layers"]))
+    announce("loading the model and the corpus", quiet=quiet)
+    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows)
+    with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
+        result = run_prune(setup, spec, progress=lambda stage, done, total: bar.update(
+            completed=done, total=total, description=stage))
+    written = _write(result, "compress_prune", json_out, csv_out)
+    if plot:
+        from geodrift.render.compress import plot_prune
+
+        written.append(plot_prune(result, plot, dpi))
+    if save is not None:
+        from geodrift.compress.save import save_hf
+
+        curve = next(c for c in result.curves if c.method == save_method)
+        written.append(save_hf(setup, save, curve.removed[save_n - 1]))
+    if as_json:
+        sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
+    else:
+        from geodrift.render.compress import render_prune
+
+        render_prune(result, wide=wide)
+    if written:
+        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
+
+
+@app.command("share")
+def share_command(
+    model: Model = None, corpus: Corpus = None,
+    group_size: Annotated[int, typer.Option("--group-size", help="g: adjacent layers sharing one basis.")] = 2,
+    ratios: Annotated[str, typer.Option("--ratios", help="Fractions of the projection parameters removed.")] = "0.1,0.2,0.3,0.4",
+    policies: Annotated[str | None, typer.Option("--policies", help="Comma list of theory, swapped, basis-sharing, "
+                                                 "all-input, svd (default all).")] = None,
+    alone_ratio: Annotated[float, typer.Option("--alone-ratio", help="Ratio for each projection compressed alone "
+                                               "(0: skip that experiment).")] = 0.3,
+    seq_len: SeqLen = 128, eval_windows: EvalWindows = 8,
+    save: Save = None,
+    save_policy: Annotated[str, typer.Option("--save-policy", help="Which policy --save writes.")] = "theory",
+    save_ratio: Annotated[float | None, typer.Option("--save-ratio", help="Which ratio --save writes (default the "
+                                                     "first).")] = None,
+    json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
+    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+) -> None:
+    """Which space should a shared basis live in? Policies at equal parameter count, and each projection alone."""
+    from geodrift.atomic import document, to_json
+    from geodrift.compress.model import load_setup, open_llama
+    from geodrift.compress.share import POLICIES
+    from geodrift.compress.share_run import ShareSpec, run_share
+    from geodrift.errors import GeodriftError
+    from geodrift.render.progress import JobProgress, announce
+
+    try:
+        ratio_list = tuple(float(r) for r in _csv_list(ratios, "--ratios") or ())
+    except ValueError:
+        raise GeodriftError(f"--ratios: {ratios!r} is not a comma list of numbers, e.g. 0.1,0.2,0.3,0.4") from None
+    spec = ShareSpec(group_size=group_size, ratios=ratio_list, policies=_csv_list(policies, "--policies") or tuple(POLICIES),
+                     alone_ratio=alone_ratio if alone_ratio != 0 else None)
+    spec.check()
+    _check_common(seq_len, {"--eval-windows": eval_windows}, plot, dpi, threads)
+    save_ratio = ratio_list[0] if save_ratio is None else save_ratio
+    if save is not None and (save_policy not in spec.policies or save_ratio not in ratio_list):
+        raise GeodriftError(f"--save-policy/--save-ratio: {save_policy} at {save_ratio} is not among the runs "
+                            f"(policies {', '.join(spec.policies)}; ratios {ratios})")
+    spec.check(int(open_llama(model).config["n_layers"]))
+    announce("loading the model and the corpus", quiet=quiet)
+    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows)
+    with JobProgress("sharing", 1, "evaluations", quiet=quiet) as bar:
+        result, bases = run_share(setup, spec, progress=lambda stage, done, total: bar.update(
+            completed=done, total=total, description=stage), keep_bases=save is not None)
+    written = _write(result, "compress_share", json_out, csv_out)
+    if plot:
+        from geodrift.render.compress import plot_share
+
+        written.append(plot_share(result, plot, dpi))
+    if save is not None:
+        from geodrift.compress.save import save_hf
+        from geodrift.compress.share import Assignment, swapped_weights
+
+        assert bases is not None
+        new, _, _ = Assignment(save_policy, POLICIES[save_policy]).weights(bases, result_shapes(setup), save_ratio)
+        with swapped_weights(setup.model, new):
+            written.append(save_hf(setup, save))
+    if as_json:
+        sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")
+    else:
+        from geodrift.render.compress import render_share
+
+        render_share(result, wide=wide)
+    if written:
+        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
+
+
+def result_shapes(setup: Any) -> dict[str, tuple[int, int]]:
+    """Each projection's ``(d_out, d_in)`` in the loaded model."""
+    from geodrift.weights import TRANSFORMER_ROLES
+
+    return {role: tuple(setup.model.projection(role, 0).weight.shape) for role in TRANSFORMER_ROLES}

@@ -1,0 +1,135 @@
+"""`geodrift compress prune|share`: one-line errors before any work, and saved models that transformers loads
+back with the same perplexity."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from test_compress import tiny_llama_folder
+
+from geodrift.cli.main import main
+
+FAST = ["--seq-len", "32", "--eval-windows", "4", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_llama_folder(tmp_path_factory.mktemp("cli") / "llama", n_layers=4)
+
+
+def _fails(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["prune", "{tiny}", "--max-remove", "4"], "--max-remove"),
+    (["prune", "{tiny}", "--max-remove", "0"], "--max-remove"),
+    (["prune", "{tiny}", "--methods", "geom-v1,banana"], "--methods"),
+    (["prune", "{tiny}", "--random-seeds", "1"], "--random-seeds"),
+    (["prune", "{tiny}", "--plot", "fig.gif"], "--plot"),
+    (["prune", "{tiny}", "--save", "x", "--save-method", "random"], "--save-method"),
+    (["prune", "{tiny}", "--max-remove", "1", "--eval-windows", "100000"], "--eval-windows"),
+    (["share", "{tiny}", "--ratios", "0.2,1.5"], "--ratios"),
+    (["share", "{tiny}", "--ratios", "a,b"], "--ratios"),
+    (["share", "{tiny}", "--policies", "theory,magic"], "--policies"),
+    (["share", "{tiny}", "--group-size", "1"], "--group-size"),
+    (["share", "{tiny}", "--ratios", "0.99", "--policies", "svd", "--alone-ratio", "0"], "--ratios"),
+    (["share", "{tiny}", "--corpus", "{empty}"], "--corpus"),
+])
+def test_bad_options_give_one_line_error_and_exit_2(args, needle, tiny: Path, tmp_path: Path, capsys) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    given = [a.format(tiny=tiny, empty=empty) for a in args]
+    _fails(["compress", *given[:2], *FAST, *given[2:]], needle, capsys)  # the option under test comes last
+
+
+def test_other_architectures_and_missing_tokenizers_are_named(tmp_path: Path, capsys) -> None:
+    qwen = tiny_llama_folder(tmp_path / "qwen", n_layers=2, model_type="qwen2")
+    _fails(["compress", "prune", str(qwen), "--max-remove", "1"] + FAST, "qwen2", capsys)
+    bare = tiny_llama_folder(tmp_path / "bare", n_layers=2)
+    (bare / "tokenizer.json").unlink()
+    _fails(["compress", "share", str(bare)] + FAST, "tokenizer.json", capsys)
+
+
+def _hf_perplexity(folder: Path, windows: torch.Tensor) -> float:
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(folder, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(windows[:, :-1]).logits.float()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(1)
+    return math.exp(float(nll.mean()))
+
+
+def test_a_saved_pruned_model_loads_in_transformers_with_the_same_perplexity(tiny: Path, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from geodrift.compress.model import load_setup
+
+    out, saved = tmp_path / "prune.json", tmp_path / "pruned"
+    main_args = ["compress", "prune", str(tiny), "--max-remove", "2", "--methods", "geom-v1,block-influence",
+                 "--random-seeds", "2", "--null-draws", "10", "--k", "2", "--calib-windows", "2",
+                 "--save", str(saved), "--save-method", "block-influence", "--save-n", "2",
+                 "--json-out", str(out), "--csv", str(tmp_path / "p.csv"), "--plot", str(tmp_path / "p.png"), *FAST]
+    with pytest.raises(SystemExit) as exit_info:
+        main(main_args)
+    assert exit_info.value.code == 0
+    result = json.loads(out.read_text())
+    assert result["kind"] == "compress_prune"
+    curve = next(c for c in result["curves"] if c["method"] == "block-influence")
+    config = json.loads((saved / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2
+    windows = load_setup(tiny, seq_len=32, calib_windows=1, eval_windows_count=4).evaluation
+    assert _hf_perplexity(saved, windows) == pytest.approx(curve["ppl"][1], rel=1e-4)
+    assert (tmp_path / "p.png").stat().st_size > 0 and (tmp_path / "p.csv").read_text().startswith("model,method")
+
+
+def test_a_saved_shared_basis_model_loads_in_transformers_with_the_same_perplexity(tiny: Path, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from geodrift.compress.model import load_setup
+
+    out, saved = tmp_path / "share.json", tmp_path / "shared"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compress", "share", str(tiny), "--ratios", "0.3", "--alone-ratio", "0", "--policies", "theory,svd",
+              "--save", str(saved), "--save-policy", "theory", "--json-out", str(out), *FAST])
+    assert exit_info.value.code == 0
+    result = json.loads(out.read_text())
+    theory = next(c for c in result["curves"] if c["policy"] == "theory")
+    windows = load_setup(tiny, seq_len=32, calib_windows=1, eval_windows_count=4).evaluation
+    assert _hf_perplexity(saved, windows) == pytest.approx(theory["ppl"][0], rel=1e-4)
+    assert theory["ppl"][0] > result["baseline_ppl"] * 0.5
+
+
+def _without(value: object, skip: set[str]) -> object:
+    if isinstance(value, dict):
+        return {k: _without(v, skip) for k, v in value.items() if k not in skip}
+    if isinstance(value, list):
+        return [_without(v, skip) for v in value]
+    return value
+
+
+def test_the_json_fields_and_csv_columns_are_documented(tiny: Path, tmp_path: Path) -> None:
+    from test_output_schema import DOC, _section, fields
+
+    for kind, extra in (("prune", ["--max-remove", "1", "--methods", "geom-v1,angular,greedy", "--random-seeds", "2",
+                                   "--null-draws", "10", "--k", "2", "--calib-windows", "1", "--greedy-windows", "1"]),
+                        ("share", ["--ratios", "0.4", "--policies", "theory", "--alone-ratio", "0.4"])):
+        out, csv = tmp_path / f"{kind}.json", tmp_path / f"{kind}.csv"
+        with pytest.raises(SystemExit) as exit_info:
+            main(["compress", kind, str(tiny), "--json-out", str(out), "--csv", str(csv), *extra, *FAST])
+        assert exit_info.value.code == 0
+        doc = json.loads(out.read_text())
+        text = _section(f"## kind: `compress_{kind}`") + _section("## Conventions")
+        skip = {"spaces", "differences", "corpus", "scores", "seconds"}  # data-keyed maps, documented by their contents
+        missing = sorted(f for f in fields(_without(doc, skip)) if f"`{f}`" not in text)
+        assert not missing, (kind, missing)
+        header = csv.read_text().splitlines()[0].split(",")
+        assert not [c for c in header if f"`{c}`" not in _section("## The compress CSVs")], header
+    assert "## kind: `compress_share`" in DOC
