@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from geodrift.cli.options import Dpi, Force, Quiet, Wide
+from geodrift.cli.sweep_cmd import Address, Backend, GpusPerRun, Workers
 
 app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.", no_args_is_help=True)
 
@@ -50,13 +51,15 @@ def mlp_command(
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
     batch_seeds: Annotated[bool | None, typer.Option("--batch-seeds/--no-batch-seeds", help="Train the seeds of a "
                                                      "configuration as one batched ensemble (default: on CUDA).")] = None,
+    backend: Backend = None, workers: Workers = None, address: Address = None, gpus_per_run: GpusPerRun = 0.0,
     force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """The toy residual MLP (paper section 4). Named ablations: nores, ln, ln_post, ln_branch, relu, gelu, silu,
     tanh, none, radial."""
     _simulate("mlp", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot, as_json,
               checkpoint_every, threads, detail, batched=batch_seeds,
-              shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet})
+              shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
+              sweep={"backend": backend, "workers": workers, "address": address, "gpus": gpus_per_run})
 
 
 @app.command("transformer")
@@ -73,21 +76,24 @@ def transformer_command(
     vocab: Annotated[int | None, typer.Option("--vocab", help="BPE vocabulary size.")] = None,
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside.")] = True,
+    backend: Backend = None, workers: Workers = None, address: Address = None, gpus_per_run: GpusPerRun = 0.0,
     force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial, nores,
     nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial."""
     _simulate("transformer", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot,
               as_json, checkpoint_every, threads, detail, text={"tokenizer": tokenizer, "vocab": vocab},
-              smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet})
+              smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
+              sweep={"backend": backend, "workers": workers, "address": address, "gpus": gpus_per_run})
 
 
 def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | None, steps: int | None,
               track_every: int | None, data: str | None, device: str, out: Path | None, resume: bool, reload: bool,
               plot: Path | None, as_json: bool, checkpoint_every: int, threads: int | None, detail: bool,
               batched: bool | None = None, text: dict[str, Any] | None = None, smollm2: bool = False,
-              shown: dict[str, Any] | None = None) -> None:
-    # Parse -> one library call (reproduce, or reload) -> render. ``shown``: force, dpi, wide, quiet.
+              shown: dict[str, Any] | None = None, sweep: dict[str, Any] | None = None) -> None:
+    # Parse -> one library call (reproduce, a sweep, or reload) -> render. ``shown``: force, dpi, wide, quiet;
+    # ``sweep``: backend, workers, address, gpus (a backend or workers given: the preset runs as a sweep).
     import torch
 
     from geodrift.atomic import document, to_json
@@ -113,7 +119,21 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
         if plot.suffix:
             figure_format(plot)
     seed_list = _parse_seeds(seeds) or list(preset_seeds(sim, preset))
-    if reload:
+    sweep = sweep or {}
+    as_sweep = sweep.get("backend") is not None or sweep.get("workers") is not None
+    if as_sweep and (reload or batched):
+        raise GeodriftError("--backend/--workers run one seed per run; drop --reload or --batch-seeds")
+    if as_sweep:
+        from geodrift.cli.sweep_cmd import run_grid
+        from geodrift.sweep.grid import preset_grid
+
+        grid = preset_grid(sim, preset, seed_list, steps=steps, track_every=track_every, ablations=ablation or None,
+                           data=data, text=text)
+        rep = run_grid(grid, backend=sweep["backend"] or "local", workers=sweep["workers"] or 1,
+                       address=sweep["address"], gpus=float(sweep["gpus"]), out=out, resume=resume,
+                       force=bool(opts["force"]), threads=threads or 1, device=device,
+                       checkpoint_every=checkpoint_every, quiet=quiet, plot=plot)
+    elif reload:
         assert out is not None
         prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]))
         rep = reload_reproduction(sim, out)

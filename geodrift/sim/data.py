@@ -253,3 +253,11 @@ class ShuffledBatches:
         index = torch.stack([self._permutation(s, epoch)[offset * self.batch_size:(offset + 1) * self.batch_size]
                              for s in self.seeds])  # (E, B)
         return self.data.x_train[index], self.data.y_train[index]
+
+
+def training_images(name: str) -> int:
+    """How many distinct training images the data set ``name`` has (an augmented set: its ``N``, unloaded)."""
+    augmented = parse_augmented(name)
+    if augmented is not None:
+        return augmented[1]
+    return len(load_dataset(name).y_train)

@@ -20,7 +20,7 @@ from geodrift.errors import GeodriftError
 
 RUN_FILES = frozenset({"run.json", "report.json", "tokenizer.json", "checkpoint.pt"})
 # The endings of the figure names geodrift writes (geodrift.render.sim_plots): <prefix>_<kind>.<fmt>.
-PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth")
+PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth", "gradient_rank", "datasize")
 _FIGURE = re.compile(rf".*(?:{'|'.join(PLOT_KINDS)})\.(?:png|pdf|svg)", re.IGNORECASE)
 # Cached scans of the embedded SmolLM2 (geodrift.pretrained.smollm2_reference) and atomic-write leftovers.
 _CACHE = re.compile(r"smollm2-135m_scan_k\d+_n\d+_s\d+\.json|\..+\.tmp")
