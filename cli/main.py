@@ -48,11 +48,12 @@ def _root(
 
 
 def _click_exception() -> type[Exception]:
-    # Typer >= 0.20 vendors click as typer._click; older releases use click itself.
+    # Typer >= 0.20 vendors click as typer._click and raises its exceptions even when click itself is
+    # installed too (Ray depends on click); older releases use click itself. Try the vendored one first.
     try:
-        from click.exceptions import ClickException
+        from typer._click.exceptions import ClickException
     except ImportError:
-        from typer._click.exceptions import ClickException  # type: ignore[no-redef]
+        from click.exceptions import ClickException  # type: ignore[assignment,no-redef,unused-ignore]
     return ClickException
 
 

@@ -129,7 +129,7 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
 
         grid = preset_grid(sim, preset, seed_list, steps=steps, track_every=track_every, ablations=ablation or None,
                            data=data, text=text)
-        rep = run_grid(grid, backend=sweep["backend"] or "local", workers=sweep["workers"] or 1,
+        rep = run_grid(grid, backend=sweep["backend"] or "local", workers=1 if sweep["workers"] is None else sweep["workers"],
                        address=sweep["address"], gpus=float(sweep["gpus"]), out=out, resume=resume,
                        force=bool(opts["force"]), threads=threads or 1, device=device,
                        checkpoint_every=checkpoint_every, quiet=quiet, plot=plot)

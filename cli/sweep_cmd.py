@@ -49,7 +49,7 @@ def sweep_command(
     from geodrift.sweep.grid import load_grid
 
     grid = load_grid(grid_file)
-    rep = run_grid(grid, backend=backend or "local", workers=workers or 1, address=address, gpus=gpus_per_run,
+    rep = run_grid(grid, backend=backend or "local", workers=1 if workers is None else workers, address=address, gpus=gpus_per_run,
                    out=out, resume=resume, force=force, threads=threads, device=device,
                    checkpoint_every=checkpoint_every, quiet=quiet)
     show(rep, as_json=as_json, wide=wide)

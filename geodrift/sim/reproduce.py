@@ -26,7 +26,15 @@ from geodrift.errors import GeodriftError
 from geodrift.metrics import random_baseline
 from geodrift.sim.config import ImageData, LlamaConfig, RunSpec, TextData, ablate, preset, preset_seeds
 from geodrift.sim.record import RunRecord
-from geodrift.sim.reference import PAPER, PAPER_BY_ARCHITECTURE, PAPER_TABLE2, PAPER_TABLE2_SPACE, TABLE1_NOTES, PaperCell, paper_row
+from geodrift.sim.reference import (
+    PAPER,
+    PAPER_BY_ARCHITECTURE,
+    PAPER_TABLE2,
+    PAPER_TABLE2_SPACE,
+    TABLE1_NOTES,
+    PaperCell,
+    paper_row,
+)
 from geodrift.sim.run import RunResult, StepStatus, default_batched, load_results, run_seeds
 from geodrift.weights import ROLE_LABELS
 
@@ -341,21 +349,21 @@ def _mlp_claims(preset_name: str, j: Judge) -> list[Verdict]:
               [(none, "rotation_deg"), (relu, "rotation_deg")], a.mean - b.mean > margin)
     elif preset_name == "appf":
         datas = sorted({lab.split(" [")[1].rstrip("]") for lab in j.stats if " [" in lab})
-        pairs = [((f"Res+ReLU [{d}]", "W v1"), (f"{other} [{d}]", "W v1")) for d in datas
-                 for other in ("Res+None", "NoRes+ReLU")]
+        versus = [((f"Res+ReLU [{d}]", "W v1"), (f"{other} [{d}]", "W v1")) for d in datas
+                  for other in ("Res+None", "NoRes+ReLU")]
         j.add("App. F: on every data set, Res+ReLU's weight continuity exceeds Res+None's and NoRes+ReLU's",
               f"for each data set, Res+ReLU W v1 exceeds each other architecture's {ex}",
-              [p for pair in pairs for p in pair], all(j.exceeds(a, b) for a, b in pairs))
-        relu = [(f"Res+ReLU [{d}]", "W v1") for d in datas]
+              [p for pair in versus for p in pair], all(j.exceeds(a, b) for a, b in versus))
+        relus = [(f"Res+ReLU [{d}]", "W v1") for d in datas]
         rest = [(f"{o} [{d}]", "W v1") for d in datas for o in ("Res+None", "NoRes+ReLU")]
-        lowest = min((j.s(*p).mean for p in relu), default=float("nan"))
+        lowest = min((j.s(*p).mean for p in relus), default=float("nan"))
         highest = max((j.s(*p).mean for p in rest), default=float("nan"))
         j.add("App. F: architecture dominates the data set (and its gradient rank)",
               "the lowest Res+ReLU W v1 over the data sets exceeds the highest W v1 of the other architectures",
-              relu + rest, lowest > highest, [f"lowest Res+ReLU W v1 {lowest:.3f}", f"highest other {highest:.3f}"])
+              relus + rest, lowest > highest, [f"lowest Res+ReLU W v1 {lowest:.3f}", f"highest other {highest:.3f}"])
     elif preset_name == "datasize":
-        steps = sorted({int(lab.rsplit(" ", 2)[-2]) for lab in j.stats if lab.endswith(" steps")})
-        for n in steps[-1:]:
+        counts = sorted({int(lab.rsplit(" ", 2)[-2]) for lab in j.stats if lab.endswith(" steps")})
+        for n in counts[-1:]:
             more, base = (f"Res+ReLU [mnist5k-aug60k] {n} steps", "W v1"), (f"Res+ReLU [mnist5k] {n} steps", "W v1")
             j.add(f"More distinct images raise Res+ReLU's weight continuity ({n} steps)",
                   f"W v1 on mnist5k-aug60k exceeds W v1 on mnist5k {ex}", [more, base], j.exceeds(more, base))

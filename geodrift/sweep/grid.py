@@ -136,16 +136,16 @@ def grid_from_dict(payload: Any, where: str = "grid") -> Grid:
     base += [_config_spec(sim, c, f"{where}: configs[{i}]") for i, c in enumerate(configs)]
     if not base:
         raise GeodriftError(f"{where}: no configuration; add [[configs]] tables or preset = NAME")
-    datas = payload.get("data")
+    datas = _str_list(payload["data"], f"{where}: data") if "data" in payload else None
     steps = _int_list(payload["steps"], f"{where}: steps") if "steps" in payload else None
     specs = []
     for spec in base:
-        for d in ([None] if datas is None else _str_list(datas, f"{where}: data")):
+        for d in ([None] if datas is None else datas):
             for n in ([None] if steps is None else steps):
                 label, data, train = spec.label, spec.data, spec.train
                 if d is not None:
                     data = ImageData(d) if isinstance(data, ImageData) else replace(data, corpus=d)
-                    label = data_label(label, d) if len(datas) > 1 else label
+                    label = data_label(label, d) if datas is not None and len(datas) > 1 else label
                 if n is not None:
                     train = replace(train, steps=n)
                     label = f"{label} {n} steps" if steps is not None and len(steps) > 1 else label

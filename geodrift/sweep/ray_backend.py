@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from geodrift.errors import GeodriftError
+from geodrift.sweep.execute import Outcome, SweepStatus, Tally, execute
 from geodrift.sweep.grid import Job
-from geodrift.sweep.runner import Outcome, SweepStatus, Tally, execute
 
 
 def run_on_ray(jobs: list[Job], args: list[tuple[Any, ...]], *, workers: int, address: str | None, threads: int,
@@ -34,8 +34,8 @@ def run_on_ray(jobs: list[Job], args: list[tuple[Any, ...]], *, workers: int, ad
                          configure_logging=False)
             else:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as error:
-            raise GeodriftError(f"--address {address}: cannot reach a Ray cluster ({error})") from None
+        except (ConnectionError, RuntimeError, ValueError) as failure:
+            raise GeodriftError(f"--address {address}: cannot reach a Ray cluster ({failure})") from None
     try:
         task = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=0)(execute)
         capacity = max(1, int(ray.cluster_resources().get("CPU", workers * threads) // threads))

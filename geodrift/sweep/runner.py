@@ -16,67 +16,15 @@ depend only on its spec, seed and thread count, so every backend gives the same 
 
 from __future__ import annotations
 
-import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.config import RunSpec
 from geodrift.sim.reproduce import Reproduction, assemble
-from geodrift.sim.run import RunResult
+from geodrift.sweep.execute import Outcome, SweepStatus, Tally, execute
 from geodrift.sweep.grid import Grid, Job
 
 BACKENDS = ("local", "ray")
-
-
-@dataclass
-class Outcome:
-    """One job's end: its result, or the error that stopped it (one line), and its wall time."""
-
-    job: Job
-    result: RunResult | None
-    error: str | None
-    seconds: float
-
-
-@dataclass(frozen=True)
-class SweepStatus:
-    """What the progress display shows: runs done, running, failed, of ``total``; the latest outcome."""
-
-    total: int
-    done: int
-    running: int
-    failed: int
-    latest: Outcome | None
-
-
-def execute(spec: dict[str, Any], seed: int, preset: str, out: str | None, device: str, threads: int,
-            checkpoint_every: int) -> tuple[RunResult | None, str | None, float]:
-    """One run in a worker process: ``(result, None, seconds)`` or ``(None, error line, seconds)``.
-
-    Args:
-        spec: ``RunSpec.to_dict()`` (plain data crosses process boundaries cheaply).
-        seed, preset, out, device, checkpoint_every: see :func:`geodrift.sim.run.run`.
-        threads: ``torch.set_num_threads`` for this run.
-    """
-    import torch
-
-    from geodrift.sim.run import run
-
-    torch.set_num_threads(threads)
-    t0 = time.perf_counter()
-    try:
-        result = run(RunSpec.from_dict(spec), [seed], out=out, resume=out is not None, device=device,
-                     checkpoint_every=checkpoint_every, preset=preset)[0]
-    except GeodriftError as error:
-        return None, str(error), time.perf_counter() - t0
-    except Exception as error:  # a failed run must not kill the sweep: report where it failed
-        frame = traceback.extract_tb(error.__traceback__)[-1]
-        where = f" ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
-        return None, f"{type(error).__name__}: {error}{where}", time.perf_counter() - t0
-    return result, None, time.perf_counter() - t0
 
 
 def run_sweep(jobs: list[Job], *, backend: str = "local", workers: int = 1, address: str | None = None,
@@ -131,7 +79,7 @@ def _run_local(jobs: list[Job], args: list[tuple[Any, ...]], workers: int,
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     outcomes: dict[int, Outcome] = {}
-    tally = _Tally(len(jobs), on_status)
+    tally = Tally(len(jobs), on_status)
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
         pending = {pool.submit(execute, *a): i for i, a in enumerate(args)}
@@ -148,24 +96,6 @@ def _run_local(jobs: list[Job], args: list[tuple[Any, ...]], workers: int,
                 outcomes[i] = Outcome(jobs[i], result, error, seconds)
                 tally.finish(outcomes[i], min(len(pending), workers))
     return [outcomes[i] for i in range(len(jobs))]
-
-
-class _Tally:
-    # Counts for SweepStatus, shared by the backends.
-    def __init__(self, total: int, on_status: Callable[[SweepStatus], None] | None) -> None:
-        self.total, self.done, self.failed, self.running, self.on_status = total, 0, 0, 0, on_status
-
-    def emit(self, latest: Outcome | None) -> None:
-        if self.on_status is not None:
-            self.on_status(SweepStatus(self.total, self.done, self.running, self.failed, latest))
-
-    def finish(self, outcome: Outcome, running: int) -> None:
-        if outcome.error is None:
-            self.done += 1
-        else:
-            self.failed += 1
-        self.running = running
-        self.emit(outcome)
 
 
 def sweep_reproduction(grid: Grid, outcomes: list[Outcome]) -> Reproduction:
@@ -186,6 +116,3 @@ def sweep_reproduction(grid: Grid, outcomes: list[Outcome]) -> Reproduction:
         rep.notes.append(f"{len(failed)} failed run(s): " + "; ".join(f"{o.job.key}: {o.error}" for o in failed))
     return rep
 
-
-# The Ray backend's counts use the same tally.
-Tally = _Tally
