@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from geodrift import __version__
-from geodrift.cli import inspect_cmd, prove_cmd, scan_cmd, simulate_cmd, sweep_cmd
+from geodrift.cli import inspect_cmd, prove_cmd, reproduce_cmd, scan_cmd, simulate_cmd, sweep_cmd
 from geodrift.errors import GeodriftError
 
 app = typer.Typer(
@@ -31,6 +31,7 @@ app.add_typer(inspect_cmd.app)
 app.add_typer(prove_cmd.app)
 app.add_typer(simulate_cmd.app, name="simulate")
 app.add_typer(sweep_cmd.app)
+app.add_typer(reproduce_cmd.app)
 
 
 def _show_version(value: bool) -> None:

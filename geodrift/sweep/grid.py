@@ -61,11 +61,12 @@ class Job:
     spec: RunSpec
     seed: int
     preset: str
+    folder: str = ""  # a sub-folder of --out holding this job's records (several presets in one sweep)
 
     @property
     def key(self) -> str:
-        """``<slug(label)>/seed<N>``: the run's folder under ``--out``."""
-        return f"{slug(self.spec.label)}/seed{self.seed}"
+        """``[<folder>/]<slug(label)>/seed<N>``: the run's folder under ``--out``."""
+        return f"{self.folder + '/' if self.folder else ''}{slug(self.spec.label)}/seed{self.seed}"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ depend only on its spec, seed and thread count, so every backend gives the same 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from geodrift.errors import GeodriftError
@@ -48,13 +49,20 @@ def run_sweep(jobs: list[Job], *, backend: str = "local", workers: int = 1, addr
     check_options(backend, workers, threads, gpus)
     if not jobs:
         return []
-    args = [(job.spec.to_dict(), job.seed, job.preset, out, device, threads, checkpoint_every) for job in jobs]
+    args = [(job.spec.to_dict(), job.seed, job.preset, _job_out(out, job), device, threads, checkpoint_every)
+            for job in jobs]
     if backend == "ray":
         from geodrift.sweep.ray_backend import run_on_ray
 
         return run_on_ray(jobs, args, workers=workers, address=address, threads=threads, gpus=gpus,
                           on_status=on_status)
     return _run_local(jobs, args, workers, on_status)
+
+
+def _job_out(out: str | None, job: Job) -> str | None:
+    if out is None or not job.folder:
+        return out
+    return str(Path(out) / job.folder)
 
 
 def check_options(backend: str, workers: int, threads: int, gpus: float) -> None:
