@@ -101,7 +101,7 @@ def plan(mode: str) -> list[SimSection]:
     if mode == "quick":
         mlp = [SimSection("table1", "Table 1 (+ Table 5 columns)", "mlp", "table1", one, 469),
                SimSection("table3", "Table 3", "mlp", "table3", one, 469),
-               SimSection("drift", "Drift (Fig. 2)", "mlp", "drift", one, 1876),
+               SimSection("drift", "Drift (Fig. 2)", "mlp", "drift", one, 938),
                SimSection("ema", "Table 4 (EMA alignment)", "mlp", "ema", one, 469),
                SimSection("appf", "App. F", "mlp", "appf", one, 469)]
         llama = [SimSection(f"transformer-{a or 'silu'}", t, "transformer", "cpu", one, 150, (a,) if a else ())

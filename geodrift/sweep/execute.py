@@ -36,6 +36,26 @@ class SweepStatus:
     latest: Outcome | None
 
 
+def exit_with_parent(poll_s: float = 2.0) -> None:
+    """Worker initializer: end this process when the sweep that started it is gone (killed, crashed).
+
+    A pool worker is not told when its parent dies from a signal; without this it would train on,
+    orphaned, and keep writing records. A daemon thread compares ``os.getppid()`` every ``poll_s``.
+    """
+    import os
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def execute(spec: dict[str, Any], seed: int, preset: str, out: str | None, device: str, threads: int,
             checkpoint_every: int) -> tuple[RunResult | None, str | None, float]:
     """One run in a worker process: ``(result, None, seconds)`` or ``(None, error line, seconds)``.

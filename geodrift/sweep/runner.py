@@ -22,7 +22,7 @@ from typing import Any
 
 from geodrift.errors import GeodriftError
 from geodrift.sim.reproduce import Reproduction, assemble
-from geodrift.sweep.execute import Outcome, SweepStatus, Tally, execute
+from geodrift.sweep.execute import Outcome, SweepStatus, Tally, execute, exit_with_parent
 from geodrift.sweep.grid import Grid, Job
 
 BACKENDS = ("local", "ray")
@@ -88,8 +88,9 @@ def _run_local(jobs: list[Job], args: list[tuple[Any, ...]], workers: int,
 
     outcomes: dict[int, Outcome] = {}
     tally = Tally(len(jobs), on_status)
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=exit_with_parent)
+    try:
         pending = {pool.submit(execute, *a): i for i, a in enumerate(args)}
         while pending:
             tally.running = min(len(pending), workers)
@@ -103,6 +104,12 @@ def _run_local(jobs: list[Job], args: list[tuple[Any, ...]], workers: int,
                     result, error, seconds = None, f"worker process failed: {type(crash).__name__}: {crash}", 0.0
                 outcomes[i] = Outcome(jobs[i], result, error, seconds)
                 tally.finish(outcomes[i], min(len(pending), workers))
+    except BaseException:
+        # Interrupted (Ctrl-C, a signal turned into an exception): do not wait for the running runs; their
+        # checkpoints let --resume continue them, and exit_with_parent ends the workers once we are gone.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [outcomes[i] for i in range(len(jobs))]
 
 
