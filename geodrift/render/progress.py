@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -213,7 +214,7 @@ def training_reporter(bar: JobProgress) -> Callable[[StepStatus], None]:
             state["last"], state["run"] = 0, run
         state["last"] = status.done
         bar.update(completed=state["base"] + status.done,
-                   description=f"{status.label} seed {','.join(str(s) for s in status.seeds)}")
+                   description=escape(f"{status.label} seed {','.join(str(s) for s in status.seeds)}"))
         now = time.monotonic()
         if now - state["shown"] >= 0.25 or status.done == status.steps:
             state["shown"] = now
