@@ -36,6 +36,10 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
     data = json.loads((out / "report.json").read_text())
     assert data["kind"] == "paper_reproduction" and data["mode"] == "smoke"
     assert {s["key"] for s in data["sections"]} >= {"proofs", "scan", "mlp-smoke", "transformer-tiny"}
+    from test_output_schema import _documented
+
+    _documented(data, "## kind: `paper_reproduction`", "## kind: `reproduction`", "## kind: `continuity_report`",
+                "## kind: `proofs`")
     # the records are where a sweep writes them; a second run without --resume/--force is refused
     assert (out / "runs" / "mlp-smoke" / "Res+ReLU" / "seed42" / "run.json").is_file()
     with pytest.raises(SystemExit) as again:
