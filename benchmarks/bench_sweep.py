@@ -30,8 +30,8 @@ def grid(runs: int, steps: int):  # noqa: ANN201 - a Grid
     seeds = list(range(1, runs // 2 + 1))
     model = {"d_model": 64, "n_layers": 8}
     return grid_from_dict({"sim": "mlp", "name": "bench", "seeds": seeds, "configs": [
-        {"base": "single", "label": "Res+ReLU", "model": model, "train": {"steps": steps}, "track": {"every": 100}},
-        {"base": "single", "label": "Res+None", "model": {**model, "activation": "none"}, "train": {"steps": steps},
+        {"label": "Res+ReLU", "model": model, "train": {"steps": steps}, "track": {"every": 100}},
+        {"label": "Res+None", "model": {**model, "activation": "none"}, "train": {"steps": steps},
          "track": {"every": 100}}]})
 
 

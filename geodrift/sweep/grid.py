@@ -11,12 +11,13 @@ counts, and the configurations; the sweep is their product (configuration x data
 
     [[configs]]
     label = "Res+ReLU"            # optional (default: the base's label, or the MLP's paper name)
-    base = "single"               # optional: the preset whose first spec is the starting point
-                                  # (default: single for mlp, cpu for transformer)
+    base = "smoke"                # optional: the preset whose first spec is the starting point
+                                  # (default: every MLP default - a Table 1 row - or the cpu transformer)
     model = { activation = "relu" }      # fields of MLPConfig / LlamaConfig
     train = { lr = 0.001 }               # fields of TrainConfig
     track = { every = 469 }              # fields of TrackConfig
     ablations = ["nores"]                # named ablations, applied after `model`
+    data = "digits"                      # optional: this configuration's data set
 
     [[configs]]
     model = { activation = "none" }
@@ -50,8 +51,7 @@ from geodrift.sim.record import slug
 from geodrift.sim.reproduce import build_specs
 
 _GRID_KEYS = {"sim", "name", "seeds", "data", "steps", "configs", "preset"}
-_CONFIG_KEYS = {"label", "base", "model", "train", "track", "ablations"}
-_DEFAULT_BASE = {"mlp": "single", "transformer": "cpu"}
+_CONFIG_KEYS = {"label", "base", "model", "train", "track", "ablations", "data"}
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,12 @@ def _config_spec(sim: str, entry: dict[str, Any], where: str) -> RunSpec:
     unknown = set(entry) - _CONFIG_KEYS
     if unknown:
         raise GeodriftError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(_CONFIG_KEYS))}")
-    start = preset(sim, entry.get("base", _DEFAULT_BASE[sim]))[0]
+    if "base" in entry:
+        start = preset(sim, entry["base"])[0]
+    elif sim == "mlp":  # the paper's toy MLP with every default (the same spec as a Table 1 row)
+        start = RunSpec("mlp", "Res+ReLU", MLPConfig(), ImageData(), TrainConfig(), TrackConfig())
+    else:
+        start = preset(sim, "cpu")[0]
     model = _replace(start.model, entry.get("model", {}), f"{where}.model")
     ablations = _str_list(entry.get("ablations", []), f"{where}.ablations")
     if ablations:
@@ -173,7 +178,11 @@ def _config_spec(sim: str, entry: dict[str, Any], where: str) -> RunSpec:
     label = str(entry.get("label", default))
     if "label" not in entry and isinstance(model, LlamaConfig) and (entry.get("model") or ablations):
         label = f"{start.label}+{'+'.join([*ablations, *(f'{k}={v}' for k, v in entry.get('model', {}).items())])}"
-    return RunSpec(sim, label, model, start.data, train, track)
+    data = start.data
+    if "data" in entry:
+        name = _str_list(entry["data"], f"{where}.data")[0]
+        data = ImageData(name) if isinstance(data, ImageData) else replace(data, corpus=name)
+    return RunSpec(sim, label, model, data, train, track)
 
 
 def _replace(obj: Any, values: Any, where: str) -> Any:
