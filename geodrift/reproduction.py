@@ -134,14 +134,15 @@ EXTRA_SECTIONS: list[Callable[[str, Path], Section]] = [compression_hook]
 
 
 def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", workers: int = 2,
-                    address: str | None = None, threads: int = 1, device: str = "cpu",
+                    address: str | None = None, threads: int = 1, device: str = "cpu", checkpoint_every: int = 200,
                     on_stage: Callable[[str], None] = lambda message: None,
                     on_status: Callable[[SweepStatus], None] | None = None) -> PaperReproduction:
     """Run the reproduction of ``mode`` into ``out`` (records under ``out/runs``; finished runs are reused).
 
     Args:
         mode: ``full``, ``quick`` or ``smoke``; out: the report folder.
-        backend, workers, address, threads, device: the sweep's (``geodrift.sweep.runner.run_sweep``).
+        backend, workers, address, threads, device, checkpoint_every: the sweep's
+            (``geodrift.sweep.runner.run_sweep``); checkpoints make an interrupted reproduction resumable.
         on_stage: told before each stage; on_status: the sweep's progress.
 
     Returns:
@@ -168,7 +169,7 @@ def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", worke
     jobs = [Job(j.spec, j.seed, j.preset, f"runs/{key}") for key, g in grids.items() for j in g.jobs]
     on_stage(f"{len(jobs)} simulator runs in {len(sims)} sections on {backend} ({workers} worker(s))")
     outcomes = run_sweep(jobs, backend=backend, workers=workers, address=address, out=str(out), device=device,
-                         threads=threads, on_status=on_status)
+                         threads=threads, checkpoint_every=checkpoint_every, on_status=on_status)
     for s in sims:
         mine = [o for o in outcomes if o.job.folder == f"runs/{s.key}"]
         section = Section(s.key, s.title, "sim", s.command(str(out)))
