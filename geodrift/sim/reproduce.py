@@ -188,7 +188,7 @@ def assemble(sim: str, name: str, specs: list[RunSpec], results: list[RunResult]
         rep.notes.append(
             f"{train.steps} optimiser steps per run (paper: 20 epochs of 60k MNIST at batch 128 = 9380 steps; "
             f"time axis in epochs of {train.epoch_steps} steps); seeds {', '.join(map(str, seeds))}; "
-            f"data: {results[0].record.data}.")
+            f"data: {', '.join(sorted({r.record.data for r in results}))}.")
         rep.notes.append("G and σ²-WA columns use the mini-batch gradient at the last step (the paper does not "
                          "say when its gradient columns were sampled); 'G v1 @step0' is the first backward pass.")
         if name == "table1":
