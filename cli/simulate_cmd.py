@@ -42,11 +42,11 @@ Detail = Annotated[bool, typer.Option("--detail", help="Also print the k = 1..K 
 
 @app.command("mlp")
 def mlp_command(
-    preset: Annotated[str, typer.Option("--preset", help="table1, table3, drift, ema, smoke (seconds) or single "
-                                        "(one Res+ReLU run).")] = "single",
+    preset: Annotated[str, typer.Option("--preset", help="table1, table3, drift, ema, appf (App. F), datasize "
+                                        "(distinct images x steps), smoke (seconds) or single (one Res+ReLU run).")] = "single",
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
-    data: Annotated[str | None, typer.Option("--data", help="mnist5k (embedded), digits (scikit-learn), a folder "
-                                             "of IDX files (MNIST/Fashion-MNIST/EMNIST/KMNIST) or a .npz.")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="mnist5k (embedded), digits (scikit-learn), "
+                                             "mnist5k-aug60k (seeded affine variants), a folder of IDX files (MNIST/Fashion-MNIST/EMNIST/KMNIST) or a .npz.")] = None,
     device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
     batch_seeds: Annotated[bool | None, typer.Option("--batch-seeds/--no-batch-seeds", help="Train the seeds of a "
@@ -64,8 +64,8 @@ def mlp_command(
 
 @app.command("transformer")
 def transformer_command(
-    preset: Annotated[str, typer.Option("--preset", help="paper (the paper's setup; GPU), cpu (minutes on 2 "
-                                        "cores) or tiny (seconds).")] = "cpu",
+    preset: Annotated[str, typer.Option("--preset", help="paper (the paper's setup; GPU), mid (the paper's width, "
+                                        "hours on a CPU), cpu (minutes on 2 cores) or tiny (seconds).")] = "cpu",
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
     data: Annotated[str | None, typer.Option("--data", help="A text file, a folder of .txt files or a WikiText "
                                              "folder (default: the embedded stdlib-docs corpus).")] = None,
