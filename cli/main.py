@@ -15,7 +15,16 @@ from typing import Annotated
 import typer
 
 from geodrift import __version__
-from geodrift.cli import compress_cmd, inspect_cmd, prove_cmd, scan_cmd, series_cmd, simulate_cmd
+from geodrift.cli import (
+    compress_cmd,
+    inspect_cmd,
+    prove_cmd,
+    reproduce_cmd,
+    scan_cmd,
+    series_cmd,
+    simulate_cmd,
+    sweep_cmd,
+)
 from geodrift.errors import GeodriftError
 
 app = typer.Typer(
@@ -33,6 +42,8 @@ app.add_typer(inspect_cmd.app)
 app.add_typer(prove_cmd.app)
 app.add_typer(simulate_cmd.app, name="simulate")
 app.add_typer(compress_cmd.app, name="compress")
+app.add_typer(sweep_cmd.app)
+app.add_typer(reproduce_cmd.app)
 
 
 def _show_version(value: bool) -> None:
@@ -50,11 +61,12 @@ def _root(
 
 
 def _click_exception() -> type[Exception]:
-    # Typer >= 0.20 vendors click as typer._click; older releases use click itself.
+    # Typer >= 0.20 vendors click as typer._click and raises its exceptions even when click itself is
+    # installed too (Ray depends on click); older releases use click itself. Try the vendored one first.
     try:
-        from click.exceptions import ClickException
+        from typer._click.exceptions import ClickException
     except ImportError:
-        from typer._click.exceptions import ClickException  # type: ignore[no-redef]
+        from click.exceptions import ClickException  # type: ignore[assignment,no-redef,unused-ignore]
     return ClickException
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from geodrift.cli.options import Dpi, Force, Quiet, Wide
+from geodrift.cli.sweep_cmd import Address, Backend, GpusPerRun, Workers
 
 app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.", no_args_is_help=True)
 
@@ -41,28 +42,30 @@ Detail = Annotated[bool, typer.Option("--detail", help="Also print the k = 1..K 
 
 @app.command("mlp")
 def mlp_command(
-    preset: Annotated[str, typer.Option("--preset", help="table1, table3, drift, ema, smoke (seconds) or single "
-                                        "(one Res+ReLU run).")] = "single",
+    preset: Annotated[str, typer.Option("--preset", help="table1, table3, drift, ema, appf (App. F), datasize "
+                                        "(distinct images x steps), smoke (seconds) or single (one Res+ReLU run).")] = "single",
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
-    data: Annotated[str | None, typer.Option("--data", help="mnist5k (embedded), digits (scikit-learn), a folder "
-                                             "of IDX files (MNIST/Fashion-MNIST/EMNIST/KMNIST) or a .npz.")] = None,
+    data: Annotated[str | None, typer.Option("--data", help="mnist5k (embedded), digits (scikit-learn), "
+                                             "mnist5k-aug60k (seeded affine variants), a folder of IDX files (MNIST/Fashion-MNIST/EMNIST/KMNIST) or a .npz.")] = None,
     device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
     batch_seeds: Annotated[bool | None, typer.Option("--batch-seeds/--no-batch-seeds", help="Train the seeds of a "
                                                      "configuration as one batched ensemble (default: on CUDA).")] = None,
+    backend: Backend = None, workers: Workers = None, address: Address = None, gpus_per_run: GpusPerRun = 0.0,
     force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """The toy residual MLP (paper section 4). Named ablations: nores, ln, ln_post, ln_branch, relu, gelu, silu,
     tanh, none, radial."""
     _simulate("mlp", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot, as_json,
               checkpoint_every, threads, detail, batched=batch_seeds,
-              shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet})
+              shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
+              sweep={"backend": backend, "workers": workers, "address": address, "gpus": gpus_per_run})
 
 
 @app.command("transformer")
 def transformer_command(
-    preset: Annotated[str, typer.Option("--preset", help="paper (the paper's setup; GPU), cpu (minutes on 2 "
-                                        "cores) or tiny (seconds).")] = "cpu",
+    preset: Annotated[str, typer.Option("--preset", help="paper (the paper's setup; GPU), mid (the paper's width, "
+                                        "hours on a CPU), cpu (minutes on 2 cores) or tiny (seconds).")] = "cpu",
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
     data: Annotated[str | None, typer.Option("--data", help="A text file, a folder of .txt files or a WikiText "
                                              "folder (default: the embedded stdlib-docs corpus).")] = None,
@@ -77,6 +80,7 @@ def transformer_command(
                                                "(model.safetensors + config.json) under --out, in "
                                                "<run>/hf/step-<n>/, at step 0, every N steps and at the end "
                                                "(0: never); read them with geodrift drift / compare.")] = 0,
+    backend: Backend = None, workers: Workers = None, address: Address = None, gpus_per_run: GpusPerRun = 0.0,
     force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial, nores,
@@ -84,15 +88,18 @@ def transformer_command(
     _simulate("transformer", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot,
               as_json, checkpoint_every, threads, detail, text={"tokenizer": tokenizer, "vocab": vocab},
               smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
-              save_hf_every=save_hf_every)
+              save_hf_every=save_hf_every,
+              sweep={"backend": backend, "workers": workers, "address": address, "gpus": gpus_per_run})
 
 
 def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | None, steps: int | None,
               track_every: int | None, data: str | None, device: str, out: Path | None, resume: bool, reload: bool,
               plot: Path | None, as_json: bool, checkpoint_every: int, threads: int | None, detail: bool,
               batched: bool | None = None, text: dict[str, Any] | None = None, smollm2: bool = False,
-              shown: dict[str, Any] | None = None, save_hf_every: int = 0) -> None:
-    # Parse -> one library call (reproduce, or reload) -> render. ``shown``: force, dpi, wide, quiet.
+              shown: dict[str, Any] | None = None, save_hf_every: int = 0,
+              sweep: dict[str, Any] | None = None) -> None:
+    # Parse -> one library call (reproduce, a sweep, or reload) -> render. ``shown``: force, dpi, wide, quiet;
+    # ``sweep``: backend, workers, address, gpus (a backend or workers given: the preset runs as a sweep).
     import torch
 
     from geodrift.atomic import document, to_json
@@ -121,11 +128,28 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
             figure_format(plot)
             check_outputs({"--plot": plot})
     seed_list = _parse_seeds(seeds) or list(preset_seeds(sim, preset))
+    sweep = sweep or {}
+    as_sweep = sweep.get("backend") is not None or sweep.get("workers") is not None
+    if as_sweep and (reload or batched):
+        raise GeodriftError("--backend/--workers run one seed per run; drop --reload or --batch-seeds")
+    if as_sweep and save_hf_every:
+        raise GeodriftError("--save-hf-every runs in this process; drop --backend/--workers to save Hugging Face "
+                            "folders during training")
     if out is not None and not reload:
         resume_hint(resume_command(sys.argv))
     if threads:
         torch.set_num_threads(threads)
-    if reload:
+    if as_sweep:
+        from geodrift.cli.sweep_cmd import run_grid
+        from geodrift.sweep.grid import preset_grid
+
+        grid = preset_grid(sim, preset, seed_list, steps=steps, track_every=track_every, ablations=ablation or None,
+                           data=data, text=text)
+        rep = run_grid(grid, backend=sweep["backend"] or "local", workers=1 if sweep["workers"] is None else sweep["workers"],
+                       address=sweep["address"], gpus=float(sweep["gpus"]), out=out, resume=resume,
+                       force=bool(opts["force"]), threads=threads or 1, device=device,
+                       checkpoint_every=checkpoint_every, quiet=quiet, plot=plot)
+    elif reload:
         assert out is not None
         prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]))
         rep = reload_reproduction(sim, out)

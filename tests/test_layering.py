@@ -1,7 +1,8 @@
 """The architecture, checked: imports point one way, no cycles, light imports where the CLI starts.
 
 Layers, bottom to top: errors/atomic/weights -> linalg -> metrics -> continuity -> {scan, sim, prove}
--> pretrained (the one bridge importing both scan and sim) -> render -> cli. ``proofs`` is sympy
+-> sweep (runs sim specs on a backend) -> pretrained (the one bridge importing both scan and sim) and
+reproduction (the whole paper: proofs, scan, sweeps) -> render -> cli. ``proofs`` is sympy
 (and its mpmath) only. Every import counts, including those inside functions.
 """
 
@@ -20,7 +21,8 @@ PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / 
 LAYERS = {
     "geodrift.errors": 0, "geodrift.atomic": 0, "geodrift.weights": 0, "geodrift": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.continuity": 3,
-    "geodrift.scan": 4, "geodrift.sim": 4, "geodrift.prove": 5, "geodrift.pretrained": 6, "geodrift.compress": 6,
+    "geodrift.scan": 4, "geodrift.sim": 4, "geodrift.prove": 5, "geodrift.sweep": 5,
+    "geodrift.pretrained": 6, "geodrift.compress": 6, "geodrift.reproduction": 6,
     "geodrift.render": 7, "geodrift.cli": 8, "geodrift.__main__": 8, "geodrift.proofs": 0,
 }
 

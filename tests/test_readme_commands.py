@@ -70,10 +70,11 @@ def parse(args: list[str]) -> tuple[list[str], dict[str, Any]]:
 
 
 def _click_exception() -> type[Exception]:
+    # typer >= 0.20 vendors click and raises its own exceptions even when click is installed too (Ray needs it)
     try:
-        from click.exceptions import ClickException
-    except ImportError:  # typer >= 0.20 vendors click
-        from typer._click.exceptions import ClickException  # type: ignore[no-redef]
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        from click.exceptions import ClickException  # type: ignore[assignment,no-redef,unused-ignore]
     return ClickException
 
 

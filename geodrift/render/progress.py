@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -213,7 +214,7 @@ def training_reporter(bar: JobProgress) -> Callable[[StepStatus], None]:
             state["last"], state["run"] = 0, run
         state["last"] = status.done
         bar.update(completed=state["base"] + status.done,
-                   description=f"{status.label} seed {','.join(str(s) for s in status.seeds)}")
+                   description=escape(f"{status.label} seed {','.join(str(s) for s in status.seeds)}"))
         now = time.monotonic()
         if now - state["shown"] >= 0.25 or status.done == status.steps:
             state["shown"] = now
@@ -224,3 +225,21 @@ def training_reporter(bar: JobProgress) -> Callable[[StepStatus], None]:
             bar.status(text)
 
     return on_step
+
+
+def sweep_reporter(bar: JobProgress) -> Callable[[Any], None]:
+    """An ``on_status`` callback for ``geodrift.sweep.runner.run_sweep`` that drives ``bar`` (unit: runs).
+
+    The bar counts finished runs (done + failed) with the rate and ETA; the status line shows runs
+    done, running and failed; each failed run is printed above the bar with its error, once.
+    """
+    def on_status(status: Any) -> None:  # geodrift.sweep.runner.SweepStatus
+        bar.update(completed=status.done + status.failed, total=status.total,
+                   description=f"{status.running} running")
+        bar.status(f"done {status.done} · running {status.running} · failed {status.failed} of {status.total}")
+        latest = status.latest
+        if latest is not None and latest.error is not None:
+            bar.console.print(f"[red]run failed[/red] {latest.job.key}: {latest.error}", highlight=False,
+                              soft_wrap=True)
+
+    return on_status

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import statistics
 
+from rich.markup import escape
+
 from geodrift.continuity import Report, Stat
 from geodrift.render import console, fmt
 from geodrift.render.layout import Col, Grid, print_grid
@@ -48,7 +50,7 @@ def comparison_grid(rep: Reproduction) -> Grid:
                 + [Col(COLUMN_TITLES.get(c, c)) for c in rep.columns], caption=_caption(rep), lines=True)
     for spec in rep.specs:
         stats, paper = rep.stats.get(spec.label, {}), rep.paper.get(spec.label, {})
-        grid.add(spec.label, *(_cell(stats.get(c), paper.get(c), c) for c in rep.columns))
+        grid.add(escape(spec.label), *(_cell(stats.get(c), paper.get(c), c) for c in rep.columns))
     return grid
 
 
@@ -58,7 +60,7 @@ def verdict_grid(rep: Reproduction) -> Grid:
                 [Col("claim", "left", prose=True), Col("criterion", "left", prose=True),
                  Col("geodrift measured", "left", prose=True), Col("verdict", "center")], lines=True)
     for v in rep.verdicts:
-        grid.add(v.claim, v.criterion, v.measured, _VERDICT_STYLE.get(v.verdict, v.verdict))
+        grid.add(escape(v.claim), escape(v.criterion), escape(v.measured), _VERDICT_STYLE.get(v.verdict, v.verdict))
     return grid
 
 

@@ -249,6 +249,17 @@ def write_plots(rep: Reproduction, target: str | Path, dpi: int = 300) -> list[P
     if any(r[4] == "rotation_deg" for rec in done for r in rec.rows):  # only runs past the epoch-1 reference have it
         paths.append(rotation_plot(done, folder / f"{prefix}rotation.{fmt}", dpi))
     paths.append(pca_plot(done, folder / f"{prefix}pca_v1.{fmt}", dpi))
+    if rep.preset == "appf":
+        from geodrift.render.sweep_plots import write_appf_plot
+
+        paths.append(write_appf_plot(rep, folder / f"{prefix}gradient_rank.{fmt}", dpi))
+    if rep.preset == "datasize":
+        from geodrift.render.sweep_plots import write_datasize_plot
+        from geodrift.sim.data import training_images
+
+        names = {s.data.name for s in rep.specs if hasattr(s.data, "name")}
+        paths.append(write_datasize_plot(rep, folder / f"{prefix}datasize.{fmt}",
+                                         {n: training_images(n) for n in names}, dpi))
     return paths
 
 

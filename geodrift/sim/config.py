@@ -344,6 +344,30 @@ def _table3() -> list[RunSpec]:
     ]
 
 
+APPF_ROWS: tuple[MLPConfig, ...] = (MLPConfig(), MLPConfig(activation="none"), MLPConfig(residual=False))
+APPF_DATA: tuple[str, ...] = ("mnist5k", "digits")  # every data set available offline (+ any --data)
+DATASIZE_DATA: tuple[str, ...] = ("digits", "mnist5k", "mnist5k-aug60k")
+DATASIZE_STEPS: tuple[int, ...] = (2 * PAPER_EPOCH_STEPS, 5 * PAPER_EPOCH_STEPS)  # 938, 2345 (paper: 9380)
+
+
+def data_label(label: str, data: str) -> str:
+    """A grid row's label: the configuration and its data set, e.g. ``Res+ReLU [digits]``."""
+    return f"{label} [{data}]"
+
+
+def _appf(extra: tuple[str, ...] = ()) -> list[RunSpec]:
+    # App. F: the three toy architectures on every data set (the paper: six image sets).
+    return [RunSpec("mlp", data_label(c.name(), d), c, ImageData(d), TrainConfig(), TrackConfig())
+            for d in (*APPF_DATA, *extra) for c in APPF_ROWS]
+
+
+def _datasize() -> list[RunSpec]:
+    # The MLP gap experiment: distinct training images x optimiser steps, three symmetry cases.
+    rows = (MLPConfig(), MLPConfig(activation="none"), MLPConfig(activation="radial"))
+    return [RunSpec("mlp", f"{data_label(c.name(), d)} {n} steps", c, ImageData(d), TrainConfig(steps=n),
+                    TrackConfig()) for n in DATASIZE_STEPS for d in DATASIZE_DATA for c in rows]
+
+
 def _smoke() -> list[RunSpec]:
     train = TrainConfig(steps=30, batch_size=32, epoch_steps=10)
     track = TrackConfig(every=10, null_draws=4, ema_betas=(0.9, 0.99), final_k=4, final_null_draws=8)
@@ -372,6 +396,8 @@ PRESETS: dict[str, dict[str, Callable[[], list[RunSpec]]]] = {
                           for c in (MLPConfig(activation="none", init_std=1e-4),
                                     MLPConfig(activation="relu", init_std=1e-4))],
         "ema": lambda: [_mlp("Res+ReLU", MLPConfig(), track=_EMA)],
+        "appf": _appf,
+        "datasize": _datasize,
         "smoke": _smoke,
         "single": lambda: [_mlp("Res+ReLU", MLPConfig(), track=_EMA)],
     },
@@ -384,6 +410,12 @@ PRESETS: dict[str, dict[str, Callable[[], list[RunSpec]]]] = {
             "cpu", LlamaConfig(d_model=128, n_heads=4, d_ff=512), TextData(vocab=2048, seq_len=64, eval_windows=128),
             replace(_LLAMA_TRAIN, lr=1e-3, batch_size=16, steps=600, warmup_steps=30),
             TrackConfig(every=50, k=1, null_draws=8, eval_every=200))],
+        # The paper's width (D 256, 8 layers, 4 heads, d_ff 1024) with the local tokenizer, sized for a
+        # few CPU hours per run at full length; run shorter with --steps (the README states the count).
+        "mid": lambda: [_transformer(
+            "mid", LlamaConfig(), TextData(vocab=2048, seq_len=64, eval_windows=128),
+            replace(_LLAMA_TRAIN, lr=6e-4, batch_size=16, steps=3000, warmup_steps=60),
+            TrackConfig(every=100, k=1, null_draws=8, eval_every=500))],
         # For tests (seconds).
         "tiny": lambda: [_transformer(
             "tiny", LlamaConfig(d_model=32, n_layers=3, n_heads=2, d_ff=64),
@@ -394,7 +426,7 @@ PRESETS: dict[str, dict[str, Callable[[], list[RunSpec]]]] = {
 }
 PRESET_SEEDS: dict[str, dict[str, tuple[int, ...]]] = {
     "mlp": {"smoke": (42,), "single": (42,)},
-    "transformer": {"paper": (42,), "cpu": (42,), "tiny": (42,)},
+    "transformer": {"paper": (42,), "cpu": (42,), "mid": (42,), "tiny": (42,)},
 }
 
 

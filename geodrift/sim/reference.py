@@ -72,9 +72,19 @@ EMA: dict[str, dict[str, PaperCell]] = {
     "Res+ReLU": {"align G": .42, "align EMA0.999": "0.84–0.85"},
 }
 
+# App. F (six image data sets, 3 seeds; not tabulated: ranges over the data sets), per architecture.
+APPF: dict[str, dict[str, PaperCell]] = {
+    "Res+ReLU": {"W v1": "> 0.92", "G erank": "1.6–15.4"},
+    "Res+None": {"W v1": "< 0.27"},
+    "NoRes+ReLU": {"W v1": "0.38–0.48"},
+}
+
 PAPER: dict[str, dict[str, dict[str, PaperCell]]] = {
     "table1": TABLE1, "table3": TABLE3, "drift": DRIFT, "ema": EMA,
 }
+# Presets whose rows are a paper configuration on one data set (``"Res+ReLU [digits] ..."``): the
+# reference of the row's architecture (Table 1 = full MNIST, 9,380 steps; App. F = its ranges).
+PAPER_BY_ARCHITECTURE: dict[str, dict[str, dict[str, PaperCell]]] = {"appf": APPF, "datasize": TABLE1}
 
 
 # The paper's Table 2 row each configuration corresponds to (None: the paper has no such run).

@@ -26,7 +26,15 @@ from geodrift.errors import GeodriftError
 from geodrift.metrics import random_baseline
 from geodrift.sim.config import ImageData, LlamaConfig, RunSpec, TextData, ablate, preset, preset_seeds
 from geodrift.sim.record import RunRecord
-from geodrift.sim.reference import PAPER, PAPER_TABLE2, PAPER_TABLE2_SPACE, TABLE1_NOTES, PaperCell, paper_row
+from geodrift.sim.reference import (
+    PAPER,
+    PAPER_BY_ARCHITECTURE,
+    PAPER_TABLE2,
+    PAPER_TABLE2_SPACE,
+    TABLE1_NOTES,
+    PaperCell,
+    paper_row,
+)
 from geodrift.sim.run import RunResult, StepStatus, default_batched, load_results, run_seeds
 from geodrift.weights import ROLE_LABELS
 
@@ -35,13 +43,15 @@ MLP_COLUMNS: dict[str, tuple[str, ...]] = {
                "G0 v1", "rel_change"),
     "table3": ("acc", "G v1", "G s2wa(v)", "W v1", "W v2", "W s2wa(v)", "W u1", "rel_change"),
     "drift": ("acc", "acc min", "W v1 peak", "W v1", "G v1", "rotation_deg", "delta_gw"),
+    "appf": ("acc", "W v1", "W v1 null", "G erank", "G v1", "Gcum v1", "delta_gw"),
+    "datasize": ("acc", "train acc", "W v1", "W v1 null", "G v1", "Gcum v1", "delta_gw", "W s2wa(v)", "G erank"),
     "ema": ("acc", "W v1", "align G", "align Gcum", "align EMA0.9", "align EMA0.99", "align EMA0.999"),
 }
 DEFAULT_MLP_COLUMNS = ("acc", "G0 v1", "G v1", "G s2wa(v)", "Gcum v1", "W v1", "W s2wa(v)", "delta_gw", "W u1",
                        "rel_change", "rotation_deg")
 # The transformer: each projection in the space the paper's Table 2 reports, from the final report.
 TRANSFORMER_COLUMNS = tuple(f"final {role} {space}1" for role, space in PAPER_TABLE2_SPACE.items()) + ("ppl",)
-COLUMN_TITLES = {"G s2wa(v)": "G σ²-WA", "W s2wa(v)": "W σ²-WA", "Gcum v1": "Ḡ v1", "delta_gw": "Δ_GW",
+COLUMN_TITLES = {"W v1 null": "W v1 null", "G erank": "G erank", "train acc": "train acc", "G s2wa(v)": "G σ²-WA", "W s2wa(v)": "W σ²-WA", "Gcum v1": "Ḡ v1", "delta_gw": "Δ_GW",
                  "G0 v1": "G v1 @step0", "rel_change": "‖ΔW‖/‖W0‖", "rotation_deg": "rot. (°)",
                  **{f"final {r} {s}1": f"{ROLE_LABELS[r]} {s}1" for r, s in PAPER_TABLE2_SPACE.items()}}
 
@@ -172,11 +182,14 @@ def assemble(sim: str, name: str, specs: list[RunSpec], results: list[RunResult]
                          f"data: {results[0].record.data}.")
     else:
         rep.paper = PAPER.get(name, {})
+        if name in PAPER_BY_ARCHITECTURE:
+            by_arch = PAPER_BY_ARCHITECTURE[name]
+            rep.paper = {s.label: by_arch.get(s.label.split(" [")[0], {}) for s in specs}
         rep.verdicts = _mlp_claims(name, Judge(stats, summaries, floor, noise))
         rep.notes.append(
             f"{train.steps} optimiser steps per run (paper: 20 epochs of 60k MNIST at batch 128 = 9380 steps; "
             f"time axis in epochs of {train.epoch_steps} steps); seeds {', '.join(map(str, seeds))}; "
-            f"data: {results[0].record.data}.")
+            f"data: {', '.join(sorted({r.record.data for r in results}))}.")
         rep.notes.append("G and σ²-WA columns use the mini-batch gradient at the last step (the paper does not "
                          "say when its gradient columns were sampled); 'G v1 @step0' is the first backward pass.")
         if name == "table1":
@@ -335,6 +348,29 @@ def _mlp_claims(preset_name: str, j: Judge) -> list[Verdict]:
         j.add("Res+None layers rotate further than Res+ReLU layers",
               "mean final rotation from the epoch-1 reference: None exceeds ReLU by 5·max(seed std, 1°)",
               [(none, "rotation_deg"), (relu, "rotation_deg")], a.mean - b.mean > margin)
+    elif preset_name == "appf":
+        datas = sorted({lab.split(" [")[1].rstrip("]") for lab in j.stats if " [" in lab})
+        versus = [((f"Res+ReLU [{d}]", "W v1"), (f"{other} [{d}]", "W v1")) for d in datas
+                  for other in ("Res+None", "NoRes+ReLU")]
+        j.add("App. F: on every data set, Res+ReLU's weight continuity exceeds Res+None's and NoRes+ReLU's",
+              f"for each data set, Res+ReLU W v1 exceeds each other architecture's {ex}",
+              [p for pair in versus for p in pair], all(j.exceeds(a, b) for a, b in versus))
+        relus = [(f"Res+ReLU [{d}]", "W v1") for d in datas]
+        rest = [(f"{o} [{d}]", "W v1") for d in datas for o in ("Res+None", "NoRes+ReLU")]
+        lowest = min((j.s(*p).mean for p in relus), default=float("nan"))
+        highest = max((j.s(*p).mean for p in rest), default=float("nan"))
+        j.add("App. F: architecture dominates the data set (and its gradient rank)",
+              "the lowest Res+ReLU W v1 over the data sets exceeds the highest W v1 of the other architectures",
+              relus + rest, lowest > highest, [f"lowest Res+ReLU W v1 {lowest:.3f}", f"highest other {highest:.3f}"])
+    elif preset_name == "datasize":
+        counts = sorted({int(lab.rsplit(" ", 2)[-2]) for lab in j.stats if lab.endswith(" steps")})
+        for n in counts[-1:]:
+            more, base = (f"Res+ReLU [mnist5k-aug60k] {n} steps", "W v1"), (f"Res+ReLU [mnist5k] {n} steps", "W v1")
+            j.add(f"More distinct images raise Res+ReLU's weight continuity ({n} steps)",
+                  f"W v1 on mnist5k-aug60k exceeds W v1 on mnist5k {ex}", [more, base], j.exceeds(more, base))
+            keep = (f"Res+None [mnist5k-aug60k] {n} steps", "Gcum v1")
+            j.add(f"Without memorisation Res+None's cumulative gradient stays coherent ({n} steps)",
+                  f"Res+None Ḡ v1 on mnist5k-aug60k {coh}", [keep], j.coherent(*keep))
     elif preset_name == "ema":
         j.add("Weight v1 aligns with the long-term gradient average",
               f"align(W v1, EMA0.999 v1) exceeds align(W v1, raw G v1) {ex}",

@@ -1,0 +1,214 @@
+"""Sweep jobs: one run (a RunSpec and one seed) each, from a preset or from a grid file.
+
+A grid file (``.toml`` or ``.json``) names the simulator, the seeds, optionally data sets and step
+counts, and the configurations; the sweep is their product (configuration x data x steps x seed)::
+
+    sim = "mlp"                 # or "transformer"
+    name = "relu-vs-none"       # the sweep's name (stored as the records' preset)
+    seeds = [42, 123]
+    data = ["mnist5k", "digits"]  # optional: every configuration on every data set
+    steps = [938, 9380]           # optional: every configuration at every step count
+
+    [[configs]]
+    label = "Res+ReLU"            # optional (default: the base's label, or the MLP's paper name)
+    base = "smoke"                # optional: the preset whose first spec is the starting point
+                                  # (default: every MLP default - a Table 1 row - or the cpu transformer)
+    model = { activation = "relu" }      # fields of MLPConfig / LlamaConfig
+    train = { lr = 0.001 }               # fields of TrainConfig
+    track = { every = 469 }              # fields of TrackConfig
+    ablations = ["nores"]                # named ablations, applied after `model`
+    data = "digits"                      # optional: this configuration's data set
+
+    [[configs]]
+    model = { activation = "none" }
+
+Or ``preset = "table1"`` instead of (or besides) ``configs``: that preset's rows. With more than one
+data set or step count, each label gets `` [data]`` / `` N steps`` appended.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from geodrift.errors import GeodriftError
+from geodrift.sim.config import (
+    SIMULATORS,
+    ImageData,
+    LlamaConfig,
+    MLPConfig,
+    RunSpec,
+    TrackConfig,
+    TrainConfig,
+    ablate,
+    data_label,
+    preset,
+    preset_seeds,
+)
+from geodrift.sim.record import slug
+from geodrift.sim.reproduce import build_specs
+
+_GRID_KEYS = {"sim", "name", "seeds", "data", "steps", "configs", "preset"}
+_CONFIG_KEYS = {"label", "base", "model", "train", "track", "ablations", "data"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One independent run: a configuration, one seed, and the sweep (preset) it belongs to."""
+
+    spec: RunSpec
+    seed: int
+    preset: str
+    folder: str = ""  # a sub-folder of --out holding this job's records (several presets in one sweep)
+
+    @property
+    def key(self) -> str:
+        """``[<folder>/]<slug(label)>/seed<N>``: the run's folder under ``--out``."""
+        return f"{self.folder + '/' if self.folder else ''}{slug(self.spec.label)}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A sweep's name, simulator, specs and seeds; ``jobs`` is their product (spec-major)."""
+
+    sim: str
+    name: str
+    specs: list[RunSpec]
+    seeds: list[int]
+
+    @property
+    def jobs(self) -> list[Job]:
+        return [Job(spec, seed, self.name) for spec in self.specs for seed in self.seeds]
+
+
+def preset_grid(sim: str, name: str, seeds: list[int] | None = None, **options: Any) -> Grid:
+    """A preset as a grid: its specs (``build_specs`` overrides applied) x its seeds (or ``seeds``).
+
+    Raises:
+        GeodriftError: unknown preset, ablation or field.
+    """
+    return Grid(sim, name, build_specs(sim, name, **options), list(seeds or preset_seeds(sim, name)))
+
+
+def load_grid(path: str | Path) -> Grid:
+    """Read a grid file (see the module docstring).
+
+    Raises:
+        GeodriftError: unreadable file, unknown keys or fields, bad values, duplicate labels.
+    """
+    path = Path(path)
+    where = f"--grid {path}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise GeodriftError(f"{where}: cannot read the grid file ({error.strerror or error})") from None
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            payload: Any = tomllib.loads(text)
+        elif path.suffix == ".json":
+            payload = json.loads(text)
+        else:
+            raise GeodriftError(f"{where}: a grid file ends in .toml or .json")
+    except (ValueError, ImportError) as error:  # tomllib.TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise GeodriftError(f"{where}: not a valid {path.suffix[1:].upper()} file ({error})") from None
+    return grid_from_dict(payload, where)
+
+
+def grid_from_dict(payload: Any, where: str = "grid") -> Grid:
+    """The :class:`Grid` of a parsed grid file (see :func:`load_grid`)."""
+    if not isinstance(payload, dict):
+        raise GeodriftError(f"{where}: the grid must be a table (a JSON object)")
+    unknown = set(payload) - _GRID_KEYS
+    if unknown:
+        raise GeodriftError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(_GRID_KEYS))}")
+    sim = payload.get("sim", "mlp")
+    if sim not in SIMULATORS:
+        raise GeodriftError(f"{where}: sim = {sim!r}; use mlp or transformer")
+    name = str(payload.get("name", "grid"))
+    seeds = _int_list(payload.get("seeds", [42]), f"{where}: seeds")
+    base: list[RunSpec] = preset(sim, payload["preset"]) if "preset" in payload else []
+    configs = payload.get("configs", [])
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise GeodriftError(f"{where}: configs must be a list of tables ([[configs]])")
+    base += [_config_spec(sim, c, f"{where}: configs[{i}]") for i, c in enumerate(configs)]
+    if not base:
+        raise GeodriftError(f"{where}: no configuration; add [[configs]] tables or preset = NAME")
+    datas = _str_list(payload["data"], f"{where}: data") if "data" in payload else None
+    steps = _int_list(payload["steps"], f"{where}: steps") if "steps" in payload else None
+    specs = []
+    for spec in base:
+        for d in ([None] if datas is None else datas):
+            for n in ([None] if steps is None else steps):
+                label, data, train = spec.label, spec.data, spec.train
+                if d is not None:
+                    data = ImageData(d) if isinstance(data, ImageData) else replace(data, corpus=d)
+                    label = data_label(label, d) if datas is not None and len(datas) > 1 else label
+                if n is not None:
+                    train = replace(train, steps=n)
+                    label = f"{label} {n} steps" if steps is not None and len(steps) > 1 else label
+                specs.append(RunSpec(sim, label, spec.model, data, train, spec.track))
+    labels = [s.label for s in specs]
+    duplicated = sorted({lab for lab in labels if labels.count(lab) > 1})
+    if duplicated:
+        raise GeodriftError(f"{where}: two configurations share the label {duplicated[0]!r}; give each a label")
+    return Grid(sim, name, specs, seeds)
+
+
+def _config_spec(sim: str, entry: dict[str, Any], where: str) -> RunSpec:
+    unknown = set(entry) - _CONFIG_KEYS
+    if unknown:
+        raise GeodriftError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(_CONFIG_KEYS))}")
+    if "base" in entry:
+        start = preset(sim, entry["base"])[0]
+    elif sim == "mlp":  # the paper's toy MLP with every default (the same spec as a Table 1 row)
+        start = RunSpec("mlp", "Res+ReLU", MLPConfig(), ImageData(), TrainConfig(), TrackConfig())
+    else:
+        start = preset(sim, "cpu")[0]
+    model = _replace(start.model, entry.get("model", {}), f"{where}.model")
+    ablations = _str_list(entry.get("ablations", []), f"{where}.ablations")
+    if ablations:
+        model = ablate(model, ablations)
+    train: TrainConfig = _replace(start.train, entry.get("train", {}), f"{where}.train")
+    track: TrackConfig = _replace(start.track, entry.get("track", {}), f"{where}.track")
+    default = model.name() if isinstance(model, MLPConfig) else start.label
+    label = str(entry.get("label", default))
+    if "label" not in entry and isinstance(model, LlamaConfig) and (entry.get("model") or ablations):
+        label = f"{start.label}+{'+'.join([*ablations, *(f'{k}={v}' for k, v in entry.get('model', {}).items())])}"
+    data = start.data
+    if "data" in entry:
+        name = _str_list(entry["data"], f"{where}.data")[0]
+        data = ImageData(name) if isinstance(data, ImageData) else replace(data, corpus=name)
+    return RunSpec(sim, label, model, data, train, track)
+
+
+def _replace(obj: Any, values: Any, where: str) -> Any:
+    if not isinstance(values, dict):
+        raise GeodriftError(f"{where}: expected a table of field = value")
+    names = {f.name for f in fields(obj)}
+    unknown = set(values) - names
+    if unknown:
+        raise GeodriftError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(names))}")
+    if "ema_betas" in values:
+        values = {**values, "ema_betas": tuple(values["ema_betas"])}
+    try:
+        return replace(obj, **values)
+    except TypeError as error:
+        raise GeodriftError(f"{where}: {error}") from None
+
+
+def _int_list(value: Any, where: str) -> list[int]:
+    values = value if isinstance(value, list) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise GeodriftError(f"{where}: expected an integer or a list of integers, got {value!r}")
+    return list(values)
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, str) for v in values):
+        raise GeodriftError(f"{where}: expected a string or a list of strings, got {value!r}")
+    return list(values)
