@@ -113,7 +113,7 @@ def prune_command(
     spec.check()
     _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
                             "--greedy-windows": greedy_windows}, plot, dpi, threads)
-    if greedy_windows > calib_windows:
+    if "greedy" in spec.methods and greedy_windows > calib_windows:
         raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
     if save is not None and save_method not in spec.methods:
         raise GeodriftError(f"--save-method: {save_method!r} is not among the methods run ({', '.join(spec.methods)})")

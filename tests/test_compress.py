@@ -185,7 +185,7 @@ def test_policies_keep_equal_parameters_within_one_rank() -> None:
 def test_swapped_weights_restores_the_originals(setup) -> None:
     before = setup.model.projection("attn_q", 1).weight.detach().clone()
     with swapped_weights(setup.model, {("attn_q", 1): torch.zeros_like(before)}):
-        assert float(setup.model.projection("attn_q", 1).weight.abs().sum()) == 0
+        assert float(setup.model.projection("attn_q", 1).weight.detach().abs().sum()) == 0
     assert torch.equal(setup.model.projection("attn_q", 1).weight, before)
 
 
@@ -197,6 +197,8 @@ def test_share_run_compares_every_policy_and_judges_every_projection(setup) -> N
     for c in result.curves:
         assert all(k <= 0.8 * c.dense_params * 1.0001 for k in c.kept_params)
     assert len(result.alone) == 21 and len(result.verdicts) == 7
+    q_input = next(a for a in result.alone if a.role == "attn_q" and a.space == "input")
+    assert q_input.ranks == [rank_for("input", (32, 32), 2, 0.3)] * 2
     assert {v.verdict for v in result.verdicts} <= {"holds", "fails", "tie"}
     assert all(torch.equal(w, before[k]) for k, w in setup.model.weight_tensors().items())
     assert groups_of(5, 2) == [[0, 1], [2, 3], [4]]

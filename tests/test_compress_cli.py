@@ -118,8 +118,8 @@ def _without(value: object, skip: set[str]) -> object:
 def test_the_json_fields_and_csv_columns_are_documented(tiny: Path, tmp_path: Path) -> None:
     from test_output_schema import DOC, _section, fields
 
-    for kind, extra in (("prune", ["--max-remove", "1", "--methods", "geom-v1,angular,greedy", "--random-seeds", "2",
-                                   "--null-draws", "10", "--k", "2", "--calib-windows", "1", "--greedy-windows", "1"]),
+    for kind, extra in (("prune", ["--max-remove", "1", "--methods", "geom-v1,angular", "--random-seeds", "2",
+                                   "--null-draws", "10", "--k", "2", "--calib-windows", "1"]),
                         ("share", ["--ratios", "0.4", "--policies", "theory", "--alone-ratio", "0.4"])):
         out, csv = tmp_path / f"{kind}.json", tmp_path / f"{kind}.csv"
         with pytest.raises(SystemExit) as exit_info:

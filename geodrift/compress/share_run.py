@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from geodrift.compress.model import Setup, perplexity_of, spread, window_nll
-from geodrift.compress.share import POLICIES, Assignment, Bases, groups_of, swapped_weights
+from geodrift.compress.share import POLICIES, Assignment, Bases, groups_of, rank_for, swapped_weights
 from geodrift.errors import GeodriftError
 from geodrift.weights import ROLE_LABELS, TRANSFORMER_ROLES
 
@@ -149,7 +149,8 @@ def run_share(setup: Setup, spec: ShareSpec, progress: Callable[[str, int, int],
     report = progress or (lambda stage, done, total: None)
     groups = groups_of(setup.n_layers, spec.group_size)
     weights = {key: w.detach().clone() for key, w in model.weight_tensors().items()}
-    shapes = {role: tuple(weights[(role, 0)].shape) for role in TRANSFORMER_ROLES}
+    shapes: dict[str, tuple[int, int]] = {role: (weights[(role, 0)].shape[0], weights[(role, 0)].shape[1])
+                                          for role in TRANSFORMER_ROLES}
     assignments = [Assignment(p, POLICIES[p]) for p in spec.policies]
     alone = ([Assignment(f"{role}:{space}", {role: space}) for role in TRANSFORMER_ROLES
               for space in ("input", "output", "private")] if spec.alone_ratio is not None else [])
@@ -157,7 +158,7 @@ def run_share(setup: Setup, spec: ShareSpec, progress: Callable[[str, int, int],
     jobs = [(a, r) for a in assignments for r in spec.ratios] + [(a, spec.alone_ratio) for a in alone]
     for a, ratio in jobs:
         assert ratio is not None
-        for key, r in a.needs(shapes, groups, ratio).items():  # type: ignore[arg-type]
+        for key, r in a.needs(shapes, groups, ratio).items():
             need[key] = max(need.get(key, 0), r)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
@@ -171,7 +172,7 @@ def run_share(setup: Setup, spec: ShareSpec, progress: Callable[[str, int, int],
     start = time.perf_counter()
     for done, (a, ratio) in enumerate(jobs, 1):
         assert ratio is not None
-        new, kept, dense = a.weights(bases, shapes, ratio)  # type: ignore[arg-type]
+        new, kept, dense = a.weights(bases, shapes, ratio)
         with swapped_weights(model, new):
             results[(a.name, ratio)] = (window_nll(model, setup.evaluation), kept, dense)
         report("held-out perplexity", done, len(jobs))
@@ -188,7 +189,7 @@ def run_share(setup: Setup, spec: ShareSpec, progress: Callable[[str, int, int],
             for space in ("input", "output", "private"):
                 x, kept, _ = results[(f"{role}:{space}", spec.alone_ratio)]
                 nll[space] = x
-                ranks = [n for (rl, sp, _), n in sorted(need.items()) if rl == role and sp == space]
+                ranks = [rank_for(space, shapes[role], len(g), spec.alone_ratio) for g in groups]
                 rows.append(AloneRow(role, ROLE_LABELS[role], space, ranks, kept, perplexity_of(x), spread(x)))
             verdicts.append(_verdict(role, nll))
     notes = [f"groups of {spec.group_size}: " + " ".join(f"{g[0]}-{g[-1]}" for g in groups),
