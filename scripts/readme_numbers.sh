@@ -11,7 +11,9 @@ $G scan --json-out out/scan.json --csv out/scan.csv --plot out/scan.png
 # Proofs (seconds), their Markdown appendix and the figure of the numeric cross-checks
 $G prove --markdown docs/proofs.md --plot out/proofs.png
 # Benchmarks (minutes; the memory one writes a 4.6 GB checkpoint to a temp folder)
-$PY benchmarks/bench_scan_speed.py --repeats 3
+uptime; flock /tmp/geodrift-bench.lock $PY benchmarks/bench_scan_speed.py --repeats 1; uptime
+# 8B shapes (writes 3.7 + 0.9 GB to a temp folder; needs `pip install weightwatcher`, a benchmark-only dependency)
+uptime; $PY benchmarks/bench_scan_8b.py --layers 8 --ww-layers 2 --lock /tmp/geodrift-bench.lock --write-results benchmarks/RESULTS_scan.md
 OMP_NUM_THREADS=1 $PY benchmarks/bench_scan_memory.py --layers 10 --write-results benchmarks/RESULTS_memory.md
 OMP_NUM_THREADS=1 $PY benchmarks/bench_sim_mlp.py
 OMP_NUM_THREADS=1 $PY benchmarks/bench_sim_transformer.py --preset cpu --steps 100 --rounds 3
