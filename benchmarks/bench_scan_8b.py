@@ -7,10 +7,11 @@ temporary folder, and a second one with the first ``--ww-layers`` layers only (t
 generator, layer by layer; no embedding shard), then times, each in a fresh child process with its
 peak RSS from ``os.wait4``:
 
-  1. ``geodrift scan DIR --layers 0-(L/2-1)`` (half the depth) and ``geodrift scan DIR`` (all of it):
-     seconds per layer = the difference / (L - L/2) (start-up and the fixed costs cancel);
+  1. ``geodrift scan DIR`` (all L layers);
   2. ``geodrift scan SMALL`` and WeightWatcher's default ``WeightWatcher(model=SMALL).analyze()`` on
-     the same ``--ww-layers`` layers (the same projection matrices): the ratio a user would see.
+     the same ``--ww-layers`` layers (the same projection matrices): the ratio a user would see;
+     seconds per layer = (T(L) - T(SMALL)) / (L - ww_layers), so start-up and fixed costs cancel
+     (with ``--ww-layers 0``: ``geodrift scan DIR --layers 0-(L/2-1)`` is the shallow point instead).
 
 Then it extrapolates ``T(L) = fixed + per_layer * L`` to 32 (Llama-3.1-8B) and 80 (Llama-3.1-70B's
 depth at these widths; a real 70B is 8192 wide, so about 4x per layer on top) layers. The folders
@@ -96,16 +97,17 @@ def main() -> None:
               f"in {time.perf_counter() - start:.0f} s", flush=True)
         uptime = os.getloadavg()
         with bench_lock(args.lock):
-            rows["half"] = run_child([geodrift, "scan", str(deep), "--layers", f"0-{half - 1}", "--brief",
-                                      "--json-out", str(work / "half.json")], f"scan {half} layers", args.timeout)
             rows["full"] = run_child([geodrift, "scan", str(deep), "--brief", "--json-out", str(work / "full.json")],
                                      f"scan {args.layers} layers", args.timeout)
-            if args.ww_layers:
-                rows["small"] = run_child([geodrift, "scan", str(small), "--brief", "--json-out",
-                                           str(work / "small.json")], f"scan {args.ww_layers} layers (WW set)",
-                                          args.timeout)
+            if args.ww_layers:  # the WW set's scan is also the shallow point of the per-layer slope
+                rows["half"] = run_child([geodrift, "scan", str(small), "--brief", "--json-out",
+                                          str(work / "small.json")], f"scan {args.ww_layers} layers (WW set)",
+                                         args.timeout)
                 rows["ww"] = run_child([sys.executable, "-c", _CHILD_WW, str(small)],
                                        f"weightwatcher {args.ww_layers} layers", args.timeout)
+            else:
+                rows["half"] = run_child([geodrift, "scan", str(deep), "--layers", f"0-{half - 1}", "--brief",
+                                          "--json-out", str(work / "half.json")], f"scan {half} layers", args.timeout)
         uptime_after = os.getloadavg()
         report = json.loads((work / "full.json").read_text())
         methods: dict[str, int] = {}
@@ -115,7 +117,8 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     t_half, t_full = float(rows["half"]["wall_s"]), float(rows["full"]["wall_s"])  # type: ignore[arg-type]
-    per_layer = (t_full - t_half) / (args.layers - half)
+    shallow = args.ww_layers or half
+    per_layer = (t_full - t_half) / (args.layers - shallow)
     fixed = t_full - per_layer * args.layers
     projected = {depth: fixed + per_layer * depth for depth in (32, 80)}
     peak = max(float(r["peak_rss_gb"]) for key, r in rows.items() if key != "ww")  # type: ignore[arg-type]
@@ -125,9 +128,9 @@ def main() -> None:
              f"({projected[32] / 60:.1f} min, target <= {TARGET_8B_S / 60:.0f} min), 80 layers {projected[80]:.0f} s "
              f"({projected[80] / 60:.1f} min); worst geodrift peak RSS {peak:.3f} GB (target < {TARGET_RSS_GB} GB)"]
     if args.ww_layers:
-        ratio = float(rows["ww"]["wall_s"]) / float(rows["small"]["wall_s"])  # type: ignore[arg-type]
+        ratio = float(rows["ww"]["wall_s"]) / float(rows["half"]["wall_s"])  # type: ignore[arg-type]
         lines.append(f"WeightWatcher / geodrift on the same {args.ww_layers} layers: {ratio:.1f}x wall; "
-                     f"peak RSS {float(rows['ww']['peak_rss_gb']):.2f} GB vs {float(rows['small']['peak_rss_gb']):.2f} GB")  # type: ignore[arg-type]
+                     f"peak RSS {float(rows['ww']['peak_rss_gb']):.2f} GB vs {float(rows['half']['peak_rss_gb']):.2f} GB")  # type: ignore[arg-type]
     print("\n".join(lines))
     if args.write_results:
         write_results(args, size, rows, lines)

@@ -129,8 +129,17 @@ class MatrixProduct:
         return self.B.shape[0], self.C.shape[1]
 
     def dense(self) -> torch.Tensor:
-        """``(m, n)``: the product itself (the exact routes need it)."""
-        return self.B @ self.C
+        """``(m, n)``: the product itself (the exact routes need it), float32.
+
+        On float32 overflow (weights beyond ~1e18) the product is taken in float64 and brought back
+        into float32's range; singular vectors, energy shares and every continuity number do not
+        depend on the scale.
+        """
+        product = self.B @ self.C
+        if not bool(torch.isfinite(product).all()):
+            product = self.B.double() @ self.C.double()
+            product = (product / product.abs().max()).float()
+        return product
 
 
 def top_k_svd_of_product(product: MatrixProduct, k: int, *, tol: float = 1e-4) -> SVDTriplets:

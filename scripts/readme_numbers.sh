@@ -22,7 +22,9 @@ OMP_NUM_THREADS=1 $G simulate mlp --preset appf --steps 938 --seeds 42 --workers
 OMP_NUM_THREADS=1 $G simulate mlp --preset datasize --seeds 42 --workers 3 --out runs/datasize --resume --plot runs/datasize/plots
 OMP_NUM_THREADS=1 $G sweep docs/grids/mid.toml --workers 2 --out runs/mid --resume
 # Benchmarks (minutes; the memory one writes a 4.6 GB checkpoint to a temp folder)
-$PY benchmarks/bench_scan_speed.py --repeats 3
+uptime; flock /tmp/geodrift-bench.lock $PY benchmarks/bench_scan_speed.py --repeats 1; uptime
+# 8B shapes (writes 3.7 + 0.9 GB to a temp folder; needs `pip install weightwatcher`, a benchmark-only dependency)
+uptime; $PY benchmarks/bench_scan_8b.py --layers 8 --ww-layers 2 --lock /tmp/geodrift-bench.lock --write-results benchmarks/RESULTS_scan.md
 OMP_NUM_THREADS=1 $PY benchmarks/bench_scan_memory.py --layers 10 --write-results benchmarks/RESULTS_memory.md
 OMP_NUM_THREADS=1 $PY benchmarks/bench_sim_mlp.py
 OMP_NUM_THREADS=1 $PY benchmarks/bench_sim_transformer.py --preset cpu --steps 100 --rounds 3
