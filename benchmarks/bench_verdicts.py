@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="write every verdict as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    revision = _git()  # the code this run starts with
     t0 = time.perf_counter()
     random_rows: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +121,7 @@ def main() -> None:
             decays[key].append(value)
         print(f"shuffle {seed}: {outcomes(rep)}", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
-    text = render(args, random_rows, trained, shuffled_rows, decays, wall)
+    text = render(args, random_rows, trained, shuffled_rows, decays, wall, revision)
     print(text)
     if args.out:
         args.out.write_text(text, encoding="utf-8")
@@ -135,14 +136,15 @@ def _wrong(role: str, verdict: str) -> bool:
 
 
 def render(args: argparse.Namespace, random_rows: dict[str, dict[str, list[str]]], trained: geodrift.ScanReport,
-           shuffled_rows: dict[str, list[str]], decays: dict[tuple[str, str], list[float]], wall: float) -> str:
+           shuffled_rows: dict[str, list[str]], decays: dict[tuple[str, str], list[float]], wall: float,
+           revision: str) -> str:
     roles = [r for r in ROLE_LABELS if any(r in rows for rows in random_rows.values())]
     lines = ["# Verdict calibration: false-positive rates", "",
              f"Command: `nice -n 10 .venv/bin/python benchmarks/bench_verdicts.py --seeds {args.seeds} "
              f"--shuffles {args.shuffles} --null-draws {args.null_draws}"
              + (f" --out {args.out}" if args.out else "") + "`",
              f"Conditions: {platform.machine()} CPU, 1 torch thread, load {_load()}, wall {wall:.0f} s; "
-             f"geodrift {geodrift.__version__} at {_git()}.", "",
+             f"geodrift {geodrift.__version__} at {revision}.", "",
              "A cell is wrong verdicts / models. On a model with no depth structure, a predicted space (Q, K, Gate, "
              "Up: v; O, Down, OV: u) that **holds** is a false positive; for V (\"neither\") a **fails** is a false "
              "alarm. `n/a` verdicts (none expected) are counted as not wrong.", "",

@@ -123,7 +123,10 @@ def test_rotation_and_subspace_math_on_known_vectors():
     # span{turned, e1} vs span{e0, e1}: principal angles 0 and 30 degrees.
     assert sub[("v", 0)].principal_angles_deg == pytest.approx([0.0, 30.0], abs=1e-3)
     assert sub[("v", 0)].overlap == pytest.approx((1 + math.cos(math.radians(30)) ** 2) / 2, abs=1e-6)
-    observed, samples = paired_abs_cos(e[:3].unsqueeze(1), e[:3].unsqueeze(1), 50, torch.Generator().manual_seed(1))
+    from geodrift.continuity import PermutationBank
+
+    observed, samples = paired_abs_cos(e[:3].unsqueeze(1), e[:3].unsqueeze(1), 50,
+                                       PermutationBank(torch.Generator().manual_seed(1)))
     assert observed.flatten().tolist() == [1.0, 1.0, 1.0] and samples.shape == (50, 3, 1)
 
 

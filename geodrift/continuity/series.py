@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from geodrift import metrics
+from geodrift.continuity.measure import PermutationBank
 from geodrift.continuity.trajectory import lag_pairs
 from geodrift.linalg import SVDTriplets
 from geodrift.weights import ROLE_LABELS, WeightKey
@@ -80,20 +81,22 @@ def first_vectors(spectra: Spectra, role: str, layers: list[int], space: str, k:
 
 
 def paired_abs_cos(a: torch.Tensor, b: torch.Tensor, draws: int,
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+                   bank: PermutationBank) -> tuple[torch.Tensor, torch.Tensor]:
     """``|cos(a_l, b_l)|`` for each ``l`` and its permutation null.
 
     Args:
         a, b: ``(L, K, d)`` vectors to pair index by index.
         draws: null draws.
-        generator: the only source of randomness.
+        bank: the permutations, shared by every statistic of the same shape (the measurement path's
+            policy: each null stays exact, and a series pays for its permutations once, not per checkpoint).
 
     Returns:
         ``(observed (L, K), samples (draws, L, K))``.
     """
     stack = lag_pairs(torch.cat([a, b]), a.shape[0])  # a_0, b_0, a_1, b_1, ...
     observed = metrics.adjacent_abs_cos(stack)[::2]
-    samples = metrics.permuted_abs_cos(stack, draws, generator)[:, ::2]
+    perms = bank.get(draws, stack.shape[0] - 1, stack.shape[2])
+    samples = metrics.permuted_abs_cos(stack, draws, bank.generator, perms)[:, ::2]
     return observed, samples
 
 
@@ -108,7 +111,7 @@ def rotation_drift(series: list[Spectra], draws: int, seed: int) -> list[Rotatio
     Returns:
         One row per role (present in every checkpoint), space, layer and checkpoint ``t >= 1``.
     """
-    generator = torch.Generator().manual_seed(seed)
+    bank = PermutationBank(torch.Generator().manual_seed(seed))
     rows: list[RotationRow] = []
     for role, layers in _common_roles(series):
         for space in ("v", "u"):
@@ -116,7 +119,7 @@ def rotation_drift(series: list[Spectra], draws: int, seed: int) -> list[Rotatio
             dim = reference.shape[2]
             for t, spectra in enumerate(series[1:], start=1):
                 observed, samples = paired_abs_cos(reference, first_vectors(spectra, role, layers, space),
-                                                   draws, generator)
+                                                   draws, bank)
                 mean, std = samples.mean(0), samples.std(0)  # (L, 1)
                 for i, layer in enumerate(layers):
                     c, m = float(observed[i, 0]), float(mean[i, 0])
@@ -137,7 +140,7 @@ def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int) -
     Returns:
         One row per role present in both with equal shapes, space and common layer.
     """
-    generator = torch.Generator().manual_seed(seed)
+    bank = PermutationBank(torch.Generator().manual_seed(seed))
     rows: list[SubspaceRow] = []
     for role, layers in _common_roles([a, b]):
         kk = min(k, *(spectra[(role, layer)].S.shape[0] for spectra in (a, b) for layer in layers))
@@ -147,8 +150,8 @@ def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int) -
                 continue
             dim = A.shape[2]
             cosines = torch.linalg.svdvals(A.double() @ B.double().transpose(1, 2)).clamp(0, 1)  # (L, kk)
-            null = _permuted_overlap(A, B, draws, generator)  # (draws, L)
-            top1, top1_samples = paired_abs_cos(A[:, :1], B[:, :1], draws, generator)
+            null = _permuted_overlap(A, B, bank.get(draws, A.shape[0], dim)[:draws])  # (draws, L)
+            top1, top1_samples = paired_abs_cos(A[:, :1], B[:, :1], draws, bank)
             for i, layer in enumerate(layers):
                 rows.append(SubspaceRow(
                     role, ROLE_LABELS.get(role, role), space, dim, layer, kk,
@@ -161,10 +164,10 @@ def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int) -
     return rows
 
 
-def _permuted_overlap(A: torch.Tensor, B: torch.Tensor, draws: int, generator: torch.Generator) -> torch.Tensor:
-    # ||A P(B)^T||_F^2 / k with B's coordinates permuted (its k rows together): (draws, L).
+def _permuted_overlap(A: torch.Tensor, B: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:
+    # ||A P(B)^T||_F^2 / k with B's coordinates permuted (its k rows together); perms (draws, L, d): (draws, L).
     n_layers, k, dim = B.shape
-    perms = metrics.random_permutations(draws, n_layers, dim, generator)  # (draws, L, d)
+    draws = perms.shape[0]
     chunk = max(1, _CHUNK_ELEMENTS // (n_layers * k * dim))
     out = []
     for start in range(0, draws, chunk):
