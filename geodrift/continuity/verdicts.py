@@ -137,8 +137,10 @@ def relative_verdicts(roles: list[RoleReport]) -> list[RoleReport]:
               for r in roles}
     out = []
     for r in roles:
-        if r.role == "attn_v" and r.predicted_space is None:
-            peers = {space: [excess[p][space] for p in names if p in excess] for space, names in NEITHER_PEERS.items()}
+        if r.role == "attn_v" and r.predicted_space is None and r.verdict != "undefined":
+            # Peers whose first vectors are undefined (all-zero matrices: NaN excess) are not peers.
+            peers = {space: [excess[p][space] for p in names if p in excess and math.isfinite(excess[p][space])]
+                     for space, names in NEITHER_PEERS.items()}
             verdict, criterion = neither_verdict(r.spaces["v"].vectors[0], r.spaces["u"].vectors[0], peers)
             r = replace(r, verdict=verdict, criterion=criterion)
         out.append(r)
