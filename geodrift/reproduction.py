@@ -6,8 +6,8 @@
 2. the scan of the embedded SmolLM2-135M (``geodrift.scan``), k = 8, 100 null draws;
 3. every simulator section of :func:`plan` as one sweep (``geodrift.sweep``; all runs of all
    presets share the pool), each section's records under ``<out>/runs/<section>/``;
-4. the hooks in :data:`EXTRA_SECTIONS` (compression is built on another branch: its hook is a
-   marked placeholder that reports "not built", never a number).
+4. the hooks in :data:`EXTRA_SECTIONS` (compression, ``geodrift compress``, is not yet run by the
+   reproduction: its hook is a marked placeholder that says so and names the commands, never a number).
 
 Modes: ``full`` (the README's commands: hours on 2 cores), ``quick`` (shorter runs, one seed; about
 30 minutes on the shared 2-core CPU), ``smoke`` (seconds per run; for tests). Each section keeps the
@@ -123,10 +123,11 @@ def plan(mode: str) -> list[SimSection]:
 
 
 def compression_hook(mode: str, out: Path) -> Section:
-    """HOOK: compression is being built on another branch. Until it lands this reports "not built"."""
-    return Section("compression", "Compression", "hook", "geodrift compress (not on this branch)",
-                   note="not built on this branch: the compression face is being built on another branch; "
-                        "replace geodrift.reproduction.compression_hook when it lands. No number is reported.")
+    """HOOK: ``geodrift compress`` is not yet a section of the reproduction; this says so, never a number."""
+    return Section("compression", "Compression", "hook", "geodrift compress prune; geodrift compress share",
+                   note="not run by geodrift reproduce yet: run geodrift compress prune and geodrift compress "
+                        "share (README, Compression); replace geodrift.reproduction.compression_hook to add them. "
+                        "No number is reported.")
 
 
 # Sections added after the simulators; each takes (mode, out) and returns a Section.

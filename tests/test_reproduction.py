@@ -32,7 +32,7 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
     rows = [line for line in md.splitlines() if line.startswith("| [")]
     assert any("[scan]" in r and "null" in r and ("**holds**" in r or "**fails**" in r) for r in rows)
     assert any("[transformer-tiny]" in r and "permutation null" in r for r in rows)
-    assert any("[compression]" in r and "**not run**" in r and "not built on this branch" in r for r in rows)
+    assert any("[compression]" in r and "**not run**" in r and "not run by geodrift reproduce yet" in r for r in rows)
     data = json.loads((out / "report.json").read_text())
     assert data["kind"] == "paper_reproduction" and data["mode"] == "smoke"
     assert {s["key"] for s in data["sections"]} >= {"proofs", "scan", "mlp-smoke", "transformer-tiny"}
