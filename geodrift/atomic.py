@@ -17,6 +17,7 @@ import json
 import math
 import numbers
 import os
+import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -41,6 +42,35 @@ _NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 # Temporary files of atomic writes in progress: a signal handler (geodrift.signals) removes them
 # before the process exits, so an interrupted write never leaves a ``.name.xxxx.tmp`` behind.
 _PENDING: set[Path] = set()
+# The bookkeeping of those files (create + register, unregister + remove) must not be cut in half by
+# an interrupt - a file created but not yet registered would outlive the handler's clean-up. While it
+# runs, geodrift.signals' handler only records the signal (:func:`defer_signal`); it is re-raised after.
+_HOLD: dict[str, int | None] = {"depth": 0, "signum": None}
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    _HOLD["depth"] = int(_HOLD["depth"] or 0) + 1
+    try:
+        yield
+    finally:
+        _HOLD["depth"] = int(_HOLD["depth"] or 0) - 1
+        signum = _HOLD["signum"]
+        if signum is not None and not _HOLD["depth"]:
+            _HOLD["signum"] = None
+            signal.raise_signal(signum)  # the handler runs again, now outside the bookkeeping
+
+
+def defer_signal(signum: int) -> bool:
+    """Record ``signum`` and return True while temp-file bookkeeping is in progress (else False).
+
+    The signal handler of :mod:`geodrift.signals` calls it first; a deferred signal is raised again
+    as soon as the bookkeeping ends, so an interrupt never leaves an unregistered temporary file.
+    """
+    if _HOLD["depth"]:
+        _HOLD["signum"] = signum
+        return True
+    return False
 
 
 @contextmanager
@@ -57,11 +87,12 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        with _signals_held():
+            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            tmp = Path(name)
+            _PENDING.add(tmp)
     except OSError as error:
         raise GeodriftError(_write_error(target, error)) from None
-    tmp = Path(name)
-    _PENDING.add(tmp)
     try:
         os.close(fd)
         try:
@@ -71,9 +102,10 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
         except OSError as error:
             raise GeodriftError(_write_error(target, error)) from None
     finally:
-        _PENDING.discard(tmp)
-        if tmp.exists():
-            tmp.unlink()
+        with _signals_held():
+            _PENDING.discard(tmp)
+            if tmp.exists():
+                tmp.unlink()
 
 
 def check_writable(target: str | Path, option: str) -> Path:

@@ -76,6 +76,10 @@ def finish(signum: int) -> None:
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    from geodrift.atomic import defer_signal
+
+    if defer_signal(signum):  # temp-file bookkeeping in progress: raised again when it ends
+        return
     raise Interrupted(signum)
 
 

@@ -132,3 +132,24 @@ def test_atomic_write_interrupted_midway_leaves_no_temp_file(tmp_path: Path) -> 
     code, _, err = _finish(process)
     assert code == 143 and err.strip() == "interrupted (SIGTERM)"
     assert not list(tmp_path.glob(".out.bin.*.tmp")) and not (tmp_path / "out.bin").exists()
+
+
+def test_a_signal_during_temp_file_bookkeeping_is_deferred_then_delivered(tmp_path: Path) -> None:
+    # The bookkeeping of an atomic write (create + register, unregister + remove) is never cut in half:
+    # a SIGTERM sent inside it is held, the block completes, then the interrupt ends the process as usual.
+    script = tmp_path / "held.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "from geodrift import atomic, signals\n"
+        "signals.install()\n"
+        "try:\n"
+        "    with atomic._signals_held():\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        print('block completed', flush=True)\n"
+        "    print('not reached', flush=True)\n"
+        "except signals.Interrupted as interrupt:\n"
+        "    signals.finish(interrupt.signum)\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 143, result.stderr
+    assert result.stdout == "block completed\n"
+    assert result.stderr.strip().splitlines()[-1] == "interrupted (SIGTERM)"
