@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,8 +29,8 @@ def reproduce_command(
     threads: Annotated[int, typer.Option("--threads", help="torch threads per run.")] = 1,
     force: Force = False, dpi: Dpi = 150, quiet: Quiet = False,
 ) -> None:
-    """Proofs, the embedded scan, the MLP tables, drift, App. F, the data-size experiment and the transformer
-    ablations (compression: a marked hook), every claim with its verdict, criterion and command."""
+    """Proofs, the embedded scan, the MLP tables, drift, App. F, the data-size experiment, the transformer
+    ablations and the compression experiments, every claim with its verdict, criterion and command."""
     from geodrift.errors import GeodriftError
     from geodrift.render.figures import check_dpi
     from geodrift.render.paper_report import write_report
@@ -54,8 +54,12 @@ def reproduce_command(
                               threads=threads, on_stage=bar.note, on_status=sweep_reporter(bar))
     written = write_report(rep, out, dpi)
     sims = [s for s in rep.sections if s.kind == "sim"]
-    verdicts = [v for s in sims if s.result is not None for v in s.result.verdicts]  # type: ignore[union-attr]
-    holds = sum(v.verdict == "holds" for v in verdicts)
     announce(f"wrote {written[0]} ({len(written)} files)", quiet=quiet)
-    typer.echo(f"geodrift reproduce ({mode}): {holds}/{len(verdicts)} simulator claims hold; "
-               f"{len(sims)} simulator sections in {(time.perf_counter() - t0) / 60:.1f} min; report {written[0]}")
+    typer.echo(f"geodrift reproduce ({mode}): {_holding(rep.sections, 'sim')} simulator claims hold, "
+               f"{_holding(rep.sections, 'compress')} compression claims; {len(sims)} simulator sections in "
+               f"{(time.perf_counter() - t0) / 60:.1f} min; report {written[0]}")
+
+
+def _holding(sections: list[Any], kind: str) -> str:
+    verdicts = [v for s in sections if s.kind == kind and s.result is not None for v in s.result.verdicts]
+    return f"{sum(v.verdict == 'holds' for v in verdicts)}/{len(verdicts)}"

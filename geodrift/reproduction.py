@@ -1,4 +1,5 @@
-"""The whole reproduction in one call: proofs, the embedded scan, every simulator preset through the sweep runner.
+"""The whole reproduction in one call: proofs, the embedded scan, every simulator preset through the sweep runner,
+and the compression experiments.
 
 ``reproduce_paper(mode, out, ...)`` runs, in order:
 
@@ -6,12 +7,14 @@
 2. the scan of the embedded SmolLM2-135M (``geodrift.scan``), k = 8, 100 null draws;
 3. every simulator section of :func:`plan` as one sweep (``geodrift.sweep``; all runs of all
    presets share the pool), each section's records under ``<out>/runs/<section>/``;
-4. the hooks in :data:`EXTRA_SECTIONS` (compression, ``geodrift compress``, is not yet run by the
-   reproduction: its hook is a marked placeholder that says so and names the commands, never a number).
+4. the compression sections of :func:`compress_plan` on the embedded SmolLM2-135M, loaded once:
+   ``geodrift compress prune`` (the paper's pruning corollary) and ``geodrift compress share`` (its
+   shared-basis corollary), each judged by its own criteria.
 
-Modes: ``full`` (the README's commands: hours on 2 cores), ``quick`` (shorter runs, one seed; about
-30 minutes on the shared 2-core CPU), ``smoke`` (seconds per run; for tests). Each section keeps the
-equivalent ``geodrift`` command, so every number in the report says how to re-run it alone.
+Modes: ``full`` (the README's commands: hours on 2 cores), ``quick`` (shorter runs, one seed, reduced
+compression; about 30 minutes on the shared 2-core CPU), ``smoke`` (seconds per run; for tests).
+Each section keeps the equivalent ``geodrift`` command, so every number in the report says how to
+re-run it alone.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from geodrift.compress.prune import PruneResult, PruneSpec
+from geodrift.compress.share_run import ShareResult, ShareSpec
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.prove import run_claims
@@ -64,9 +69,9 @@ class Section:
 
     key: str
     title: str
-    kind: str  # proofs | scan | sim | hook
+    kind: str  # proofs | scan | sim | compress
     command: str
-    result: ProveReport | Report | Reproduction | None = None
+    result: ProveReport | Report | Reproduction | PruneResult | ShareResult | None = None
     note: str = ""
 
 
@@ -122,16 +127,94 @@ def plan(mode: str) -> list[SimSection]:
     return mid + llama + mlp
 
 
-def compression_hook(mode: str, out: Path) -> Section:
-    """HOOK: ``geodrift compress`` is not yet a section of the reproduction; this says so, never a number."""
-    return Section("compression", "Compression", "hook", "geodrift compress prune; geodrift compress share",
-                   note="not run by geodrift reproduce yet: run geodrift compress prune and geodrift compress "
-                        "share (README, Compression); replace geodrift.reproduction.compression_hook to add them. "
-                        "No number is reported.")
+@dataclass(frozen=True)
+class CompressPlan:
+    """The compression sections of a mode: ``compress prune`` then ``compress share`` on one loaded model.
+
+    Attributes:
+        prune, share: the two experiments' specs (``share`` None: not run in this mode).
+        seq_len, calib_windows, eval_windows: the text windows (as the commands' options).
+    """
+
+    prune: PruneSpec
+    share: ShareSpec | None
+    seq_len: int = 128
+    calib_windows: int = 4
+    eval_windows: int = 8
+
+    def command(self, kind: str) -> str:
+        """The stand-alone ``geodrift compress prune|share`` command behind a section's numbers."""
+        spec: PruneSpec | ShareSpec = self.prune if kind == "prune" else self.share or ShareSpec()
+        default = PruneSpec() if kind == "prune" else ShareSpec()
+        windows = {"seq_len": (self.seq_len, 128), "eval_windows": (self.eval_windows, 8)}
+        if kind == "prune":
+            windows["calib_windows"] = (self.calib_windows, 4)
+        changed = {f.name: (getattr(spec, f.name), getattr(default, f.name)) for f in fields(spec)} | windows
+        parts = [f"geodrift compress {kind}"]
+        for name, (value, was) in changed.items():
+            if value != was:
+                text = ",".join(map(str, value)) if isinstance(value, tuple) else str(0 if value is None else value)
+                parts.append(f"--{name.replace('_', '-')} {text}")
+        return " ".join(parts)
 
 
-# Sections added after the simulators; each takes (mode, out) and returns a Section.
-EXTRA_SECTIONS: list[Callable[[str, Path], Section]] = [compression_hook]
+def compress_plan(mode: str) -> CompressPlan:
+    """The compression experiments of a mode: the commands' defaults in ``full`` (the README's numbers);
+    ``quick``: n = 1..4 without the greedy search, one sharing ratio, 4 held-out windows; ``smoke``: a
+    2-layer prune on short windows, no sharing (its SVDs alone take about a minute).
+
+    Raises:
+        GeodriftError: on an unknown mode.
+    """
+    if mode not in MODES:
+        raise GeodriftError(f"--mode {mode!r}: use one of {', '.join(MODES)}")
+    if mode == "full":
+        return CompressPlan(PruneSpec(), ShareSpec())
+    if mode == "quick":
+        return CompressPlan(PruneSpec(max_remove=4, methods=("geom-v1", "geom-s2wa", "block-influence", "angular")),
+                            ShareSpec(ratios=(0.1,)), eval_windows=4)
+    return CompressPlan(PruneSpec(max_remove=2, methods=("geom-v1", "block-influence"), random_seeds=2,
+                                  null_draws=10), None, seq_len=32, calib_windows=2, eval_windows=2)
+
+
+def run_compression(mode: str, threads: int = 1,
+                    on_stage: Callable[[str], None] = lambda message: None) -> list[Section]:
+    """The compression sections of ``mode`` on the embedded SmolLM2-135M (loaded once for both).
+
+    Args:
+        mode: see :func:`compress_plan`; threads: torch CPU threads meanwhile (restored after).
+
+    Returns:
+        Two sections, ``compress-prune`` and ``compress-share`` (the latter with a note and no result
+        where the mode does not run it).
+    """
+    import torch
+
+    from geodrift.compress.model import load_setup
+    from geodrift.compress.prune import run_prune
+    from geodrift.compress.share_run import run_share
+
+    p = compress_plan(mode)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        on_stage("compression: loading the embedded SmolLM2-135M and the corpus")
+        setup = load_setup(None, None, seq_len=p.seq_len, calib_windows=p.calib_windows,
+                           eval_windows_count=p.eval_windows)
+        on_stage("compression: layer pruning (geodrift compress prune)")
+        prune = Section("compress-prune", "Compression: which layers can go? (layer pruning)", "compress",
+                        p.command("prune"), run_prune(setup, p.prune))
+        share = Section("compress-share", "Compression: which space should a shared basis live in?", "compress",
+                        p.command("share") if p.share is not None else "geodrift compress share")
+        if p.share is None:
+            share.note = (f"not run in {mode} mode (the bases' SVDs alone take about a minute); geodrift reproduce "
+                          "--quick and the full mode run it. No number is reported.")
+        else:
+            on_stage("compression: shared bases (geodrift compress share)")
+            share.result = run_share(setup, p.share)[0]
+    finally:
+        torch.set_num_threads(before)
+    return [prune, share]
 
 
 def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", workers: int = 2,
@@ -147,7 +230,7 @@ def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", worke
         on_stage: told before each stage; on_status: the sweep's progress.
 
     Returns:
-        The sections (proofs, scan, simulators, hooks) with results and provenance.
+        The sections (proofs, scan, simulators, compression) with results and provenance.
 
     Raises:
         GeodriftError: bad options; a stage that cannot start (e.g. the embedded model missing).
@@ -179,7 +262,7 @@ def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", worke
         except GeodriftError as error:
             section.note = str(error)
         sections.append(section)
-    sections += [hook(mode, out) for hook in EXTRA_SECTIONS]
+    sections += run_compression(mode, threads, on_stage)
     return PaperReproduction(mode, sections, time.perf_counter() - t0, software_versions(), git_revision(),
                              f"{platform.machine()}, {platform.processor() or 'cpu'}; backend {backend}, "
                              f"{workers} worker(s) x {threads} thread(s)")

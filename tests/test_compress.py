@@ -204,3 +204,32 @@ def test_share_run_compares_every_policy_and_judges_every_projection(setup) -> N
     assert groups_of(5, 2) == [[0, 1], [2, 3], [4]]
     assert Assignment("x", {"attn_q": "input"}).needs({"attn_q": (32, 32)}, [[0, 1]], 0.5) == {
         ("attn_q", "input", 0): rank_for("input", (32, 32), 2, 0.5)}
+
+
+def _curves(geom: list[float], randoms: list[list[float]]) -> tuple[list, list]:
+    from geodrift.compress.prune import Curve
+
+    n = len(geom)
+    removed = [list(range(i + 1)) for i in range(n)]
+    return ([Curve("geom-v1", removed, geom, [0.1] * n)],
+            [Curve(f"random-{s}", removed, r, [0.1] * n) for s, r in enumerate(randoms)])
+
+
+@pytest.mark.parametrize(("geom", "verdict"), [([20.0, 25.0], "holds"), ([200.0, 400.0], "fails"),
+                                                ([41.0, 52.0], "tie")])
+def test_the_pruning_verdict_compares_with_the_random_orders_spread(geom: list[float], verdict: str) -> None:
+    from geodrift.compress.prune import prune_verdicts
+
+    curves, randoms = _curves(geom, [[40.0, 50.0], [44.0, 56.0], [38.0, 47.0]])
+    got = prune_verdicts(curves, randoms, [])
+    assert [v.verdict for v in got] == [verdict] and "random" in got[0].measured
+
+
+def test_the_agreement_verdict_needs_a_positive_significant_rank_correlation() -> None:
+    from geodrift.compress.prune import prune_verdicts
+
+    curves, randoms = _curves([40.0], [[40.0], [41.0]])
+    rows = [{"data_free": "geom-v1", "reference": "block-influence", "rho": rho, "p_value": p, "layers": 30}
+            for rho, p in ((0.6, 0.001), (0.3, 0.11), (-0.6, 0.001))]
+    assert [prune_verdicts(curves, randoms, [r])[1].verdict for r in rows] == ["holds", "fails", "fails"]
+    assert len(prune_verdicts(curves, randoms[:1], [])) == 0  # one random seed: no spread, no verdict

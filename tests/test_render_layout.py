@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from geodrift.cli.main import app
 from geodrift.continuity import Report
 from geodrift.render import console, fmt
-from geodrift.render.layout import Col, Grid, grid_tables, plain
+from geodrift.render.layout import Col, Grid, grid_markdown, grid_tables, plain
 from geodrift.render.sim import render_reproduction
 from geodrift.sim.reproduce import assemble
 
@@ -144,3 +144,11 @@ def test_scan_files_get_the_users_umask_and_quiet_prints_nothing_on_stderr(tmp_p
     for name in ("s.json", "s.csv", "s.pairs.csv"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o644
     assert result.stderr == ""  # --quiet: nothing on stderr
+
+
+def test_a_grid_in_markdown_keeps_every_cell_and_escapes_pipes():
+    grid = Grid("t", [Col("Proj", "left"), Col("|cos|")], caption="floor 0.05")
+    grid.add("Q", "[dim]0.419[/dim]\n(null 0.03)")
+    lines = grid_markdown(grid)
+    assert lines[:4] == ["**t**", "", "| Proj | \\|cos\\| |", "|---|---:|"]
+    assert lines[4] == "| Q | 0.419<br>(null 0.03) |" and "*floor 0.05*" in lines

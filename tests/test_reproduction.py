@@ -1,4 +1,4 @@
-"""`geodrift reproduce --smoke`: the whole pipeline (proofs, scan, sweep of two presets, hook) into one report."""
+"""`geodrift reproduce --smoke`: the whole pipeline (proofs, scan, sweep of two presets, compression) into one report."""
 
 from __future__ import annotations
 
@@ -17,29 +17,35 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
         main(["reproduce", "--smoke", "--out", str(out), "--workers", "2", "--quiet"])
     assert exit_info.value.code == 0
     summary = capsys.readouterr().out
-    assert re.search(r"geodrift reproduce \(smoke\): \d+/\d+ simulator claims hold", summary)
+    assert re.search(r"geodrift reproduce \(smoke\): \d+/\d+ simulator claims hold, \d+/[1-9]\d* compression claims",
+                     summary)
     md = (out / "report.md").read_text()
     # provenance
     assert re.search(r"git revision: `[0-9a-f]{40}`", md) and "torch 2." in md
     # every section, its command, and its figures (files that exist)
-    for key in ("proofs", "scan", "mlp-smoke", "transformer-tiny", "compression"):
+    for key in ("proofs", "scan", "mlp-smoke", "transformer-tiny", "compress-prune", "compress-share"):
         assert f'<a id="{key}"></a>' in md
     assert "Command: `geodrift simulate mlp --preset smoke --seeds 42" in md
     for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
         assert (out / link).is_file(), link
     assert any(p.name.startswith("mlp-smoke_continuity") for p in (out / "figures").iterdir())
-    # claims: verdict and criterion per row; the scan's rows carry nulls; the hook is marked, not faked
+    assert "Command: `geodrift compress prune --max-remove 2 --methods geom-v1,block-influence" in md
+    assert (out / "figures" / "compress-prune.png").is_file()
+    # claims: verdict and criterion per row; the scan's rows carry nulls; pruning is judged against random
+    # orders; what smoke mode leaves out (sharing) is marked, with no number
     rows = [line for line in md.splitlines() if line.startswith("| [")]
     assert any("[scan]" in r and "null" in r and ("**holds**" in r or "**fails**" in r) for r in rows)
     assert any("[transformer-tiny]" in r and "permutation null" in r for r in rows)
-    assert any("[compression]" in r and "**not run**" in r and "not run by geodrift reproduce yet" in r for r in rows)
+    assert any("[compress-prune]" in r and "beats random removal" in r and "random orders' mean" in r
+               and re.search(r"\*\*(holds|fails|tie)\*\*", r) for r in rows)
+    assert any("[compress-share]" in r and "**not run**" in r and "not run in smoke mode" in r for r in rows)
     data = json.loads((out / "report.json").read_text())
     assert data["kind"] == "paper_reproduction" and data["mode"] == "smoke"
     assert {s["key"] for s in data["sections"]} >= {"proofs", "scan", "mlp-smoke", "transformer-tiny"}
     from test_output_schema import _documented
 
     _documented(data, "## kind: `paper_reproduction`", "## kind: `reproduction`", "## kind: `continuity_report`",
-                "## kind: `proofs`")
+                "## kind: `proofs`", "## kind: `compress_prune`")
     # the records are where a sweep writes them; a second run without --resume/--force is refused
     assert (out / "runs" / "mlp-smoke" / "Res+ReLU" / "seed42" / "run.json").is_file()
     with pytest.raises(SystemExit) as again:
@@ -53,3 +59,14 @@ def test_the_quick_plan_covers_the_papers_grids_and_the_full_plan_adds_the_long_
     full = {s.key for s in plan("full")}
     assert {"datasize", "mid-silu", "mid-none", "table1-9380"} <= full
     assert all(len(s.seeds) == 1 for s in plan("quick"))
+
+
+def test_each_compression_section_names_the_command_that_reproduces_it():
+    from geodrift.reproduction import compress_plan
+
+    full, quick = compress_plan("full"), compress_plan("quick")
+    assert full.command("prune") == "geodrift compress prune" and full.command("share") == "geodrift compress share"
+    assert quick.command("prune") == ("geodrift compress prune --max-remove 4 --methods "
+                                      "geom-v1,geom-s2wa,block-influence,angular --eval-windows 4")
+    assert quick.command("share") == "geodrift compress share --ratios 0.1 --eval-windows 4"
+    assert compress_plan("smoke").share is None

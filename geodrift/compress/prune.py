@@ -10,6 +10,7 @@ compares each data-free score with Block Influence, the angular distance of sing
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,9 +22,13 @@ from scipy.stats import spearmanr
 from geodrift.compress import rank
 from geodrift.compress.model import Setup, layer_states, perplexity_of, spread, window_nll
 from geodrift.continuity import MeasureSpec
+from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
 
 METHODS = ("geom-v1", "geom-s2wa", "block-influence", "angular", "greedy")
+BEATS_RANDOM = ("mean held-out log-perplexity over n = 1..N below the random orders' mean by more than 2 of their "
+                "standard deviations over seeds (holds); above by more than 2 (fails); otherwise tie")
+AGREES = "Spearman rho of the per-layer removability > 0 with p < 0.05 over the model's layers (else fails)"
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class PruneResult:
     seconds: dict[str, float]
     eval_seconds: float
     notes: list[str] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -207,13 +213,56 @@ def run_prune(setup: Setup, spec: PruneSpec, progress: Progress | None = None) -
     notes = [f"{len(cache)} distinct layer sets evaluated on {setup.evaluation.shape[0]} held-out windows"]
     if greedy_nll:
         notes.append("greedy calibration perplexity by step: " + ", ".join(f"{math.exp(v):.1f}" for v in greedy_nll))
+    correlations = _correlations(scores, L)
     return PruneResult(
         model=setup.label, n_layers=L, corpus=setup.corpus, seq_len=setup.evaluation.shape[1] - 1,
         calib_windows=setup.calib.shape[0], eval_windows=setup.evaluation.shape[0],
         baseline_ppl=perplexity_of(base), baseline_nll_se=spread(base), curves=curves,
         random_mean=by_n.mean(0).tolist(), random_std=by_n.std(0).tolist(), random_curves=random_curves,
-        scores=scores, geometry=floors, spearman=_correlations(scores, L), seconds=seconds, eval_seconds=eval_seconds, notes=notes,
+        scores=scores, geometry=floors, spearman=correlations, seconds=seconds, eval_seconds=eval_seconds, notes=notes,
+        verdicts=prune_verdicts(curves, random_curves, correlations),
     )
+
+
+def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: list[dict[str, Any]]) -> list[Verdict]:
+    """The paper's pruning corollary, judged for each data-free geometry ranking that ran.
+
+    Two claims per geometry method: its removal order beats random removal (:data:`BEATS_RANDOM`,
+    needs at least 2 random seeds), and it agrees with ShortGPT's Block Influence (:data:`AGREES`,
+    when Block Influence ran). The criteria use the random orders' spread and the rank test's p-value,
+    never a published number.
+
+    Args:
+        curves: the ranking methods' curves; random_curves: one per random seed (same n = 1..N);
+        spearman: the rows of ``PruneResult.spearman``.
+
+    Returns:
+        One ``Verdict`` (``holds``, ``fails`` or ``tie``) per claim, in method order.
+
+    Example:
+        >>> c = Curve("geom-v1", [[3]], [40.0], [0.1])
+        >>> r = [Curve(f"random-{s}", [[s]], [p], [0.1]) for s, p in enumerate((50.0, 52.0))]
+        >>> prune_verdicts([c], r, [])[0].verdict
+        'holds'
+    """
+    out = []
+    logs = [statistics.fmean(math.log(p) for p in c.ppl) for c in random_curves]
+    for c in curves:
+        if not c.method.startswith("geom-"):
+            continue
+        if len(logs) >= 2:
+            mine, mu, sd = statistics.fmean(math.log(p) for p in c.ppl), statistics.fmean(logs), statistics.stdev(logs)
+            verdict = "holds" if mine < mu - 2 * sd else "fails" if mine > mu + 2 * sd else "tie"
+            out.append(Verdict(f"Continuity tells which layers can go: the {c.method} order beats random removal",
+                               BEATS_RANDOM, f"mean log ppl {mine:.3f} vs random {mu:.3f} ± {sd:.3f} "
+                               f"({len(logs)} seeds; n = 1..{len(c.ppl)})", verdict))
+        row = next((r for r in spearman if r["data_free"] == c.method and r["reference"] == "block-influence"), None)
+        if row is not None:
+            agrees = row["rho"] > 0 and row["p_value"] < 0.05
+            out.append(Verdict(f"The {c.method} order agrees with Block Influence (ShortGPT)", AGREES,
+                               f"rho {row['rho']:+.3f}, p {row['p_value']:.2g} ({row['layers']} layers)",
+                               "holds" if agrees else "fails"))
+    return out
 
 
 def _removability(name: str, values: list[float]) -> list[float]:

@@ -17,6 +17,7 @@ from geodrift.compress.share_run import ShareResult
 from geodrift.render import console, fmt
 from geodrift.render.figures import COLUMN_WIDTH_IN, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
+from geodrift.render.verdicts import verdict_grid
 
 _VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "tie": "yellow"}
 
@@ -63,7 +64,11 @@ def prune_grids(result: PruneResult) -> list[Grid]:
     for stage, s in result.seconds.items():
         cost.add(stage, f"{s:.1f}", f"{s / max(result.eval_seconds, 1e-9):.1f}")
     cost.add("one evaluation", f"{result.eval_seconds:.1f}", "1.0")
-    return [ppl, sets, scores, floors, corr, cost] if result.geometry else [ppl, sets, scores, corr, cost]
+    grids = [ppl, sets, scores, floors, corr, cost] if result.geometry else [ppl, sets, scores, corr, cost]
+    if result.verdicts:
+        grids.insert(1, verdict_grid(result.verdicts, "The paper's pruning corollary, judged (criteria from the random "
+                                     "orders' spread and the rank test, not from any published number)"))
+    return grids
 
 
 def render_prune(result: PruneResult, wide: bool = False) -> None:

@@ -135,6 +135,17 @@ def at_least(base: Console, width: int) -> Iterator[Console]:
                   no_color=base.no_color, highlight=False)
 
 
+def grid_markdown(grid: Grid) -> list[str]:
+    """``grid`` as a Markdown table (markup removed, a cell's lines joined by ``<br>``), title above, caption below."""
+    def cell(markup: str) -> str:
+        return plain(markup).replace("|", "\\|").replace("\n", "<br>")
+
+    lines = [f"**{cell(grid.title)}**", "", "| " + " | ".join(cell(c.header) for c in grid.columns) + " |",
+             "|" + "".join("---|" if c.justify == "left" else "---:|" for c in grid.columns)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in grid.rows]
+    return [*lines, *(["", f"*{cell(grid.caption)}*"] if grid.caption else []), ""]
+
+
 def plain(markup: str) -> str:
     """The text a cell shows (markup removed)."""
     return Text.from_markup(markup).plain

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from geodrift.atomic import document, write_json, write_text
+from geodrift.compress.prune import PruneResult
+from geodrift.compress.share_run import ShareResult
 from geodrift.continuity import Report, Stat
 from geodrift.prove.runner import ProveReport
+from geodrift.render.layout import grid_markdown
 from geodrift.reproduction import PaperReproduction, Section
 from geodrift.sim.reference import PAPER_TABLE2
 from geodrift.sim.reproduce import COLUMN_TITLES, Reproduction
@@ -59,6 +62,14 @@ def _figures(s: Section, figures: Path, dpi: int) -> list[Path]:
 
         path = write_proofs_plot(s.result, figures / "proofs.png", dpi)
         return [path] if path is not None else []
+    if isinstance(s.result, PruneResult):
+        from geodrift.render.compress import plot_prune
+
+        return [plot_prune(s.result, figures / f"{s.key}.png", dpi)]
+    if isinstance(s.result, ShareResult):
+        from geodrift.render.compress import plot_share
+
+        return [plot_share(s.result, figures / f"{s.key}.png", dpi)]
     return []
 
 
@@ -84,8 +95,14 @@ def _claims(rep: PaperReproduction) -> list[str]:
 
 
 def _verdicts(s: Section) -> list[tuple[str, str, str, str]]:
-    if isinstance(s.result, Reproduction):
+    if isinstance(s.result, Reproduction | PruneResult):
         return [(v.claim, v.criterion, v.measured, v.verdict) for v in s.result.verdicts]
+    if isinstance(s.result, ShareResult):
+        return [(f"{v.label}: a basis shared across layers belongs in "
+                 + (f"{v.predicted} space (at equal parameters it beats the other space)" if v.predicted != "neither"
+                    else "neither space (sharing does not beat a private SVD)"), v.criterion,
+                 "; ".join(f"{k}: {d['mean']:+.4f} ± {d['se']:.4f} nats" for k, d in v.differences.items())
+                 + f" (alone at {s.result.alone_ratio:.0%} removed)", v.verdict) for v in s.result.verdicts]
     if isinstance(s.result, Report):
         out = []
         for r in s.result.roles:
@@ -108,6 +125,8 @@ def _section(s: Section, figures: list[Path], folder: Path) -> list[str]:
         lines += _sim_table(s.result)
     elif isinstance(s.result, Report):
         lines += _scan_table(s.result)
+    elif isinstance(s.result, PruneResult | ShareResult):
+        lines += _compress_tables(s.result)
     lines += [f"![{s.key}]({p.relative_to(folder).as_posix()})" for p in figures]
     return [*lines, ""]
 
@@ -142,6 +161,21 @@ def _scan_table(report: Report) -> list[str]:
                      f"({v.null_mean:.3f} ± {v.null_std:.3f}) | {u.mean:.3f} ({u.null_mean:.3f} ± {u.null_std:.3f}) | "
                      f"{'—' if ref is None else f'{ref:.2f}'} | {r.verdict} |")
     return [*lines, ""]
+
+
+def _compress_tables(result: PruneResult | ShareResult) -> list[str]:
+    # The command's own tables (geodrift.render.compress), as Markdown; the paper tested neither corollary.
+    from geodrift.render.compress import prune_grids, share_grids
+
+    grids = prune_grids(result) if isinstance(result, PruneResult) else share_grids(result)
+    where = ("its introduction and §6: continuity is \"a mechanistic basis for layer pruning\""
+             if isinstance(result, PruneResult) else "Q, K, Gate, Up share an input-space basis, O and Down an "
+             "output-space one, V nothing")
+    lines = [f"The paper states this without testing it ({where}): there is no paper value to compare, and the "
+             "criteria are geodrift's.", ""]
+    for grid in grids:
+        lines += grid_markdown(grid)
+    return [*lines, *(f"- {_md(n)}" for n in result.notes), ""]
 
 
 def _md(text: str) -> str:

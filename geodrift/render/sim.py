@@ -15,11 +15,10 @@ from geodrift.continuity import Report, Stat
 from geodrift.render import console, fmt
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.scan import render_scan, sparkline
+from geodrift.render.verdicts import verdict_grid
 from geodrift.sim.reference import PAPER_TABLE2, PAPER_TABLE2_SPACE
 from geodrift.sim.reproduce import COLUMN_TITLES, Reproduction
 from geodrift.weights import ROLE_LABELS
-
-_VERDICT_STYLE = {"holds": "[green]holds[/green]", "fails": "[red]fails[/red]", "n/a": "[dim]n/a[/dim]"}
 
 
 def _cell(stat: Stat | None, paper: float | str | None, col: str) -> str:
@@ -51,16 +50,6 @@ def comparison_grid(rep: Reproduction) -> Grid:
     for spec in rep.specs:
         stats, paper = rep.stats.get(spec.label, {}), rep.paper.get(spec.label, {})
         grid.add(escape(spec.label), *(_cell(stats.get(c), paper.get(c), c) for c in rep.columns))
-    return grid
-
-
-def verdict_grid(rep: Reproduction) -> Grid:
-    """One row per claim: criterion (derived from noise floors and seed spread), measurement, verdict."""
-    grid = Grid("Claims (criteria from the noise floors and seed spread, not from the paper's values)",
-                [Col("claim", "left", prose=True), Col("criterion", "left", prose=True),
-                 Col("geodrift measured", "left", prose=True), Col("verdict", "center")], lines=True)
-    for v in rep.verdicts:
-        grid.add(escape(v.claim), escape(v.criterion), escape(v.measured), _VERDICT_STYLE.get(v.verdict, v.verdict))
     return grid
 
 
@@ -140,7 +129,8 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
         if reference is not None:
             print_grid(reference_grid(rep, reference), wide=wide)
     if rep.verdicts:
-        print_grid(verdict_grid(rep), wide=wide)
+        print_grid(verdict_grid(rep.verdicts, "Claims (criteria from the noise floors and seed spread, not from the "
+                                "paper's values)"), wide=wide)
     for note in rep.notes:
         console.print(f"[dim]• {note}[/dim]")
     walls = [r.timing.get("wall_s", 0.0) / max(1.0, r.timing.get("members", 1.0)) for r in rep.records]

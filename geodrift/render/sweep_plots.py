@@ -13,6 +13,7 @@ from geodrift.render.figures import RANDOM_LABEL, draw_random_floor, label_outer
 from geodrift.sim.reproduce import COLUMN_TITLES, Reproduction
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+_STEP_STYLES = ("-", (0, (4, 1, 1, 1)), (0, (1, 1)))  # longest, next, shortest step count
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
@@ -57,7 +58,8 @@ def write_appf_plot(rep: Reproduction, path: str | Path, dpi: int = 300) -> Path
 def write_datasize_plot(rep: Reproduction, path: str | Path, images: dict[str, int], dpi: int = 300) -> Path:
     """The data-size experiment: four panels (W v1, Ḡ v1, Δ_GW, W σ²-WA) against distinct training images.
 
-    One line per architecture and step count (solid: the longer run); W v1's permutation-null mean is
+    One line per architecture and step count (solid: the longest run; dash-dotted, dotted: shorter ones, each
+    with its own marker); W v1's permutation-null mean is
     dashed; the random floor is dotted on the similarity panels (Δ_GW is a difference: no floor).
 
     Args:
@@ -79,9 +81,10 @@ def write_datasize_plot(rep: Reproduction, path: str | Path, images: dict[str, i
                 if not rows:
                     continue
                 color = _COLORS[archs.index(arch) % 6]
-                ls = "-" if tail == steps[-1] else (0, (1, 1))
-                ax.plot([r[0] for r in rows], [r[1] for r in rows], color=color, ls=ls, marker="o",
-                        label=f"{arch}, {tail}")
+                # The longest run solid; shorter ones dotted / dash-dotted, each with its own marker.
+                rank = len(steps) - 1 - steps.index(tail)
+                ax.plot([r[0] for r in rows], [r[1] for r in rows], color=color, ls=_STEP_STYLES[min(rank, 2)],
+                        marker="os^"[min(rank, 2)], ms=3, label=f"{arch}, {tail}")
                 if metric == "W v1":
                     ax.plot([r[0] for r in rows], [r[2].mean if r[2] else float("nan") for r in rows],
                             color=color, ls="--", lw=0.6, label="W v1 permutation null (dashed)")

@@ -364,13 +364,18 @@ def _mlp_claims(preset_name: str, j: Judge) -> list[Verdict]:
               relus + rest, lowest > highest, [f"lowest Res+ReLU W v1 {lowest:.3f}", f"highest other {highest:.3f}"])
     elif preset_name == "datasize":
         counts = sorted({int(lab.rsplit(" ", 2)[-2]) for lab in j.stats if lab.endswith(" steps")})
-        for n in counts[-1:]:
+        for n in counts:
             more, base = (f"Res+ReLU [mnist5k-aug60k] {n} steps", "W v1"), (f"Res+ReLU [mnist5k] {n} steps", "W v1")
             j.add(f"More distinct images raise Res+ReLU's weight continuity ({n} steps)",
                   f"W v1 on mnist5k-aug60k exceeds W v1 on mnist5k {ex}", [more, base], j.exceeds(more, base))
             keep = (f"Res+None [mnist5k-aug60k] {n} steps", "Gcum v1")
             j.add(f"Without memorisation Res+None's cumulative gradient stays coherent ({n} steps)",
                   f"Res+None Ḡ v1 on mnist5k-aug60k {coh}", [keep], j.coherent(*keep))
+        if len(counts) > 1:
+            longer, shorter = ((f"Res+ReLU [mnist5k-aug60k] {n} steps", "W v1") for n in (counts[-1], counts[0]))
+            j.add("On data that is not memorised, Res+ReLU's weight continuity rises with training",
+                  f"W v1 on mnist5k-aug60k at {counts[-1]} steps exceeds W v1 at {counts[0]} steps {ex}",
+                  [longer, shorter], j.exceeds(longer, shorter))
     elif preset_name == "ema":
         j.add("Weight v1 aligns with the long-term gradient average",
               f"align(W v1, EMA0.999 v1) exceeds align(W v1, raw G v1) {ex}",
