@@ -55,7 +55,7 @@ def mlp_command(
     force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """The toy residual MLP (paper section 4). Named ablations: nores, ln, ln_post, ln_branch, relu, gelu, silu,
-    tanh, none, radial."""
+    tanh, none, radial, radial_rms."""
     _simulate("mlp", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot, as_json,
               checkpoint_every, threads, detail, batched=batch_seeds,
               shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
@@ -83,8 +83,8 @@ def transformer_command(
     backend: Backend = None, workers: Workers = None, address: Address = None, gpus_per_run: GpusPerRun = 0.0,
     force: Force = False, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
-    """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial, nores,
-    nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial."""
+    """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial,
+    radial_rms, nores, nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial, v_radial_rms."""
     _simulate("transformer", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot,
               as_json, checkpoint_every, threads, detail, text={"tokenizer": tokenizer, "vocab": vocab},
               smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},

@@ -118,6 +118,7 @@ def plan(mode: str) -> list[SimSection]:
            SimSection("drift", "Drift (Fig. 2)", "mlp", "drift", one, 4690),
            SimSection("ema", "Table 4 (EMA alignment)", "mlp", "ema", one),
            SimSection("appf", "App. F", "mlp", "appf", seeds3, 938),
+           SimSection("appf-9380", "App. F at the paper's 9,380 steps", "mlp", "appf", one),
            SimSection("datasize", "Data-size experiment", "mlp", "datasize", one)]
     llama = [SimSection(f"transformer-{a or 'silu'}", t, "transformer", "cpu", (42, 43), None, (a,) if a else ())
              for a, t in ablations]

@@ -131,7 +131,7 @@ def test_v_activation_is_applied_to_v_output() -> None:
     assert torch.allclose(attn(x, cos, sin), attn.o_proj(torch.relu(attn.v_proj(x))), atol=1e-6)
 
 
-@pytest.mark.parametrize("activation", ["silu", "relu", "gelu", "none", "radial"])
+@pytest.mark.parametrize("activation", ["silu", "relu", "gelu", "none", "radial", "radial_rms"])
 def test_every_mlp_activation_trains_one_step_finitely(activation: str) -> None:
     m = LlamaLM(30, 16, 2, 2, 32, activation=activation)
     ids = torch.randint(0, 30, (2, 9), generator=torch.Generator().manual_seed(0))

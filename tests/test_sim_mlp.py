@@ -7,7 +7,24 @@ import torch
 
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import MLPConfig, ablate
-from geodrift.sim.mlp import ResidualMLP, build_mlp, get_activation, radial
+from geodrift.sim.mlp import ResidualMLP, build_mlp, get_activation, radial, radial_rms
+
+
+def test_radial_rms_bends_where_the_papers_radial_is_the_identity():
+    # The simulator's MLP at initialisation on the embedded MNIST subset: every layer's pre-activation
+    # norm is so large at D = 256 that tanh(||x||) is 1 to within 1e-4, while tanh(||x|| / sqrt(D)) is not.
+    from geodrift.sim.data import load_dataset
+
+    x = load_dataset("mnist5k").x_train[:64][None]
+    model = ResidualMLP(x.shape[-1], 10, d_model=256, n_layers=16, activation="none", seeds=[42])
+    h = torch.bmm(x, model.embed.mT)
+    for w in model.blocks.detach().mT.unbind(1):
+        pre = torch.bmm(h, w)
+        assert (radial(pre) - pre).norm() < 1e-4 * pre.norm()
+        assert (radial_rms(pre) - pre).norm() > 3e-3 * pre.norm()
+        h = h + pre
+    first = torch.bmm(torch.bmm(x, model.embed.mT), model.blocks.detach().mT[:, 0])
+    assert (radial_rms(first) - first).norm() > 0.3 * first.norm()
 
 
 def test_radial_activation_is_rotation_equivariant():

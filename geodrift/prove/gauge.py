@@ -24,9 +24,9 @@ from geodrift.sim.llama import LlamaAttention, LlamaLM
 from geodrift.sim.mlp import ResidualMLP
 
 # The simulator's activation names: equivariant ones, then element-wise ones.
-MLP_EQUIVARIANT = ("none", "radial")
+MLP_EQUIVARIANT = ("none", "radial", "radial_rms")
 MLP_ELEMENTWISE = ("relu", "leaky_relu", "gelu", "silu", "tanh", "softplus", "sigmoid", "abs")
-V_EQUIVARIANT = ("none", "radial")
+V_EQUIVARIANT = ("none", "radial", "radial_rms")
 V_ELEMENTWISE = ("silu", "relu", "gelu", "tanh")
 
 

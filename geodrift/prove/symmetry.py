@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from geodrift.sim.mlp import radial
+from geodrift.sim.mlp import radial, radial_rms
 
 Act = Callable[[torch.Tensor], torch.Tensor]
 
@@ -37,7 +37,7 @@ def identity(x: torch.Tensor) -> torch.Tensor:
 
 
 # The radial activation is the simulator's own, so the numeric checks test the code that trains.
-EQUIVARIANT: dict[str, Act] = {"linear": identity, "radial_tanh": radial}
+EQUIVARIANT: dict[str, Act] = {"linear": identity, "radial_tanh": radial, "radial_tanh_rms": radial_rms}
 
 
 @dataclass

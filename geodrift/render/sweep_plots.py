@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from geodrift.render.figures import RANDOM_LABEL, draw_random_floor, label_outer, panels, save_figure, style
+from geodrift.render.figures import (
+    RANDOM_LABEL,
+    draw_random_floor,
+    figure_legend,
+    label_outer,
+    panels,
+    save_figure,
+    style,
+)
 from geodrift.sim.reproduce import COLUMN_TITLES, Reproduction
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -51,56 +59,58 @@ def write_appf_plot(rep: Reproduction, path: str | Path, dpi: int = 300) -> Path
         ax.set_xlabel("gradient effective rank (Eq. 3), last mini-batch")
         ax.set_ylabel("final W v1 continuity")
         ax.set_ylim(0, 1)
-        _legend(fig, ax)
+        figure_legend(fig, [ax])
         return save_figure(fig, path, dpi)
 
 
 def write_datasize_plot(rep: Reproduction, path: str | Path, images: dict[str, int], dpi: int = 300) -> Path:
-    """The data-size experiment: four panels (W v1, Ḡ v1, Δ_GW, W σ²-WA) against distinct training images.
+    """The data-size experiment: W v1, Ḡ v1, Δ_GW and W σ²-WA (rows) against distinct training images (left
+    column: one line per architecture and step count) and against optimiser steps (right column: one line per
+    architecture and data set).
 
-    One line per architecture and step count (solid: the longest run; dash-dotted, dotted: shorter ones, each
-    with its own marker); W v1's permutation-null mean is
-    dashed; the random floor is dotted on the similarity panels (Δ_GW is a difference: no floor).
+    Colour = architecture. Left: solid = the longest run, dash-dotted / dotted = shorter ones; right: marker =
+    data set. W v1's permutation-null mean is a thin dashed line of the same colour; the random floor is dotted
+    on the similarity panels (Δ_GW is a difference: no floor).
 
     Args:
         rep: the ``datasize`` reproduction; images: data set name -> distinct training images.
     """
     metrics = ("W v1", "Gcum v1", "delta_gw", "W s2wa(v)")
-    keys = sorted({(_split(s.label)[0], _split(s.label)[2]) for s in rep.specs},
-                  key=lambda k: (k[0], int(k[1].split()[0]) if k[1] else 0))
-    archs = sorted({k[0] for k in keys})
-    steps = sorted({k[1] for k in keys}, key=lambda s: int(s.split()[0]) if s else 0)
+    runs = [(_split(s.label), rep.stats[s.label]) for s in rep.specs if _split(s.label)[1] in images]
+    archs = sorted({arch for (arch, _, _), _ in runs})
+    steps = sorted({tail for (_, _, tail), _ in runs}, key=lambda t: int(t.split()[0]) if t else 0)
+    datas = sorted({data for (_, data, _), _ in runs}, key=lambda d: images[d])
+
+    def line(ax: Any, points: list[tuple[float, Any]], metric: str, color: str, **kw: Any) -> None:
+        points.sort(key=lambda p: p[0])
+        ax.plot([p[0] for p in points], [p[1][metric].mean for p in points], color=color, ms=3, **kw)
+        if metric == "W v1":
+            ax.plot([p[0] for p in points], [p[1]["W v1 null"].mean if "W v1 null" in p[1] else float("nan")
+                                              for p in points],
+                    color=color, ls="--", lw=0.6, label="W v1 permutation null (thin dashed)")
+
     with style():
-        fig, axes = panels(4, cols=2, panel_height=1.6, extra_height=0.9, sharey=False)
-        for ax, metric in zip(axes, metrics, strict=True):
-            for arch, tail in keys:
-                rows = sorted((images[_split(s.label)[1]], rep.stats[s.label][metric].mean,
-                               rep.stats[s.label].get("W v1 null"))
-                              for s in rep.specs if _split(s.label)[0] == arch and _split(s.label)[2] == tail
-                              and _split(s.label)[1] in images)
-                if not rows:
-                    continue
+        fig, axes = panels(8, cols=2, panel_height=1.45, extra_height=1.3, sharey=False)
+        for row, metric in enumerate(metrics):
+            by_images, by_steps = axes[2 * row], axes[2 * row + 1]
+            for arch in archs:
                 color = _COLORS[archs.index(arch) % 6]
-                # The longest run solid; shorter ones dotted / dash-dotted, each with its own marker.
-                rank = len(steps) - 1 - steps.index(tail)
-                ax.plot([r[0] for r in rows], [r[1] for r in rows], color=color, ls=_STEP_STYLES[min(rank, 2)],
-                        marker="os^"[min(rank, 2)], ms=3, label=f"{arch}, {tail}")
-                if metric == "W v1":
-                    ax.plot([r[0] for r in rows], [r[2].mean if r[2] else float("nan") for r in rows],
-                            color=color, ls="--", lw=0.6, label="W v1 permutation null (dashed)")
-            if metric != "delta_gw":
-                draw_random_floor(ax, rep.floor, RANDOM_LABEL)
-            ax.set_xscale("log")
-            ax.set_title(COLUMN_TITLES.get(metric, metric))
-        label_outer(fig, axes, 2, "distinct training images", "value")
-        _legend(fig, axes[0], *axes[1:])
+                for tail in steps:
+                    rank = min(len(steps) - 1 - steps.index(tail), 2)
+                    pts = [(float(images[d]), st) for (a, d, t), st in runs if a == arch and t == tail]
+                    line(by_images, pts, metric, color, ls=_STEP_STYLES[rank], marker="os^"[rank],
+                         label=f"{arch}, {tail or 'preset steps'}")
+                for data in datas:
+                    pts = [(float(t.split()[0]), st) for (a, d, t), st in runs if a == arch and d == data and t]
+                    line(by_steps, pts, metric, color, ls="-", lw=0.8, marker=_MARKERS[datas.index(data) % 6],
+                         label=f"{arch}, {data} ({images[data]:,} images)")
+            for ax in (by_images, by_steps):
+                if metric != "delta_gw":
+                    draw_random_floor(ax, rep.floor, RANDOM_LABEL)
+                ax.set_xscale("log")
+                ax.set_title(COLUMN_TITLES.get(metric, metric))
+        label_outer(fig, axes, 2, "", "value")
+        axes[-2].set_xlabel("distinct training images")
+        axes[-1].set_xlabel("optimiser steps")
+        figure_legend(fig, axes)
         return save_figure(fig, path, dpi)
-
-
-def _legend(fig: Any, *axes: Any) -> None:
-    seen: dict[str, Any] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(label, handle)
-    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=2, handlelength=1.6,
-               columnspacing=1.0)

@@ -37,7 +37,8 @@ PAPER_SEEDS: tuple[int, ...] = (42, 123, 777)
 SIMULATORS: tuple[str, ...] = ("mlp", "transformer")
 MLP_NORMS = ("none", "pre", "post", "branch")
 LLAMA_NORMS = ("pre", "none")
-_ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU", "tanh": "Tanh", "none": "None", "radial": "Radial"}
+_ACT_NAMES = {"relu": "ReLU", "gelu": "GELU", "silu": "SiLU", "tanh": "Tanh", "none": "None", "radial": "Radial",
+              "radial_rms": "RadialRMS"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,8 @@ class MLPConfig:
         d_model: hidden size D (256 in the paper).
         n_layers: number of residual blocks L (16).
         activation: ``relu, gelu, silu, tanh, none, radial`` (``x * tanh(||x||)`` over the feature
-            vector) or any element-wise function of ``torch.nn.functional`` / ``torch`` by name.
+            vector), ``radial_rms`` (``x * tanh(||x|| / sqrt(D))``) or any element-wise function of
+            ``torch.nn.functional`` / ``torch`` by name.
         residual: keep the skip connection.
         norm: LayerNorm placement: ``"none"``; ``"pre"``: ``h + act(W LN(h))`` (the paper does not
             state its placement; pre-norm on the branch input is the natural reading);
@@ -113,9 +115,9 @@ class LlamaConfig:
 
     def __post_init__(self) -> None:
         _check("norm", self.norm, LLAMA_NORMS)
-        _check("activation", self.activation, ("silu", "relu", "gelu", "none", "radial"))
+        _check("activation", self.activation, ("silu", "relu", "gelu", "none", "radial", "radial_rms"))
         _check("attention", self.attention, ("softmax", "linear"))
-        _check("v_activation", self.v_activation, ("none", "radial", "silu", "relu", "gelu", "tanh"))
+        _check("v_activation", self.v_activation, ("none", "radial", "radial_rms", "silu", "relu", "gelu", "tanh"))
         if self.d_model % self.n_heads:
             raise GeodriftError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
 
@@ -263,7 +265,7 @@ def _set(**values: Any) -> Callable[[Any], Any]:
     return lambda c: replace(c, **values)
 
 
-_ACTIVATIONS = {a: _set(activation=a) for a in ("relu", "gelu", "silu", "none", "radial")}
+_ACTIVATIONS = {a: _set(activation=a) for a in ("relu", "gelu", "silu", "none", "radial", "radial_rms")}
 ABLATIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "mlp": {
         **_ACTIVATIONS, "tanh": _set(activation="tanh"), "nores": _set(residual=False),
@@ -272,7 +274,7 @@ ABLATIONS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "transformer": {
         **_ACTIVATIONS, "nores": _set(residual=False), "nonorm": _set(norm="none"),
         "linear_attn": _set(attention="linear"),
-        **{f"v_{a}": _set(v_activation=a) for a in ("silu", "relu", "gelu", "tanh", "radial")},
+        **{f"v_{a}": _set(v_activation=a) for a in ("silu", "relu", "gelu", "tanh", "radial", "radial_rms")},
     },
 }
 
@@ -363,7 +365,8 @@ def _appf(extra: tuple[str, ...] = ()) -> list[RunSpec]:
 
 def _datasize() -> list[RunSpec]:
     # The MLP gap experiment: distinct training images x optimiser steps, three symmetry cases.
-    rows = (MLPConfig(), MLPConfig(activation="none"), MLPConfig(activation="radial"))
+    rows = (MLPConfig(), MLPConfig(activation="none"), MLPConfig(activation="radial"),
+            MLPConfig(activation="radial_rms"))
     return [RunSpec("mlp", f"{data_label(c.name(), d)} {n} steps", c, ImageData(d), TrainConfig(steps=n),
                     TrackConfig()) for n in DATASIZE_STEPS for d in DATASIZE_DATA for c in rows]
 

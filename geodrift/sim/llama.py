@@ -12,7 +12,8 @@ Ablation switches (constructor arguments; the paper's names in brackets):
 
 - ``activation``: the MLP nonlinearity on Gate's output: ``silu`` (SwiGLU, default), ``relu``,
   ``gelu`` (exact erf form), ``none`` (bilinear ``down((gate x) * (up x))``, [Res+None+Norm]) or
-  ``radial`` (``g * tanh(||g||)`` over each token's ``d_ff`` vector: rotation-equivariant).
+  ``radial`` (``g * tanh(||g||)`` over each token's ``d_ff`` vector: rotation-equivariant) or
+  ``radial_rms`` (``g * tanh(||g|| / sqrt(d_ff))``, the same on the features' root-mean-square).
 - ``residual=False``: ``h <- f(norm(h))`` instead of ``h <- h + f(norm(h))`` [NoRes].
 - ``norm="none"``: every RMSNorm (and the final one) replaced by the identity [NoNorm]; ``"pre"``
   (default) is Llama's RMSNorm pre-norm.
@@ -44,11 +45,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.mlp import radial
+from geodrift.sim.mlp import radial, radial_rms
 from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES, WeightSet
 
-MLP_ACTIVATIONS: tuple[str, ...] = ("silu", "relu", "gelu", "none", "radial")
-V_ACTIVATIONS: tuple[str, ...] = ("none", "radial", "silu", "relu", "gelu", "tanh")
+MLP_ACTIVATIONS: tuple[str, ...] = ("silu", "relu", "gelu", "none", "radial", "radial_rms")
+V_ACTIVATIONS: tuple[str, ...] = ("none", "radial", "radial_rms", "silu", "relu", "gelu", "tanh")
 ATTENTIONS: tuple[str, ...] = ("softmax", "linear")
 
 def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -63,6 +64,8 @@ def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
     if name == "radial":
         # sigma_rad(g) = g * tanh(||g||), norm over the feature axis of one token: SO(d)-equivariant.
         return radial(x)
+    if name == "radial_rms":
+        return radial_rms(x)
     return x  # "none"
 
 

@@ -371,6 +371,12 @@ def _mlp_claims(preset_name: str, j: Judge) -> list[Verdict]:
             keep = (f"Res+None [mnist5k-aug60k] {n} steps", "Gcum v1")
             j.add(f"Without memorisation Res+None's cumulative gradient stays coherent ({n} steps)",
                   f"Res+None Ḡ v1 on mnist5k-aug60k {coh}", [keep], j.coherent(*keep))
+        n, datas = counts[-1], sorted({lab.split(" [")[1].split("]")[0] for lab in j.stats if " [" in lab})
+        versus = [((f"Res+ReLU [{d}] {n} steps", "W v1"), (f"Res+RadialRMS [{d}] {n} steps", "W v1")) for d in datas]
+        j.add(f"Symmetry, not nonlinearity: a rotation-equivariant activation that is not the identity here "
+              f"(x·tanh(‖x‖/√d)) stays below ReLU ({n} steps)",
+              f"on every data set, Res+ReLU W v1 exceeds Res+RadialRMS W v1 {ex}", [p for pair in versus for p in pair],
+              all(j.exceeds(a, b) for a, b in versus))
         if len(counts) > 1:
             longer, shorter = ((f"Res+ReLU [mnist5k-aug60k] {n} steps", "W v1") for n in (counts[-1], counts[0]))
             j.add("On data that is not memorised, Res+ReLU's weight continuity rises with training",
