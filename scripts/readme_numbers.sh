@@ -2,11 +2,13 @@
 # The commands behind every number in README.md. Run from the repository root after
 # `bash scripts/setup.sh --test`. Times are for the shared 2-core CPU.
 #
-# `geodrift reproduce` runs the proofs, the embedded scan and every simulator preset (MLP tables 1/3/4,
-# drift, App. F, the data-size experiment, the transformer ablations and the `mid` preset at full
-# length) through the sweep runner and writes out/reproduction/report.md (+ figures/, report.json).
-# Full length is many hours on 2 cores; `--quick` is the reduced version (about 30 minutes on a free
-# machine). --resume reuses finished runs, so the script can be stopped and started again.
+# `geodrift reproduce` runs the proofs, the embedded scan, every simulator preset (MLP tables 1/3/4,
+# drift, App. F at 938 and 9,380 steps, the data-size experiment, the transformer ablations and the
+# `mid` preset at full length) through the sweep runner, then `compress prune` and `compress share`,
+# and writes out/reproduction/report.md (+ figures/, report.json). Each README table quotes the
+# section command it came from (the same runs, bitwise). Full length is many hours on 2 cores;
+# `--quick` is the reduced version. --resume reuses finished runs, so the script can be stopped and
+# started again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 G=.venv/bin/geodrift
@@ -17,10 +19,8 @@ OMP_NUM_THREADS=1 $G reproduce --out out/reproduction --resume --workers 2
 # The scan's files and figure, and the proofs' Markdown appendix (seconds)
 $G scan --json-out out/scan.json --csv out/scan.csv --plot out/scan.png
 $G prove --markdown docs/proofs.md --plot out/proofs.png
-# The grids reported in the README at the lengths that fitted this session (see each section)
-OMP_NUM_THREADS=1 $G simulate mlp --preset appf --steps 938 --seeds 42 --workers 2 --out runs/appf --resume --plot runs/appf/plots
-OMP_NUM_THREADS=1 $G simulate mlp --preset datasize --seeds 42 --workers 3 --out runs/datasize --resume --plot runs/datasize/plots
-OMP_NUM_THREADS=1 $G sweep docs/grids/mid.toml --workers 2 --out runs/mid --resume
+# The quick reproduction (the README's timing row)
+OMP_NUM_THREADS=1 $G reproduce --quick --out out/reproduction-quick --workers 2
 # Benchmarks (minutes; the memory one writes a 4.6 GB checkpoint to a temp folder)
 uptime; flock /tmp/geodrift-bench.lock $PY benchmarks/bench_scan_speed.py --repeats 1; uptime
 # 8B shapes (writes 3.7 + 0.9 GB to a temp folder; needs `pip install weightwatcher`, a benchmark-only dependency)

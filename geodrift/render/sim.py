@@ -108,7 +108,8 @@ def summary_line(rep: Reproduction) -> str:
     """One line: how many claims hold, for which preset, seeds and steps."""
     judged = [v for v in rep.verdicts if v.verdict in ("holds", "fails")]
     held = sum(v.verdict == "holds" for v in judged)
-    steps = rep.specs[0].train.steps if rep.specs else 0
+    counts = sorted({s.train.steps for s in rep.specs}) or [0]
+    steps = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     what = f"geodrift simulate {rep.sim} --preset {rep.preset}: {len(rep.specs)} configuration(s) × " \
            f"{len(rep.seeds)} seed(s) × {steps} steps"
     if not judged:

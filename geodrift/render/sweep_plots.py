@@ -104,10 +104,13 @@ def write_datasize_plot(rep: Reproduction, path: str | Path, images: dict[str, i
                     pts = [(float(t.split()[0]), st) for (a, d, t), st in runs if a == arch and d == data and t]
                     line(by_steps, pts, metric, color, ls="-", lw=0.8, marker=_MARKERS[datas.index(data) % 6],
                          label=f"{arch}, {data} ({images[data]:,} images)")
-            for ax in (by_images, by_steps):
+            step_counts = sorted({int(t.split()[0]) for t in steps if t})
+            for ax, ticks in ((by_images, [images[d] for d in datas]), (by_steps, step_counts)):
                 if metric != "delta_gw":
                     draw_random_floor(ax, rep.floor, RANDOM_LABEL)
                 ax.set_xscale("log")
+                ax.set_xticks(ticks, [f"{t:,}" for t in ticks], minor=False)
+                ax.set_xticks([], minor=True)
                 ax.set_title(COLUMN_TITLES.get(metric, metric))
         label_outer(fig, axes, 2, "", "value")
         axes[-2].set_xlabel("distinct training images")
