@@ -134,7 +134,7 @@ class CompressPlan:
 
     Attributes:
         prune, share: the two experiments' specs (``share`` None: not run in this mode).
-        seq_len, calib_windows, eval_windows: the text windows (as the commands' options).
+        seq_len, calib_windows, eval_windows: the text windows (the commands' options; the defaults are theirs).
     """
 
     prune: PruneSpec
@@ -147,9 +147,9 @@ class CompressPlan:
         """The stand-alone ``geodrift compress prune|share`` command behind a section's numbers."""
         spec: PruneSpec | ShareSpec = self.prune if kind == "prune" else self.share or ShareSpec()
         default = PruneSpec() if kind == "prune" else ShareSpec()
-        windows = {"seq_len": (self.seq_len, 128), "eval_windows": (self.eval_windows, 8)}
-        if kind == "prune":
-            windows["calib_windows"] = (self.calib_windows, 4)
+        # The window fields' defaults are the commands' defaults; share takes no calibration windows.
+        windows = {f.name: (getattr(self, f.name), f.default) for f in fields(self)
+                   if f.name not in ("prune", "share") and (kind == "prune" or f.name != "calib_windows")}
         changed = {f.name: (getattr(spec, f.name), getattr(default, f.name)) for f in fields(spec)} | windows
         parts = [f"geodrift compress {kind}"]
         for name, (value, was) in changed.items():
