@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from matplotlib.ticker import FuncFormatter
+
 from geodrift.render.figures import (
     RANDOM_LABEL,
     draw_random_floor,
@@ -56,6 +58,9 @@ def write_appf_plot(rep: Reproduction, path: str | Path, dpi: int = 300) -> Path
             ax.scatter([], [], color="0.4", marker=_MARKERS[i % 6], s=14, label=f"data: {data}")
         draw_random_floor(ax, rep.floor, RANDOM_LABEL)
         ax.set_xscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")  # 2, 3, 4 rather than 2x10^0
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
         ax.set_xlabel("gradient effective rank (Eq. 3), last mini-batch")
         ax.set_ylabel("final W v1 continuity")
         ax.set_ylim(0, 1)
