@@ -110,11 +110,12 @@ def write_datasize_plot(rep: Reproduction, path: str | Path, images: dict[str, i
                     line(by_steps, pts, metric, color, ls="-", lw=0.8, marker=_MARKERS[datas.index(data) % 6],
                          label=f"{arch}, {data} ({images[data]:,} images)")
             step_counts = sorted({int(t.split()[0]) for t in steps if t})
-            for ax, ticks in ((by_images, [images[d] for d in datas]), (by_steps, step_counts)):
+            for ax, ticks, names in ((by_images, [images[d] for d in datas], [f"{images[d] / 1000:.2g}k" for d in datas]),
+                                     (by_steps, step_counts, [f"{n:,}" for n in step_counts])):
                 if metric != "delta_gw":
                     draw_random_floor(ax, rep.floor, RANDOM_LABEL)
                 ax.set_xscale("log")
-                ax.set_xticks(ticks, [f"{t:,}" for t in ticks], minor=False)
+                ax.set_xticks(ticks, names, minor=False)
                 ax.set_xticks([], minor=True)
                 ax.set_title(COLUMN_TITLES.get(metric, metric))
         label_outer(fig, axes, 2, "", "value")
