@@ -28,8 +28,8 @@ from geodrift.sim.config import (
     RunSpec,
     TrackConfig,
     TrainConfig,
-    preset,
 )
+from geodrift.sim.presets import preset
 from geodrift.sim.run import run, run_seeds
 
 

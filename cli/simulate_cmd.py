@@ -108,8 +108,8 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.signals import resume_hint
-    from geodrift.sim.config import preset_seeds
     from geodrift.sim.outdir import prepare_out
+    from geodrift.sim.presets import preset_seeds
     from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
     from geodrift.stdio import report_only_stdout
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
-from geodrift.sim.config import RunSpec, preset
+from geodrift.sim.config import RunSpec
 from geodrift.sim.data import Dataset, ShuffledBatches, load_dataset
 from geodrift.sim.mlp import build_mlp, ensemble_loss
+from geodrift.sim.presets import preset
 from geodrift.sim.reproduce import build_specs
 from geodrift.sim.run import RunResult, run
 from geodrift.sim.train import make_optimizer, make_scheduler, train

@@ -15,8 +15,8 @@ from geodrift.continuity import MeasureSpec
 from geodrift.continuity.series import paired_abs_cos, rotation_drift, subspace_comparison
 from geodrift.linalg import SVDTriplets
 from geodrift.scan.series import compare, drift
-from geodrift.sim.config import preset
 from geodrift.sim.hf_export import hf_step_dir
+from geodrift.sim.presets import preset
 from geodrift.sim.run import run
 
 TEXT = "\n\n".join(f"The quick brown fox {i} jumps over the lazy dog near the river bank, paragraph {i}." * 4

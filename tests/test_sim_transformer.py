@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from geodrift.atomic import to_json
 from geodrift.cli.main import app
 from geodrift.errors import GeodriftError
-from geodrift.sim.config import ABLATIONS, LlamaConfig, RunSpec, TrackConfig, ablate, preset, preset_seeds
+from geodrift.sim.config import ABLATIONS, LlamaConfig, RunSpec, TrackConfig, ablate
+from geodrift.sim.presets import preset, preset_seeds
 from geodrift.sim.record import load_checkpoint, load_record
 from geodrift.sim.reference import paper_row
 from geodrift.sim.reproduce import TRANSFORMER_COLUMNS, build_specs

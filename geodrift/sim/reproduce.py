@@ -24,7 +24,8 @@ from typing import Any
 from geodrift.continuity.verdicts import Judge, Stat, Verdict, spearman
 from geodrift.errors import GeodriftError
 from geodrift.metrics import random_baseline
-from geodrift.sim.config import ImageData, LlamaConfig, RunSpec, TextData, ablate, preset, preset_seeds
+from geodrift.sim.config import ImageData, LlamaConfig, RunSpec, TextData, ablate
+from geodrift.sim.presets import preset, preset_seeds
 from geodrift.sim.record import RunRecord
 from geodrift.sim.reference import (
     PAPER,
@@ -140,7 +141,7 @@ def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: b
 
     Args:
         sim: ``mlp`` or ``transformer``; name: the preset.
-        seeds: default: the preset's (``geodrift.sim.config.preset_seeds``).
+        seeds: default: the preset's (``geodrift.sim.presets.preset_seeds``).
         batched: train the MLP's seeds as one ensemble (default: only on CUDA).
         device, out, resume, checkpoint_every, save_hf_every: see :func:`geodrift.sim.run.run`.
         on_run: called with ``(label, seed)`` before each group; on_step: after each step

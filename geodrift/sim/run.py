@@ -120,7 +120,7 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         GeodriftError: bad device or seeds, a checkpoint of another configuration, divergence.
 
     Example:
-        >>> from geodrift.sim.config import preset
+        >>> from geodrift.sim.presets import preset
         >>> [r.record.status for r in run(preset("mlp", "smoke")[0], [42])]  # doctest: +SKIP
         ['complete']
     """

@@ -43,10 +43,8 @@ from geodrift.sim.config import (
     TrackConfig,
     TrainConfig,
     ablate,
-    data_label,
-    preset,
-    preset_seeds,
 )
+from geodrift.sim.presets import data_label, preset, preset_seeds
 from geodrift.sim.record import slug
 from geodrift.sim.reproduce import build_specs
 
