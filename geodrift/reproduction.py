@@ -34,7 +34,7 @@ from geodrift.prove import run_claims
 from geodrift.prove.runner import ProveReport
 from geodrift.scan.scan import load_weights, scan
 from geodrift.sim.record import git_revision, software_versions
-from geodrift.sim.reproduce import Reproduction
+from geodrift.sim.reproduce import Reproduction, gate_drop_verdict
 from geodrift.sweep.execute import SweepStatus
 from geodrift.sweep.grid import Job, preset_grid
 from geodrift.sweep.runner import run_sweep, sweep_reproduction
@@ -218,6 +218,16 @@ def run_compression(mode: str, threads: int = 1,
     return [prune, share]
 
 
+def _judge_gate_drop(sections: list[Section]) -> None:
+    # The paper's direct ablation compares two sections (X-silu, X-none): its verdict joins the ablated one.
+    by_key = {s.key: s.result for s in sections if isinstance(s.result, Reproduction)}
+    for key, rep in by_key.items():
+        base = key.removesuffix("-none")
+        kept = by_key.get(f"{base}-silu")
+        if key.endswith("-none") and kept is not None and kept.sim == rep.sim == "transformer":
+            rep.verdicts.append(gate_drop_verdict(kept, rep))
+
+
 def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", workers: int = 2,
                     address: str | None = None, threads: int = 1, device: str = "cpu", checkpoint_every: int = 200,
                     on_stage: Callable[[str], None] = lambda message: None,
@@ -263,6 +273,7 @@ def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", worke
         except GeodriftError as error:
             section.note = str(error)
         sections.append(section)
+    _judge_gate_drop(sections)
     sections += run_compression(mode, threads, on_stage)
     return PaperReproduction(mode, sections, time.perf_counter() - t0, software_versions(), git_revision(),
                              f"{platform.machine()}, {platform.processor() or 'cpu'}; backend {backend}, "

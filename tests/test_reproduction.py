@@ -70,3 +70,16 @@ def test_each_compression_section_names_the_command_that_reproduces_it():
                                       "geom-v1,geom-s2wa,block-influence,angular --eval-windows 4")
     assert quick.command("share") == "geodrift compress share --ratios 0.1 --eval-windows 4"
     assert compress_plan("smoke").share is None
+
+
+def test_the_gate_ablation_is_judged_on_the_section_without_the_activation():
+    from test_sim_transformer import _with_gate
+
+    from geodrift.reproduction import Section, _judge_gate_drop
+
+    sections = [Section("mid-silu", "", "sim", "", _with_gate([(0.66, 0.05), (0.64, 0.05)], "mid")),
+                Section("mid-none", "", "sim", "", _with_gate([(0.36, 0.05), (0.38, 0.05)], "mid+none"))]
+    before = [len(s.result.verdicts) for s in sections]  # type: ignore[union-attr]
+    _judge_gate_drop(sections)
+    assert [len(s.result.verdicts) for s in sections] == [before[0], before[1] + 1]  # type: ignore[union-attr]
+    assert sections[1].result.verdicts[-1].verdict == "holds"  # type: ignore[union-attr]

@@ -164,3 +164,37 @@ def test_cpu_preset_shows_the_per_projection_pattern(tmp_path: Path) -> None:
     verdicts = {r.role: r.verdict for r in report.roles}
     for role in ("attn_q", "attn_k", "mlp_gate", "mlp_up", "attn_o", "mlp_down"):
         assert verdicts[role] == "holds", (role, verdicts)
+
+
+def _with_gate(gate: list[tuple[float, float]], label: str):  # type: ignore[no-untyped-def]
+    # A tiny transformer reproduction whose seeds report the given (Gate v1, its null) - the rule under test
+    # reads only those two summary values.
+    import copy
+
+    from geodrift.sim.reproduce import assemble
+
+    base = tiny_result()
+    results = []
+    for seed, (value, null) in enumerate(gate):
+        r = copy.deepcopy(base)
+        r.record.seed, r.record.label = seed, label
+        r.record.summary.update({"final mlp_gate v1": value, "final mlp_gate v1 null": null})
+        results.append(r)
+    spec = tiny_spec(steps=12)  # judged at the paper's width: D 256, 8 layers (layer-mean noise 0.014)
+    spec = replace(spec, label=label, model=replace(spec.model, d_model=256, n_layers=8, n_heads=4))
+    return assemble("transformer", "tiny", [spec], results, list(range(len(gate))))
+
+
+@pytest.mark.parametrize(("without", "verdict"), [([(0.36, 0.05), (0.38, 0.05)], "holds"),
+                                                   ([(0.62, 0.05), (0.60, 0.05)], "tie"),
+                                                   ([(0.90, 0.05), (0.92, 0.05)], "fails")])
+def test_the_gate_ablation_verdict_compares_excesses_over_the_null_beyond_the_seed_spread(
+        without: list[tuple[float, float]], verdict: str) -> None:
+    from geodrift.sim.reproduce import gate_drop_verdict
+
+    kept = _with_gate([(0.66, 0.05), (0.64, 0.05)], "tiny")
+    got = gate_drop_verdict(kept, _with_gate(without, "tiny+none"))
+    assert got.verdict == verdict
+    assert "0.650 →" in got.measured and "excess over the null +0.600" in got.measured
+    with pytest.raises(GeodriftError):
+        gate_drop_verdict(kept, replace(kept, sim="mlp"))

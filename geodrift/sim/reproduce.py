@@ -204,6 +204,46 @@ def assemble(sim: str, name: str, specs: list[RunSpec], results: list[RunResult]
     return rep
 
 
+GATE_DROP_CRITERION = ("Gate v1's excess over its permutation null, mean over seeds, is lower without the MLP "
+                       "activation by more than 5·max(pooled seed std, layer-mean noise) (holds); higher by more "
+                       "than that (fails); otherwise tie")
+
+
+def gate_drop_verdict(with_act: Reproduction, without: Reproduction) -> Verdict:
+    """The paper's one direct ablation (claim 11): removing the MLP activation lowers Gate's input-space continuity.
+
+    Compares the first configuration of two transformer reproductions (e.g. ``--preset mid`` and the
+    same with ``--ablation none``) by each seed's final Gate v1 minus its permutation-null mean.
+
+    Args:
+        with_act, without: transformer reproductions (the activation kept / removed).
+
+    Returns:
+        A ``Verdict`` (``holds``, ``fails`` or ``tie``; criterion :data:`GATE_DROP_CRITERION`).
+
+    Raises:
+        GeodriftError: when either reproduction is not a transformer's.
+    """
+    if with_act.sim != "transformer" or without.sim != "transformer":
+        raise GeodriftError("gate_drop_verdict: needs two transformer reproductions")
+    col = "final mlp_gate v1"
+
+    def excess(rep: Reproduction) -> tuple[Stat, Stat]:
+        runs = [r.record.summary for r in rep.results if r.record.label == rep.specs[0].label]
+        pairs = [(r.get(col), r.get(f"{col} null")) for r in runs]
+        return (Stat.of([v for v, _ in pairs]),
+                Stat.of([v - n if v is not None and n is not None else None for v, n in pairs]))
+
+    (kept, kept_x), (gone, gone_x) = excess(with_act), excess(without)
+    margin = Judge({}, {}, with_act.floor, with_act.noise).margin(kept_x, gone_x)
+    drop = kept_x.mean - gone_x.mean
+    verdict = "holds" if drop > margin else "fails" if drop < -margin else "tie"
+    measured = (f"Gate v1 {kept.mean:.3f} → {gone.mean:.3f} (excess over the null {kept_x.mean:+.3f} → "
+                f"{gone_x.mean:+.3f}; margin {margin:.3f}; seeds {', '.join(map(str, with_act.seeds))})")
+    return Verdict(f"Removing the MLP activation lowers Gate v1 ({with_act.specs[0].label} → "
+                   f"{without.specs[0].label}; paper 0.662 → 0.366)", GATE_DROP_CRITERION, measured, verdict)
+
+
 def reload_reproduction(sim: str, out: str | Path) -> Reproduction:
     """Re-assemble the runs of simulator ``sim`` saved under ``out`` (no training).
 
