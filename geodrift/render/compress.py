@@ -17,9 +17,7 @@ from geodrift.compress.share_run import ShareResult
 from geodrift.render import console, fmt
 from geodrift.render.figures import COLUMN_WIDTH_IN, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
-from geodrift.render.verdicts import verdict_grid
-
-_VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "tie": "yellow"}
+from geodrift.render.verdicts import VERDICT_STYLE, verdict_grid
 
 
 def _ppl(value: float, se: float | None = None) -> str:
@@ -118,7 +116,7 @@ def share_grids(result: ShareResult) -> list[Grid]:
                        "windows; criterion: " + (result.verdicts[0].criterion if result.verdicts else ""))
         for v in result.verdicts:
             diff = "\n".join(f"{k}: {d['mean']:+.4f} ± {d['se']:.4f}" for k, d in v.differences.items())
-            verdict.add(v.label, v.predicted, v.best, diff, f"[{_VERDICT_STYLE.get(v.verdict, '')}]{v.verdict}[/]")
+            verdict.add(v.label, v.predicted, v.best, diff, VERDICT_STYLE.get(v.verdict, v.verdict))
         verdict.lines = True
         grids += [alone, verdict]
     cost = Grid("Cost (wall seconds)", [Col("stage", "left"), Col("seconds"), Col("× one evaluation")])
