@@ -25,9 +25,9 @@ import time
 
 import torch
 
+from geodrift.lm.text import TokenBatches, lm_loss
 from geodrift.sim.reproduce import build_specs
 from geodrift.sim.run import build_llama, prepare_text, run
-from geodrift.sim.text import TokenBatches, lm_loss
 
 
 def plain_loop(preset: str, steps: int, seed: int) -> float:

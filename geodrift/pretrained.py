@@ -24,21 +24,21 @@ import torch
 from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
+from geodrift.lm.llama import LlamaLM
+from geodrift.lm.text import eval_windows, perplexity
+from geodrift.lm.tokenizer import Tokenizer, gguf_bpe_tokenizer
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.embedded import embedded_model_path
 from geodrift.scan.gguf_header import read_gguf_header
 from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint
 from geodrift.scan.scan import load_weights, scan
-from geodrift.sim.llama import LlamaLM
-from geodrift.sim.text import eval_windows, perplexity
-from geodrift.sim.tokenizer import Tokenizer, gguf_bpe_tokenizer
 from geodrift.weights import TRANSFORMER_ROLES
 
 _TOKENIZER_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"})
 
 
 def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
-    """A :class:`~geodrift.sim.llama.LlamaLM` holding a pretrained Llama-architecture checkpoint's weights.
+    """A :class:`~geodrift.lm.llama.LlamaLM` holding a pretrained Llama-architecture checkpoint's weights.
 
     Args:
         ckpt: an open checkpoint (e.g. ``open_checkpoint(None)``, the embedded SmolLM2-135M-Instruct

@@ -42,7 +42,7 @@ PREDICTED_SPACE: dict[str, str | None] = {
 }
 
 # Where each projection lives inside one Hugging Face Llama decoder layer (``model.layers.{l}.<path>``).
-# The scan's name tables (geodrift.scan.names) and the simulator's Llama (geodrift.sim.llama) both
+# The scan's name tables (geodrift.scan.names) and the simulator's Llama (geodrift.lm.llama) both
 # derive their names from this one table.
 HF_LLAMA_PROJECTIONS: dict[str, str] = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",

@@ -30,7 +30,7 @@ OMP_NUM_THREADS=1 $PY benchmarks/bench_sim_mlp.py
 OMP_NUM_THREADS=1 $PY benchmarks/bench_sim_transformer.py --preset cpu --steps 100 --rounds 3
 OMP_NUM_THREADS=1 $PY benchmarks/bench_sweep.py --write-results benchmarks/RESULTS_sweep.md
 # SmolLM2-135M held-out perplexity on the same held-out text, with its own tokenizer (built from the GGUF metadata)
-OMP_NUM_THREADS=1 $PY -c "from geodrift.sim.text import load_corpus; from geodrift.pretrained import smollm2_perplexity; print(smollm2_perplexity(load_corpus().valid, 128, 32))"
+OMP_NUM_THREADS=1 $PY -c "from geodrift.lm.text import load_corpus; from geodrift.pretrained import smollm2_perplexity; print(smollm2_perplexity(load_corpus().valid, 128, 32))"
 # A training series and a model pair (about a minute): HF folders saved by the simulator, drift, compare
 $G simulate transformer --preset tiny --out runs/series --save-hf-every 10 --no-smollm2 --resume > /dev/null
 S=runs/series/tiny/seed42/hf

@@ -12,7 +12,7 @@ import torch
 
 import geodrift
 from geodrift.errors import GeodriftError
-from geodrift.sim.llama import LlamaLM
+from geodrift.lm.llama import LlamaLM
 from tests._checkpoints import hf_config, write_hf_folder
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -58,7 +58,7 @@ def setup(tiny: Path):
 
 
 def test_calibration_and_evaluation_windows_come_from_disjoint_splits(setup) -> None:
-    from geodrift.sim.text import load_corpus
+    from geodrift.lm.text import load_corpus
 
     corpus = load_corpus()
     assert setup.corpus["sha256"] == corpus.sha256
@@ -77,7 +77,7 @@ def test_skipping_layers_by_index_equals_a_model_without_them(setup) -> None:
     assert torch.allclose(window_nll(model, setup.evaluation, [2, 3], prefix=prefix),
                           window_nll(model, setup.evaluation, [2, 3]), atol=1e-5)
     # and the full model equals the simulator's own perplexity path
-    from geodrift.sim.text import perplexity
+    from geodrift.lm.text import perplexity
 
     full = window_nll(model, setup.evaluation)
     assert abs(float(full.mean()) - perplexity(model, setup.evaluation)["nll"]) < 1e-5

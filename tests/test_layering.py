@@ -21,7 +21,7 @@ PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / 
 LAYERS = {
     "geodrift.errors": 0, "geodrift.atomic": 0, "geodrift.weights": 0, "geodrift": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.continuity": 3,
-    "geodrift.scan": 4, "geodrift.sim": 4, "geodrift.prove": 5, "geodrift.sweep": 5,
+    "geodrift.scan": 4, "geodrift.lm": 4, "geodrift.sim": 4, "geodrift.prove": 5, "geodrift.sweep": 5,
     "geodrift.pretrained": 6, "geodrift.compress": 6, "geodrift.reproduction": 6,
     "geodrift.render": 7, "geodrift.cli": 8, "geodrift.__main__": 8, "geodrift.proofs": 0,
 }

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from geodrift.errors import GeodriftError
+from geodrift.lm.llama import LlamaLM
 from geodrift.pretrained import llama_from_checkpoint, smollm2_perplexity, smollm2_tokenizer
-from geodrift.sim.llama import LlamaLM
 from geodrift.weights import TRANSFORMER_ROLES
 
 
@@ -108,7 +108,7 @@ def test_linear_attention_is_the_documented_causal_mean_of_raw_scores() -> None:
     x = torch.randn(1, 5, 8)
     cos, sin = m._rope_tables(5, x.device)
     got = attn(x, cos, sin)
-    from geodrift.sim.llama import _apply_rope
+    from geodrift.lm.llama import _apply_rope
 
     q = _apply_rope(attn.q_proj(x)[:, None], cos, sin)[0, 0]
     k = _apply_rope(attn.k_proj(x)[:, None], cos, sin)[0, 0]
@@ -179,7 +179,7 @@ def test_the_whole_model_is_causal(attention: str) -> None:
 
 
 def test_smollm2_perplexity_on_held_out_english_is_far_below_chance() -> None:
-    from geodrift.sim.text import load_corpus
+    from geodrift.lm.text import load_corpus
 
     text = load_corpus().valid[:4000]
     out = smollm2_perplexity(text, seq_len=48, max_windows=2)

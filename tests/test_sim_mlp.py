@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from geodrift.errors import GeodriftError
+from geodrift.lm.activations import get_activation, radial, radial_rms
 from geodrift.sim.config import MLPConfig, ablate
-from geodrift.sim.mlp import ResidualMLP, build_mlp, get_activation, radial, radial_rms
+from geodrift.sim.mlp import ResidualMLP, build_mlp
 
 
 def test_radial_rms_bends_where_the_papers_radial_is_the_identity():

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.llama import LlamaLM
-from geodrift.sim.text import (
+from geodrift.lm.llama import LlamaLM
+from geodrift.lm.text import (
     TokenBatches,
     encode_ids,
     eval_windows,
@@ -23,7 +23,7 @@ from geodrift.sim.text import (
     sample_batch,
     split_documents,
 )
-from geodrift.sim.tokenizer import byte_tokenizer
+from geodrift.lm.tokenizer import byte_tokenizer
 
 
 @pytest.fixture(scope="module")

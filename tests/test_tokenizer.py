@@ -1,4 +1,4 @@
-"""geodrift.sim.tokenizer on real text: the stdlib-docs corpus and the embedded SmolLM2-135M GGUF's vocabulary.
+"""geodrift.lm.tokenizer on real text: the stdlib-docs corpus and the embedded SmolLM2-135M GGUF's vocabulary.
 
 The SmolLM2 tokenizer is compared with transformers' own GGUF tokenizer: ``convert_gguf_tokenizer``,
 the converter ``AutoTokenizer.from_pretrained(folder, gguf_file=name)`` runs, fed the metadata read
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.text import load_corpus
-from geodrift.sim.tokenizer import (
+from geodrift.lm.text import load_corpus
+from geodrift.lm.tokenizer import (
     BYTE_CHARS,
     SUPPORTED_PRE,
     Tokenizer,
@@ -156,7 +156,7 @@ def test_train_bpe_deterministic_and_rebuilt_exactly(bpe: Tokenizer, corpus: Any
 def test_train_bpe_same_in_a_fresh_process(bpe: Tokenizer, corpus: Any, tmp_path: Any) -> None:
     text = tmp_path / "train.txt"
     text.write_text(corpus.train[:TRAIN_CHARS], encoding="utf-8")
-    code = ("import json, sys; from geodrift.sim.tokenizer import train_bpe; "
+    code = ("import json, sys; from geodrift.lm.tokenizer import train_bpe; "
             "t = train_bpe(open(sys.argv[1], encoding='utf-8').read(), int(sys.argv[2])); "
             "print(json.dumps(t.to_dict()))")
     env = {**os.environ, "PYTHONHASHSEED": "12345", "TOKENIZERS_PARALLELISM": "false"}

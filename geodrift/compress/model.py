@@ -1,11 +1,11 @@
 """One loaded Llama, its tokenizer and two disjoint text sets; forwards that skip layers by index.
 
-Everything in ``geodrift.compress`` works on ONE :class:`~geodrift.sim.llama.LlamaLM` loaded once
+Everything in ``geodrift.compress`` works on ONE :class:`~geodrift.lm.llama.LlamaLM` loaded once
 (:func:`load_setup`): pruning never copies the model - :func:`window_nll` runs the decoder stack
 over the kept layer indices only - and shared bases overwrite projection weights in place and put
 the originals back (:class:`~geodrift.compress.share.WeightSwap`).
 
-Texts (deterministic, disjoint): the corpus of ``geodrift.sim.text.load_corpus`` (the embedded
+Texts (deterministic, disjoint): the corpus of ``geodrift.lm.text.load_corpus`` (the embedded
 stdlib-docs corpus by default; ``--corpus`` a text file, a folder of ``.txt`` or a WikiText folder).
 *Calibration* windows are the first ``calib_windows`` consecutive windows of its training split,
 *evaluation* windows the first ``eval_windows`` of its held-out split (WikiText: ``wiki.valid``);
@@ -24,13 +24,13 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
+from geodrift.lm.llama import LlamaLM
+from geodrift.lm.text import encode_ids, eval_windows, load_corpus
+from geodrift.lm.tokenizer import Tokenizer
 from geodrift.pretrained import gguf_tokenizer, llama_from_checkpoint
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scan.readers import open_checkpoint
-from geodrift.sim.llama import LlamaLM
-from geodrift.sim.text import encode_ids, eval_windows, load_corpus
-from geodrift.sim.tokenizer import Tokenizer
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral")
 # Windows per forward call: (8, 128) tokens keep the (B, T, vocab) logits near 200 MB for a 49k vocabulary.

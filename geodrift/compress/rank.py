@@ -39,7 +39,7 @@ import torch
 
 from geodrift.compress.model import BATCH, kept_layers, nll_from_hidden, run_stack
 from geodrift.continuity import MeasureSpec, Report, measure
-from geodrift.sim.llama import LlamaLM
+from geodrift.lm.llama import LlamaLM
 from geodrift.weights import PREDICTED_SPACE
 
 GEOMETRY_METHODS = ("geom-v1", "geom-s2wa")

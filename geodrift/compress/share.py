@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.llama import LlamaLM
+from geodrift.lm.llama import LlamaLM
 from geodrift.weights import TRANSFORMER_ROLES
 
 SPACES = ("input", "output", "private")

@@ -4,7 +4,7 @@
   ``H h``) under the conjugation gauge ``E -> R E``, ``W_l -> R W_l R^T``, ``H -> H R^T`` with one
   orthogonal ``R`` for all layers: the output is unchanged iff the activation is equivariant
   (linear, radial) - the symbolic claim for ``h + act(W h)``.
-- The Llama (``geodrift.sim.llama.LlamaLM``) under a per-head rotation of V's output and the inverse
+- The Llama (``geodrift.lm.llama.LlamaLM``) under a per-head rotation of V's output and the inverse
   on O's input (``W_V[h] -> R_h W_V[h]``, ``W_O[:, h] -> W_O[:, h] R_h^T``, one ``R_h`` per key-value
   head shared by its query heads): attention mixes tokens linearly, so the output is unchanged iff
   the nonlinearity on V (``v_activation``) is equivariant - the claim for ``h + W2 act(W1 h)``, and
@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from geodrift.lm.llama import LlamaAttention, LlamaLM
 from geodrift.prove.symmetry import NumericResult, orthogonal_qr
-from geodrift.sim.llama import LlamaAttention, LlamaLM
 from geodrift.sim.mlp import ResidualMLP
 
 # The simulator's activation names: equivariant ones, then element-wise ones.

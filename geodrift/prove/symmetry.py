@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from geodrift.sim.mlp import radial, radial_rms
+from geodrift.lm.activations import radial, radial_rms
 
 Act = Callable[[torch.Tensor], torch.Tensor]
 

@@ -83,7 +83,7 @@ class MLPConfig:
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """A Llama-style decoder (see ``geodrift.sim.llama``) with the paper's ablation switches.
+    """A Llama-style decoder (see ``geodrift.lm.llama``) with the paper's ablation switches.
 
     Attributes:
         d_model, n_layers, n_heads, n_kv_heads (None = n_heads), d_ff: the shape.

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from geodrift.atomic import write_json, write_with
+from geodrift.lm.llama import LlamaLM
 from geodrift.sim.config import LlamaConfig
-from geodrift.sim.llama import LlamaLM
 
 HF_DIR = "hf"
 

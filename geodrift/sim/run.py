@@ -29,10 +29,12 @@ from torch import nn
 from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
+from geodrift.lm.llama import LlamaLM
+from geodrift.lm.text import Corpus, TokenBatches, encode_ids, eval_windows, lm_loss, load_corpus, perplexity
+from geodrift.lm.tokenizer import Tokenizer, make_tokenizer
 from geodrift.sim.config import ImageData, LlamaConfig, MLPConfig, RunSpec, TextData
 from geodrift.sim.data import Dataset, ShuffledBatches, load_dataset
 from geodrift.sim.hf_export import hf_config, hf_step_dir, save_hf_folder
-from geodrift.sim.llama import LlamaLM
 from geodrift.sim.mlp import ResidualMLP, build_mlp, ensemble_loss
 from geodrift.sim.record import (
     RunRecord,
@@ -43,8 +45,6 @@ from geodrift.sim.record import (
     slug,
     write_record,
 )
-from geodrift.sim.text import Corpus, TokenBatches, encode_ids, eval_windows, lm_loss, load_corpus, perplexity
-from geodrift.sim.tokenizer import Tokenizer, make_tokenizer
 from geodrift.sim.track import Latest, LlamaTracker, MLPTracker, Row, summarize
 from geodrift.sim.train import BatchSource, LossFn, make_optimizer, make_scheduler, resolve_device, train
 from geodrift.weights import WeightSet

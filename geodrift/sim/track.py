@@ -46,9 +46,9 @@ import torch.nn.functional as F
 from geodrift import metrics
 from geodrift.continuity import MeasureSpec, PermutationBank, assemble, decompose, vector_continuity
 from geodrift.linalg import top_right_vectors
+from geodrift.lm.llama import LlamaLM
 from geodrift.sim.config import TrackConfig
 from geodrift.sim.data import Dataset
-from geodrift.sim.llama import LlamaLM
 from geodrift.sim.mlp import ResidualMLP
 from geodrift.sim.reference import PAPER_TABLE2_SPACE
 from geodrift.weights import WeightSet

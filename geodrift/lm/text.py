@@ -15,7 +15,7 @@ Corpora:
 Held-out split (except WikiText, which has its own): document ``i`` goes to validation when
 ``i % 10 == 9`` - deterministic, interleaved, and no document is in both.
 
-Tokenizers live in ``geodrift.sim.tokenizer``. Text is encoded in ~1 MB slices cut at line starts,
+Tokenizers live in ``geodrift.lm.tokenizer``. Text is encoded in ~1 MB slices cut at line starts,
 so WikiText-103 fits in memory as an int32 tensor. ``TokenBatches`` draws training windows as a
 pure function of ``(seed, step)``; ``perplexity`` evaluates held-out windows.
 """
@@ -37,7 +37,7 @@ from torch import nn
 
 from geodrift.checks import check_file
 from geodrift.errors import GeodriftError
-from geodrift.sim.tokenizer import Tokenizer
+from geodrift.lm.tokenizer import Tokenizer
 
 HOLDOUT_EVERY = 10
 _DOC_PACKAGES = ("asyncio", "collections", "concurrent", "email", "html", "http", "importlib", "json",

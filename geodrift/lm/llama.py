@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from geodrift.errors import GeodriftError
-from geodrift.sim.mlp import radial, radial_rms
+from geodrift.lm.activations import radial, radial_rms
 from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES, WeightSet
 
 MLP_ACTIVATIONS: tuple[str, ...] = ("silu", "relu", "gelu", "none", "radial", "radial_rms")
