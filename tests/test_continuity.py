@@ -149,8 +149,10 @@ def _leaves(x: object, path: str = "") -> list[tuple[str, object]]:
     return [(path, x)]
 
 
-SIMILARITIES = {"per_pair", "mean", "median", "null_mean", "null_std", "sigma2_wa", "sigma2_wa_upper",
-                "sigma2_wa_per_pair", "sigma2_null_mean", "sigma2_null_std", "subspace_overlap", "max_residual"}
+# Every |cos|-scale statistic (the per-pair nulls included: they are means of |cos| of k >= 2 vectors too).
+SIMILARITIES = {"per_pair", "mean", "median", "null_mean", "null_std", "per_pair_null_mean", "per_pair_null_std",
+                "sigma2_wa", "sigma2_wa_upper", "sigma2_wa_per_pair", "sigma2_null_mean", "sigma2_null_std",
+                "subspace_overlap", "max_residual"}
 
 
 def test_scan_of_the_embedded_model_matches_the_golden_report():
