@@ -103,9 +103,10 @@ def prune_command(
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.atomic import document, to_json
-    from geodrift.compress.model import load_setup, open_llama
+    from geodrift.compress.model import load_setup
     from geodrift.compress.prune import METHODS, PruneSpec, run_prune
     from geodrift.errors import GeodriftError
+    from geodrift.pretrained import open_llama
     from geodrift.render.progress import JobProgress, announce
 
     spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or METHODS,
@@ -132,10 +133,12 @@ def prune_command(
 
         written.append(plot_prune(result, plot, dpi))
     if save is not None:
-        from geodrift.compress.save import save_hf
+        from geodrift.compress.model import kept_layers
+        from geodrift.lm.hf import save_hf
 
         curve = next(c for c in result.curves if c.method == save_method)
-        written.append(save_hf(setup, save, curve.removed[save_n - 1]))
+        written.append(save_hf(setup.model, save, layers=kept_layers(setup.n_layers, curve.removed[save_n - 1]),
+                               context_length=setup.config.get("context_length")))
     if as_json:
         sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
     else:
@@ -165,10 +168,11 @@ def share_command(
 ) -> None:
     """Which space should a shared basis live in? Policies at equal parameter count, and each projection alone."""
     from geodrift.atomic import document, to_json
-    from geodrift.compress.model import load_setup, open_llama
+    from geodrift.compress.model import load_setup
     from geodrift.compress.share import POLICIES
     from geodrift.compress.share_run import ShareSpec, run_share
     from geodrift.errors import GeodriftError
+    from geodrift.pretrained import open_llama
     from geodrift.render.progress import JobProgress, announce
 
     try:
@@ -195,13 +199,12 @@ def share_command(
 
         written.append(plot_share(result, plot, dpi))
     if save is not None:
-        from geodrift.compress.save import save_hf
-        from geodrift.compress.share import Assignment, swapped_weights
+        from geodrift.compress.share import Assignment
+        from geodrift.lm.hf import save_hf
 
         assert bases is not None
         new, _, _ = Assignment(save_policy, POLICIES[save_policy]).weights(bases, result_shapes(setup), save_ratio)
-        with swapped_weights(setup.model, new):
-            written.append(save_hf(setup, save))
+        written.append(save_hf(setup.model, save, weights=new, context_length=setup.config.get("context_length")))
     if as_json:
         sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")
     else:

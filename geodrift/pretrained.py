@@ -1,11 +1,16 @@
-"""The bridge between the scanner and the simulators: pretrained checkpoints as simulator models.
+"""The one door from checkpoints to models: the bridge between the scanner and the language model.
 
-This is the one module that imports both ``geodrift.scan`` (readers, name tables, the embedded
-SmolLM2-135M-Instruct GGUF) and ``geodrift.sim`` (the Llama, the tokenizers, perplexity); neither
-of those packages imports the other.
+This module imports both ``geodrift.scan`` (readers, name tables, the embedded SmolLM2-135M-Instruct
+GGUF) and ``geodrift.lm`` (the Llama, the tokenizers, perplexity); ``lm`` imports neither ``scan``
+nor ``sim``, and ``scan`` imports neither ``lm`` nor ``sim``. ``geodrift.compress`` reaches
+checkpoints only through here.
 
-- :func:`llama_from_checkpoint`: a Llama-family checkpoint's weights in the simulator's ``LlamaLM``
+- :func:`open_llama`: open a checkpoint and check it is a Llama-family model geodrift can run
+  (:data:`SUPPORTED_ARCHITECTURES`);
+- :func:`llama_from_checkpoint`: a Llama-family checkpoint's weights in a ``LlamaLM``
   (its logits match ``transformers.LlamaForCausalLM``; a test checks it);
+- :func:`tokenizer_for`: the tokenizer that goes with a checkpoint (a GGUF's own, or the
+  ``tokenizer.json`` beside a Hugging Face folder);
 - :func:`smollm2_tokenizer`: the embedded model's own tokenizer, built from the GGUF metadata
   (``tokenizer.ggml.tokens``/``merges``/``pre``/``token_type``) with SmolLM2's pre-tokenizer;
 - :func:`smollm2_perplexity`: its held-out perplexity on a text;
@@ -34,7 +39,32 @@ from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoin
 from geodrift.scan.scan import load_weights, scan
 from geodrift.weights import TRANSFORMER_ROLES
 
+SUPPORTED_ARCHITECTURES = ("llama", "mistral")
 _TOKENIZER_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"})
+
+
+def open_llama(path: str | Path | None) -> Checkpoint:
+    """Open ``path`` (None: the embedded SmolLM2) and check it is a Llama-family model geodrift can run.
+
+    Args:
+        path: a GGUF or ``.safetensors`` file or a Hugging Face folder; None: the embedded model.
+
+    Returns:
+        The open checkpoint (its ``label``, ``architecture`` and ``config`` say what it is).
+
+    Raises:
+        GeodriftError: for another architecture, naming the supported ones (and the reader's errors).
+
+    Example:
+        >>> open_llama(None).architecture
+        'llama'
+    """
+    ckpt = open_checkpoint(path)
+    if ckpt.architecture not in SUPPORTED_ARCHITECTURES:
+        raise GeodriftError(
+            f"MODEL {ckpt.label}: architecture {ckpt.architecture!r} has no forward implementation in geodrift; "
+            f"compress runs {', '.join(SUPPORTED_ARCHITECTURES)} checkpoints (GGUF, safetensors or HF folder)")
+    return ckpt
 
 
 def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
@@ -53,7 +83,7 @@ def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
     Example:
         >>> model = llama_from_checkpoint(open_checkpoint(None))  # doctest: +SKIP
     """
-    if ckpt.architecture not in ("llama", "mistral"):
+    if ckpt.architecture not in SUPPORTED_ARCHITECTURES:
         raise GeodriftError(f"{ckpt.label}: architecture {ckpt.architecture!r} is not Llama-style; the simulator's "
                             "model loads llama/mistral checkpoints only")
     cfg = ckpt.config
@@ -91,6 +121,41 @@ def gguf_tokenizer(path: str | Path) -> Tokenizer:
                             "GGUF metadata; pass a GGUF converted with its tokenizer")
     return gguf_bpe_tokenizer(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.merges"],
                               str(meta.get("tokenizer.ggml.pre", "default")), meta.get("tokenizer.ggml.token_type"))
+
+
+def tokenizer_for(path: str | Path | None) -> Tokenizer:
+    """The tokenizer that goes with a checkpoint.
+
+    A GGUF file (and the embedded default, ``path=None``) carries its own BPE; a Hugging Face folder
+    or a ``.safetensors`` file needs a ``tokenizer.json`` beside it (the folder's, or the file's folder's).
+
+    Raises:
+        GeodriftError: when no tokenizer is found (names the file to add).
+
+    Example:
+        >>> tokenizer_for(None).vocab_size
+        49152
+    """
+    if path is None:
+        return smollm2_tokenizer()
+    path = Path(path)
+    if path.suffix.lower() == ".gguf":
+        return gguf_tokenizer(path)
+    folder = path if path.is_dir() else path.parent
+    tok_file = folder / "tokenizer.json"
+    if not tok_file.is_file():
+        raise GeodriftError(f"MODEL {path}: no tokenizer.json in {folder}; perplexity needs the model's tokenizer - "
+                            "copy the model's tokenizer.json there (or pass a GGUF, which carries its tokenizer)")
+    return _hf_tokenizer(tok_file)
+
+
+def _hf_tokenizer(path: Path) -> Tokenizer:
+    from tokenizers import Tokenizer as HFTokenizer
+
+    hf = HFTokenizer.from_file(str(path))
+    size = hf.get_vocab_size(with_added_tokens=True)
+    lengths = tuple(len(hf.decode([i], skip_special_tokens=False).encode("utf-8")) for i in range(size))
+    return Tokenizer("gguf", size, hf, (), lengths, json.dumps({"kind": "tokenizer.json", "path": path.name}))
 
 
 def smollm2_tokenizer() -> Tokenizer:

@@ -1,9 +1,14 @@
 """The architecture, checked: imports point one way, no cycles, light imports where the CLI starts.
 
-Layers, bottom to top: errors/atomic/weights -> linalg -> metrics -> continuity -> {scan, sim, prove}
--> sweep (runs sim specs on a backend) -> pretrained (the one bridge importing both scan and sim) and
-reproduction (the whole paper: proofs, scan, sweeps) -> render -> cli. ``proofs`` is sympy
-(and its mpmath) only. Every import counts, including those inside functions.
+Layers, bottom to top: errors/atomic/weights/checks -> linalg -> metrics -> continuity -> lm (the
+Llama, its tokenizers, text corpora, activations and Hugging Face writer) -> {scan, sim} -> {prove,
+sweep (runs sim specs on a backend), pretrained} -> compress -> reproduction (the whole paper) ->
+render -> cli. ``lm`` imports neither ``scan`` nor ``sim``; ``scan`` and ``sim`` never import each
+other. The scanner meets the language model or the simulators in the BRIDGES only: ``pretrained``
+(the one door from checkpoints to models) and ``reproduction`` (which runs the scan and the
+simulators side by side); ``compress`` reaches checkpoints through ``pretrained``. ``proofs`` is
+sympy (and its mpmath) only. Every import counts, including those inside functions and under
+``TYPE_CHECKING``. No module uses a ``_private`` name that another package defines.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # source folder -> package name as installed
 PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / "proofs": "geodrift.proofs"}
 LAYERS = {
-    "geodrift.errors": 0, "geodrift.atomic": 0, "geodrift.weights": 0, "geodrift": 0,
-    "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.continuity": 3,
-    "geodrift.scan": 4, "geodrift.lm": 4, "geodrift.sim": 4, "geodrift.prove": 5, "geodrift.sweep": 5,
-    "geodrift.pretrained": 6, "geodrift.compress": 6, "geodrift.reproduction": 6,
-    "geodrift.render": 7, "geodrift.cli": 8, "geodrift.__main__": 8, "geodrift.proofs": 0,
+    "geodrift.errors": 0, "geodrift.atomic": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
+    "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
+    "geodrift.scan": 5, "geodrift.sim": 5,
+    "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
+    "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.render": 9, "geodrift.cli": 10, "geodrift.__main__": 10,
 }
+# The only modules that may import the scanner together with the language model or the simulators.
+BRIDGES = {"geodrift.pretrained", "geodrift.reproduction"}
 
 
 def _modules() -> dict[str, Path]:
@@ -111,15 +118,81 @@ def test_imports_point_down_the_layers():
     assert not upward
 
 
-def test_only_the_bridge_imports_both_the_scanner_and_the_simulators():
-    for name, targets in GRAPH.items():
-        groups = {_group(t) for t in targets}
-        if name.startswith("geodrift.sim"):
-            assert "geodrift.scan" not in groups, name
-        if name.startswith("geodrift.scan"):
-            assert "geodrift.sim" not in groups, name
+def _touches(name: str) -> set[str]:
+    """The packages a module belongs to or imports."""
+    return {_group(name)} | {_group(t) for t in GRAPH[name]}
+
+
+def test_only_the_bridges_import_the_scanner_together_with_the_language_model_or_the_simulators():
+    mixed = sorted(name for name in GRAPH
+                   if "geodrift.scan" in _touches(name) and _touches(name) & {"geodrift.lm", "geodrift.sim"})
+    assert mixed == sorted(BRIDGES)
+
+
+def test_the_language_model_imports_neither_the_scanner_nor_the_simulators_and_compress_goes_through_pretrained():
+    for name in GRAPH:
+        if name.startswith("geodrift.lm"):
+            assert not _touches(name) & {"geodrift.scan", "geodrift.sim"}, name
+        if name.startswith("geodrift.compress"):
+            assert not _touches(name) & {"geodrift.scan", "geodrift.sim"}, name
         if name.startswith(("geodrift.continuity", "geodrift.metrics", "geodrift.linalg")):
-            assert not groups & {"geodrift.sim", "geodrift.scan", "geodrift.render", "geodrift.cli"}, name
+            assert not _touches(name) & {"geodrift.sim", "geodrift.scan", "geodrift.lm", "geodrift.render",
+                                         "geodrift.cli"}, name
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and name.strip("_") != "" and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_definitions() -> dict[str, set[str]]:
+    """``{_name: packages defining it}``: functions, classes, methods, and names or attributes assigned."""
+    defined: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [sub.id if isinstance(sub, ast.Name) else sub.attr for target in targets
+                         for sub in ast.walk(target) if isinstance(sub, (ast.Name, ast.Attribute))]
+            for found in filter(_private, names):
+                defined.setdefault(found, set()).add(_group(name))
+    return defined
+
+
+def test_no_module_uses_a_private_name_that_another_package_defines():
+    """``from x import _y`` / ``import x._y`` across packages, and ``anything._y`` (``module._y``,
+    ``obj._method(``, ``obj._attr``) where ``_y`` is defined in another package and not in the caller's own.
+
+    What it sees: every geodrift, cli and proofs module (not the tests, which may test private
+    helpers), by name: a ``_y`` counts as the other package's when the caller's package defines no
+    ``_y`` of its own (def, class, method, assignment, ``self._y = ...``). What it cannot see: types
+    (an ``obj._y`` whose name the caller's package also defines passes, whoever owns ``obj``),
+    ``getattr(obj, "_y")`` with a string, and private names of libraries (torch's ``_C`` and the like).
+    """
+    defined = _private_definitions()
+    found = []
+    for name, path in MODULES.items():
+        own = _group(name)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+                outside = _group(base) != own if base.startswith("geodrift") else False
+                found += [f"{name}: from {base} import {a.name}" for a in node.names
+                          if outside and (_private(a.name) or any(map(_private, base.split("."))))]
+            elif isinstance(node, ast.Import):
+                found += [f"{name}: import {a.name}" for a in node.names if a.name.startswith("geodrift")
+                          and _group(a.name) != own and any(map(_private, a.name.split(".")))]
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                owners = defined.get(node.attr, set())
+                if owners and own not in owners:
+                    found.append(f"{name}:{node.lineno}: {ast.unparse(node)} ({node.attr} is {', '.join(sorted(owners))}'s)")
+    assert not found
 
 
 @pytest.mark.parametrize("library", ["rich", "matplotlib"])

@@ -1,9 +1,10 @@
 """One loaded Llama, its tokenizer and two disjoint text sets; forwards that skip layers by index.
 
 Everything in ``geodrift.compress`` works on ONE :class:`~geodrift.lm.llama.LlamaLM` loaded once
-(:func:`load_setup`): pruning never copies the model - :func:`window_nll` runs the decoder stack
-over the kept layer indices only - and shared bases overwrite projection weights in place and put
-the originals back (:class:`~geodrift.compress.share.WeightSwap`).
+(:func:`load_setup`, through ``geodrift.pretrained``): pruning never copies the model -
+:func:`window_nll` runs the decoder stack over the kept layer indices only
+(``LlamaLM.run_layers``) - and shared bases overwrite projection weights in place and put the
+originals back (:func:`~geodrift.compress.share.swapped_weights`).
 
 Texts (deterministic, disjoint): the corpus of ``geodrift.lm.text.load_corpus`` (the embedded
 stdlib-docs corpus by default; ``--corpus`` a text file, a folder of ``.txt`` or a WikiText folder).
@@ -14,9 +15,8 @@ the two splits share no document.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,8 @@ from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import encode_ids, eval_windows, load_corpus
 from geodrift.lm.tokenizer import Tokenizer
-from geodrift.pretrained import gguf_tokenizer, llama_from_checkpoint
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
-from geodrift.scan.readers import open_checkpoint
+from geodrift.pretrained import llama_from_checkpoint, open_llama, tokenizer_for
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral")
 # Windows per forward call: (8, 128) tokens keep the (B, T, vocab) logits near 200 MB for a 49k vocabulary.
 BATCH = 8
 
@@ -65,51 +61,6 @@ class Setup:
         return len(self.model.model.layers)
 
 
-def tokenizer_for(path: str | Path | None) -> Tokenizer:
-    """The tokenizer that goes with a checkpoint.
-
-    A GGUF file (and the embedded default) carries its own BPE; a Hugging Face folder or a
-    ``.safetensors`` file needs a ``tokenizer.json`` beside it (the folder's, or the file's folder's).
-
-    Raises:
-        GeodriftError: when no tokenizer is found (names the file to add).
-    """
-    if path is None:
-        return gguf_tokenizer(embedded_model_path())
-    path = Path(path)
-    if path.suffix.lower() == ".gguf":
-        return gguf_tokenizer(path)
-    folder = path if path.is_dir() else path.parent
-    tok_file = folder / "tokenizer.json"
-    if not tok_file.is_file():
-        raise GeodriftError(f"MODEL {path}: no tokenizer.json in {folder}; perplexity needs the model's tokenizer - "
-                            "copy the model's tokenizer.json there (or pass a GGUF, which carries its tokenizer)")
-    return _hf_tokenizer(tok_file)
-
-
-def _hf_tokenizer(path: Path) -> Tokenizer:
-    from tokenizers import Tokenizer as HFTokenizer
-
-    hf = HFTokenizer.from_file(str(path))
-    size = hf.get_vocab_size(with_added_tokens=True)
-    lengths = tuple(len(hf.decode([i], skip_special_tokens=False).encode("utf-8")) for i in range(size))
-    return Tokenizer("gguf", size, hf, (), lengths, json.dumps({"kind": "tokenizer.json", "path": path.name}))
-
-
-def open_llama(path: str | Path | None) -> Checkpoint:
-    """Open ``path`` (None: the embedded SmolLM2) and check it is a Llama-family model geodrift can run.
-
-    Raises:
-        GeodriftError: for another architecture, naming the supported ones.
-    """
-    ckpt = open_checkpoint(path)
-    if ckpt.architecture not in SUPPORTED_ARCHITECTURES:
-        raise GeodriftError(
-            f"MODEL {ckpt.label}: architecture {ckpt.architecture!r} has no forward implementation in geodrift; "
-            f"compress runs {', '.join(SUPPORTED_ARCHITECTURES)} checkpoints (GGUF, safetensors or HF folder)")
-    return ckpt
-
-
 def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq_len: int = 128,
                calib_windows: int = 8, eval_windows_count: int = 16) -> Setup:
     """Load the model once and cut the calibration and evaluation windows.
@@ -136,8 +87,7 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
     if tokenizer.vocab_size > model.lm_head.weight.shape[0]:
         raise GeodriftError(f"MODEL {ckpt.label}: tokenizer has {tokenizer.vocab_size} ids but the model "
                             f"{model.lm_head.weight.shape[0]}; use the model's own tokenizer.json")
-    label = EMBEDDED_LABEL if path is None else ckpt.label
-    return Setup(model, label, dict(ckpt.config), calib, evaluation,
+    return Setup(model, ckpt.label, dict(ckpt.config), calib, evaluation,
                  {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes())
 
 
@@ -170,21 +120,6 @@ def kept_layers(n_layers: int, removed: Iterable[int]) -> list[int]:
 
 
 @torch.no_grad()
-def run_stack(model: LlamaLM, h: torch.Tensor, layers: Iterable[int],
-              record: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
-    """Run decoder layers ``layers`` (indices, in order) on hidden states ``h (B, T, d)``.
-
-    ``record(i, h_in)`` is called with each layer's input before it runs.
-    """
-    cos, sin = model._rope_tables(h.shape[1], h.device)
-    for i in layers:
-        if record is not None:
-            record(i, h)
-        h = model.model.layers[i](h, cos, sin)
-    return h
-
-
-@torch.no_grad()
 def nll_from_hidden(model: LlamaLM, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token NLL per window ``(B,)`` from final hidden states ``h (B, T, d)`` and ``targets (B, T)``."""
     logits = model.lm_head(model.model.norm(h)).float()  # (B, T, vocab)
@@ -209,7 +144,7 @@ def window_nll(model: LlamaLM, windows: torch.Tensor, removed: Iterable[int] = (
     for i in range(0, windows.shape[0], BATCH):
         chunk = windows[i: i + BATCH]
         h = prefix[first, i: i + BATCH] if prefix is not None else model.model.embed_tokens(chunk[:, :-1])
-        out.append(nll_from_hidden(model, run_stack(model, h, layers), chunk[:, 1:]))
+        out.append(nll_from_hidden(model, model.run_layers(h, layers), chunk[:, 1:]))
     return torch.cat(out)
 
 
@@ -223,7 +158,7 @@ def layer_states(model: LlamaLM, windows: torch.Tensor) -> torch.Tensor:
         per_layer[i].append(x)
 
     for i in range(0, windows.shape[0], BATCH):
-        h = run_stack(model, model.model.embed_tokens(windows[i: i + BATCH, :-1]), range(n_layers), record=record)
+        h = model.run_layers(model.model.embed_tokens(windows[i: i + BATCH, :-1]), range(n_layers), record=record)
         per_layer[n_layers].append(h)
     return torch.stack([torch.cat(per_layer[j]) for j in range(n_layers + 1)])
 

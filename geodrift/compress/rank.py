@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 import torch
 
-from geodrift.compress.model import BATCH, kept_layers, nll_from_hidden, run_stack
+from geodrift.compress.model import BATCH, kept_layers, nll_from_hidden
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.lm.llama import LlamaLM
 from geodrift.weights import PREDICTED_SPACE
@@ -170,11 +170,11 @@ def greedy_order(model: LlamaLM, windows: torch.Tensor, steps: int,
         kept = kept_layers(n_layers, removed)
         inputs.clear()
         for b in range(0, windows.shape[0], BATCH):
-            run_stack(model, model.model.embed_tokens(windows[b: b + BATCH, :-1]), kept, record=record)
+            model.run_layers(model.model.embed_tokens(windows[b: b + BATCH, :-1]), kept, record=record)
         best: tuple[float, int] | None = None
         for pos, cand in enumerate(kept):
             rest = kept[pos + 1:]
-            nll = torch.cat([nll_from_hidden(model, run_stack(model, h, rest), targets[b * BATCH: b * BATCH + h.shape[0]])
+            nll = torch.cat([nll_from_hidden(model, model.run_layers(h, rest), targets[b * BATCH: b * BATCH + h.shape[0]])
                              for b, h in enumerate(inputs[cand])])
             value = float(nll.mean())
             if best is None or value < best[0]:

@@ -1,5 +1,8 @@
-"""The language model: a Llama-style decoder, its tokenizers, the text corpora and the activations.
+"""The language model: a Llama-style decoder (``llama``), its tokenizers (``tokenizer``), the text
+corpora and perplexity (``text``), the one activation registry (``activations``, shared with the MLP
+simulator) and the one Hugging Face folder writer (``hf``).
 
-Used by the transformer simulator (``geodrift.sim``), the compressor (``geodrift.compress``) and the
-bridge from checkpoints to models (``geodrift.pretrained``).
+Used by the simulators (``geodrift.sim``), the compressor (``geodrift.compress``) and the bridge
+from checkpoints to models (``geodrift.pretrained``); it imports neither ``geodrift.scan`` nor
+``geodrift.sim`` (``tests/test_layering.py``).
 """

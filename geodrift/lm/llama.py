@@ -38,6 +38,7 @@ gains 1.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -45,28 +46,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from geodrift.errors import GeodriftError
-from geodrift.lm.activations import radial, radial_rms
+from geodrift.lm.activations import LLAMA_MLP_ACTIVATIONS, LLAMA_V_ACTIVATIONS, get_activation
 from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES, WeightSet
 
-MLP_ACTIVATIONS: tuple[str, ...] = ("silu", "relu", "gelu", "none", "radial", "radial_rms")
-V_ACTIVATIONS: tuple[str, ...] = ("none", "radial", "radial_rms", "silu", "relu", "gelu", "tanh")
 ATTENTIONS: tuple[str, ...] = ("softmax", "linear")
-
-def _activation(name: str, x: torch.Tensor) -> torch.Tensor:
-    if name == "silu":
-        return F.silu(x)
-    if name == "relu":
-        return F.relu(x)
-    if name == "gelu":
-        return F.gelu(x)
-    if name == "tanh":
-        return torch.tanh(x)
-    if name == "radial":
-        # sigma_rad(g) = g * tanh(||g||), norm over the feature axis of one token: SO(d)-equivariant.
-        return radial(x)
-    if name == "radial_rms":
-        return radial_rms(x)
-    return x  # "none"
+NORMS: tuple[str, ...] = ("pre", "none")
 
 
 class RMSNorm(nn.Module):
@@ -112,6 +96,7 @@ class LlamaAttention(nn.Module):
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = d_model // n_heads
         self.attention, self.v_activation = attention, v_activation
+        self.v_act = get_activation(v_activation, LLAMA_V_ACTIVATIONS, "v_activation")
         self.q_proj = nn.Linear(d_model, n_heads * self.head_dim, bias=False)
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.head_dim, bias=False)
@@ -121,7 +106,7 @@ class LlamaAttention(nn.Module):
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, dh)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, dh)
-        v = _activation(self.v_activation, self.v_proj(x))
+        v = self.v_act(self.v_proj(x))
         v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = _apply_rope(q, cos, sin), _apply_rope(k, cos, sin)
         if self.n_kv_heads != self.n_heads:
@@ -143,12 +128,13 @@ class LlamaMLP(nn.Module):
     def __init__(self, d_model: int, d_ff: int, activation: str) -> None:
         super().__init__()
         self.activation = activation
+        self.act = get_activation(activation, LLAMA_MLP_ACTIVATIONS)
         self.gate_proj = nn.Linear(d_model, d_ff, bias=False)
         self.up_proj = nn.Linear(d_model, d_ff, bias=False)
         self.down_proj = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(_activation(self.activation, self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -209,16 +195,19 @@ class LlamaLM(nn.Module):
                  init_std: float = 0.02, generator: torch.Generator | None = None) -> None:
         super().__init__()
         n_kv = n_heads if n_kv_heads is None else n_kv_heads
-        _check("activation", activation, MLP_ACTIVATIONS)
-        _check("v_activation", v_activation, V_ACTIVATIONS)
+        get_activation(activation, LLAMA_MLP_ACTIVATIONS)
+        get_activation(v_activation, LLAMA_V_ACTIVATIONS, "v_activation")
         _check("attention", attention, ATTENTIONS)
-        _check("norm", norm, ("pre", "none"))
+        _check("norm", norm, NORMS)
         if d_model % n_heads or n_heads % n_kv or (d_model // n_heads) % 2:
             raise GeodriftError(
                 f"model shape: d_model={d_model}, n_heads={n_heads}, n_kv_heads={n_kv} - n_heads must divide "
                 "d_model into an even head size and n_kv_heads must divide n_heads"
             )
         self.rope_theta, self.head_dim = rope_theta, d_model // n_heads
+        self.n_heads, self.n_kv_heads, self.norm_eps = n_heads, n_kv, norm_eps
+        self.switches = {"activation": activation, "residual": residual, "norm": norm, "attention": attention,
+                         "v_activation": v_activation}
         layer_kwargs = dict(n_heads=n_heads, n_kv_heads=n_kv, d_ff=d_ff, norm_eps=norm_eps, activation=activation,
                             residual=residual, norm=norm == "pre", attention=attention, v_activation=v_activation)
         self.model = LlamaModel(vocab_size, d_model, n_layers, layer_kwargs, norm == "pre", norm_eps)
@@ -246,11 +235,36 @@ class LlamaLM(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, vocab)`` for token ids ``(B, T)``."""
-        cos, sin = self._rope_tables(ids.shape[1], ids.device)
-        h = self.model.embed_tokens(ids)
-        for layer in self.model.layers:
-            h = layer(h, cos, sin)
+        h = self.run_layers(self.model.embed_tokens(ids), range(len(self.model.layers)))
         return self.lm_head(self.model.norm(h))
+
+    def run_layers(self, h: torch.Tensor, layers: Iterable[int],
+                   record: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
+        """Run the decoder layers ``layers`` (indices, in the order given) on hidden states ``h``.
+
+        A full forward is ``run_layers(embed_tokens(ids), range(n_layers))``; a pruned model is the
+        same call without the removed indices (no copy of the model).
+
+        Args:
+            h: residual-stream states ``(B, T, d_model)``.
+            layers: decoder-layer indices, e.g. ``[0, 1, 3]``.
+            record: called as ``record(i, h_in)`` with each layer's input before layer ``i`` runs.
+
+        Returns:
+            The states after the last listed layer, ``(B, T, d_model)`` (before the final norm).
+
+        Example:
+            >>> m = LlamaLM(vocab_size=50, d_model=16, n_layers=3, n_heads=2, d_ff=32)
+            >>> h = m.model.embed_tokens(torch.zeros(1, 5, dtype=torch.long))
+            >>> m.run_layers(h, [0, 2]).shape
+            torch.Size([1, 5, 16])
+        """
+        cos, sin = self._rope_tables(h.shape[1], h.device)
+        for i in layers:
+            if record is not None:
+                record(i, h)
+            h = self.model.layers[i](h, cos, sin)
+        return h
 
     def projection(self, role: str, layer: int) -> nn.Linear:
         """The ``nn.Linear`` of ``role`` (a TRANSFORMER_ROLES name) in decoder layer ``layer``."""

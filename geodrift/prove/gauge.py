@@ -19,15 +19,16 @@ from typing import Any
 
 import torch
 
+from geodrift.lm.activations import EQUIVARIANT, LLAMA_V_ACTIVATIONS
 from geodrift.lm.llama import LlamaAttention, LlamaLM
-from geodrift.prove.symmetry import NumericResult, orthogonal_qr
+from geodrift.prove.symmetry import ELEMENTWISE, NumericResult, orthogonal_qr
 from geodrift.sim.mlp import ResidualMLP
 
-# The simulator's activation names: equivariant ones, then element-wise ones.
-MLP_EQUIVARIANT = ("none", "radial", "radial_rms")
-MLP_ELEMENTWISE = ("relu", "leaky_relu", "gelu", "silu", "tanh", "softplus", "sigmoid", "abs")
-V_EQUIVARIANT = ("none", "radial", "radial_rms")
-V_ELEMENTWISE = ("silu", "relu", "gelu", "tanh")
+# The simulators' activation names (``geodrift.lm.activations``): equivariant ones, then element-wise ones.
+MLP_EQUIVARIANT = EQUIVARIANT
+MLP_ELEMENTWISE = tuple(ELEMENTWISE)
+V_EQUIVARIANT = EQUIVARIANT
+V_ELEMENTWISE = tuple(name for name in LLAMA_V_ACTIVATIONS if name not in EQUIVARIANT)
 
 
 def toy_mlp(activation: str, generator: torch.Generator, d: int = 8, layers: int = 4, n_in: int = 5,

@@ -13,31 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from geodrift.lm.activations import radial, radial_rms
+from geodrift.lm.activations import get_activation
 
 Act = Callable[[torch.Tensor], torch.Tensor]
 
-ELEMENTWISE: dict[str, Act] = {
-    "relu": F.relu,
-    "leaky_relu": lambda t: F.leaky_relu(t, 0.01),
-    "gelu": F.gelu,
-    "silu": F.silu,
-    "tanh": torch.tanh,
-    "softplus": F.softplus,
-    "sigmoid": torch.sigmoid,
-    "abs": torch.abs,
-}
-
-
-def identity(x: torch.Tensor) -> torch.Tensor:
-    """The linear activation."""
-    return x
-
-
-# The radial activation is the simulator's own, so the numeric checks test the code that trains.
-EQUIVARIANT: dict[str, Act] = {"linear": identity, "radial_tanh": radial, "radial_tanh_rms": radial_rms}
+# The element-wise activations the proofs name (``geodrift.proofs.activations``), resolved by the
+# simulators' own registry, so the numeric checks test the functions that train.
+ELEMENTWISE: dict[str, Act] = {name: get_activation(name) for name in
+                               ("relu", "leaky_relu", "gelu", "silu", "tanh", "softplus", "sigmoid", "abs")}
+EQUIVARIANT: dict[str, Act] = {"linear": get_activation("none"), "radial_tanh": get_activation("radial"),
+                               "radial_tanh_rms": get_activation("radial_rms")}
 
 
 @dataclass

@@ -20,7 +20,7 @@ Public API::
     validate_for_continuity(ws)  # >= 2 layers per role; the scan calls it after --roles/--layers
 
 Canonical keys are listed in ``geodrift.scan.names``. ``load_canonical`` is what a model
-implementation calls (``geodrift/sim/llama*.py``): projections come as ``nn.Linear.weight``
+implementation calls (``geodrift.pretrained.llama_from_checkpoint``): projections come as ``nn.Linear.weight``
 ``(d_out, d_in)`` with Q/K rows in Hugging Face's rotary order (llama.cpp's permutation undone),
 fused qkv/gate_up split, gpt2's Conv1D transposed; norms as Hugging Face stores them; and
 ``("lm_head", None)`` falls back to the embedding when the embeddings are tied.

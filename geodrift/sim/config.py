@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from geodrift.errors import GeodriftError
+from geodrift.lm.activations import LLAMA_MLP_ACTIVATIONS, LLAMA_V_ACTIVATIONS
 
 PAPER_EPOCH_STEPS = 469  # ceil(60000 / 128): one epoch of full MNIST at batch 128
 PAPER_SEEDS: tuple[int, ...] = (42, 123, 777)
@@ -115,9 +116,9 @@ class LlamaConfig:
 
     def __post_init__(self) -> None:
         _check("norm", self.norm, LLAMA_NORMS)
-        _check("activation", self.activation, ("silu", "relu", "gelu", "none", "radial", "radial_rms"))
+        _check("activation", self.activation, LLAMA_MLP_ACTIVATIONS)
         _check("attention", self.attention, ("softmax", "linear"))
-        _check("v_activation", self.v_activation, ("none", "radial", "radial_rms", "silu", "relu", "gelu", "tanh"))
+        _check("v_activation", self.v_activation, LLAMA_V_ACTIVATIONS)
         if self.d_model % self.n_heads:
             raise GeodriftError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
 

@@ -29,12 +29,12 @@ from torch import nn
 from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
+from geodrift.lm.hf import hf_step_dir, save_hf
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import Corpus, TokenBatches, encode_ids, eval_windows, lm_loss, load_corpus, perplexity
 from geodrift.lm.tokenizer import Tokenizer, make_tokenizer
 from geodrift.sim.config import ImageData, LlamaConfig, MLPConfig, RunSpec, TextData
 from geodrift.sim.data import Dataset, ShuffledBatches, load_dataset
-from geodrift.sim.hf_export import hf_config, hf_step_dir, save_hf_folder
 from geodrift.sim.mlp import ResidualMLP, build_mlp, ensemble_loss
 from geodrift.sim.record import (
     RunRecord,
@@ -110,7 +110,7 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         on_step: called after every step with a :class:`StepStatus` (step, loss, latest continuity).
         on_stage: called with a message before slow start-up work (data loading, tokenizer training).
         save_hf_every: transformer only, with ``out``: save the weights as a Hugging Face folder
-            (``<run folder>/hf/step-<n>/``, :mod:`geodrift.sim.hf_export`) at step 0, every this many
+            (``<run folder>/hf/step-<n>/``, :func:`geodrift.lm.hf.save_hf`) at step 0, every this many
             steps and at the end (0: never).
 
     Returns:
@@ -164,20 +164,19 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
                 "seconds": elapsed + time.perf_counter() - t0,
             })
 
-    def save_hf(done: int) -> None:
+    def save_hf_step(done: int) -> None:
         if save_hf_every and out is not None and (done % save_hf_every == 0 or done == spec.train.steps):
-            assert isinstance(spec.model, LlamaConfig) and isinstance(parts.model, LlamaLM)
-            save_hf_folder(parts.model, hf_config(spec.model, parts.model.lm_head.out_features), hf_step_dir(
-                run_dir(out, spec.label, seeds[0]), done), done)
+            assert isinstance(parts.model, LlamaLM)
+            save_hf(parts.model, hf_step_dir(run_dir(out, spec.label, seeds[0]), done), step=done)
 
     def step_done(done: int, loss: torch.Tensor) -> None:
-        save_hf(done)
+        save_hf_step(done)
         if on_step is not None:
             on_step(StepStatus(spec.label, tuple(seeds), done, spec.train.steps, loss,
                                parts.tracker.latest if parts.tracker else None))
 
     if start_step == 0:
-        save_hf(0)
+        save_hf_step(0)
 
     end = train(parts.model, parts.batches, parts.loss_fn, optimizer, scheduler, steps=spec.train.steps,
                 grad_clip=spec.train.grad_clip, tracker=parts.tracker, start_step=start_step, stop_at=stop_at,
