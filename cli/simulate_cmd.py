@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Force, Quiet, Wide
 from geodrift.cli.sweep_cmd import Address, Backend, GpusPerRun, Workers
 
@@ -28,7 +29,7 @@ Ablation = Annotated[list[str] | None, typer.Option(
 Seeds = Annotated[str | None, typer.Option("--seeds", help="Comma-separated seeds (default: the preset's).")]
 Steps = Annotated[int | None, typer.Option("--steps", help="Optimiser steps per run (default: the preset's).")]
 TrackEvery = Annotated[int | None, typer.Option("--track-every", help="Tracking interval in steps (0 = off).")]
-Device = Annotated[str, typer.Option("--device", help="auto (CUDA when available), cpu or cuda.")]
+Device = Annotated[choices.Device, typer.Option("--device", help="Where to train; auto: CUDA when available.")]
 Out = Annotated[Path | None, typer.Option("--out", help="Folder for run records, reports and checkpoints "
                                           "(default: nothing is written).")]
 Resume = Annotated[bool, typer.Option("--resume", help="Reuse finished runs in --out and continue interrupted "
@@ -46,12 +47,13 @@ Detail = Annotated[bool, typer.Option("--detail", help="Also print the k = 1..K 
 
 @app.command("mlp")
 def mlp_command(
-    preset: Annotated[str, typer.Option("--preset", help="table1, table3, drift, ema, appf (App. F), datasize "
-                                        "(distinct images x steps), smoke (seconds) or single (one Res+ReLU run).")] = "single",
+    preset: Annotated[choices.MLPPreset, typer.Option(
+        "--preset", help="table1, table3, drift (Fig. 2), ema (Table 4): the paper's experiments; appf: App. F; "
+        "datasize: distinct images x steps; smoke: seconds; single: one Res+ReLU run.")] = choices.MLPPreset.single,
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
     data: Annotated[str | None, typer.Option("--data", help="mnist5k (embedded), digits (scikit-learn), "
                                              "mnist5k-aug60k (seeded affine variants), a folder of IDX files (MNIST/Fashion-MNIST/EMNIST/KMNIST) or a .npz.")] = None,
-    device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
+    device: Device = choices.Device.auto, out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
     batch_seeds: Annotated[bool | None, typer.Option("--batch-seeds/--no-batch-seeds", help="Train the seeds of a "
                                                      "configuration as one batched ensemble (default: on CUDA).")] = None,
@@ -63,7 +65,7 @@ def mlp_command(
     from geodrift.sim.experiment import Overrides
 
     overrides = Overrides(steps=steps, track_every=track_every, ablations=tuple(ablation or ()), data=data)
-    _simulate("mlp", preset, overrides, seeds, device=device, out=out, resume=resume, reload=reload,
+    _simulate("mlp", preset.value, overrides, seeds, device=device.value, out=out, resume=resume, reload=reload,
               plot=plot, as_json=as_json, checkpoint_every=checkpoint_every, threads=threads, detail=detail,
               batched=batch_seeds, force=force, dpi=dpi, wide=wide, quiet=quiet,
               sweep=_Sweep(backend, workers, address, gpus_per_run))
@@ -71,15 +73,17 @@ def mlp_command(
 
 @app.command("transformer")
 def transformer_command(
-    preset: Annotated[str, typer.Option("--preset", help="paper (the paper's setup; GPU), mid (the paper's width, "
-                                        "hours on a CPU), cpu (minutes on 2 cores) or tiny (seconds).")] = "cpu",
+    preset: Annotated[choices.TransformerPreset, typer.Option(
+        "--preset", help="paper: the paper's setup (GPU); cpu: minutes on 2 cores; mid: the paper's width (hours "
+        "on a CPU); tiny: seconds.")] = choices.TransformerPreset.cpu,
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
     data: Annotated[str | None, typer.Option("--data", help="A text file, a folder of .txt files or a WikiText "
                                              "folder (default: the embedded stdlib-docs corpus).")] = None,
-    device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
+    device: Device = choices.Device.auto, out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
-    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="bpe (trained on the training split) or "
-                                                  "bytes.")] = None,
+    tokenizer: Annotated[choices.Tokenizer | None, typer.Option(
+        "--tokenizer", help="bpe: trained on the training split; bytes: one id per byte (default: the preset's).")
+                         ] = None,
     vocab: Annotated[int | None, typer.Option("--vocab", help="BPE vocabulary size.")] = None,
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside.")] = True,
@@ -95,8 +99,8 @@ def transformer_command(
     from geodrift.sim.experiment import Overrides
 
     overrides = Overrides(steps=steps, track_every=track_every, ablations=tuple(ablation or ()), data=data,
-                          tokenizer=tokenizer, vocab=vocab)
-    _simulate("transformer", preset, overrides, seeds, device=device, out=out, resume=resume,
+                          tokenizer=tokenizer.value if tokenizer is not None else None, vocab=vocab)
+    _simulate("transformer", preset.value, overrides, seeds, device=device.value, out=out, resume=resume,
               reload=reload, plot=plot, as_json=as_json, checkpoint_every=checkpoint_every, threads=threads,
               detail=detail, smollm2=smollm2, save_hf_every=save_hf_every, force=force, dpi=dpi, wide=wide,
               quiet=quiet, sweep=_Sweep(backend, workers, address, gpus_per_run))
@@ -105,7 +109,7 @@ def transformer_command(
 @dataclass(frozen=True)
 class _Sweep:
     # --backend/--workers/--address/--gpus-per-run: given a backend or workers, the preset runs as a sweep.
-    backend: str | None
+    backend: choices.Backend | None
     workers: int | None
     address: str | None
     gpus: float
@@ -164,7 +168,7 @@ def _simulate(sim: str, preset: str, overrides: Overrides, seeds: str | None, *,
         from geodrift.sweep.grid import preset_grid
 
         grid = preset_grid(Experiment.of(sim, preset, seed_list, overrides))
-        rep = run_grid(grid, backend=sweep.backend or "local",
+        rep = run_grid(grid, backend=(sweep.backend or choices.Backend.local).value,
                        workers=1 if sweep.workers is None else sweep.workers, address=sweep.address, gpus=sweep.gpus,
                        out=out, resume=resume, force=force, threads=threads or 1, device=device,
                        checkpoint_every=checkpoint_every, quiet=quiet, plot=plot)
