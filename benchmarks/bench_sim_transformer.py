@@ -26,13 +26,14 @@ import time
 import torch
 
 from geodrift.lm.text import TokenBatches, lm_loss
-from geodrift.sim.reproduce import build_specs
-from geodrift.sim.run import build_llama, prepare_text, run
+from geodrift.sim.experiment import Overrides, build_specs
+from geodrift.sim.run import run
+from geodrift.sim.simulator import build_llama, prepare_text
 
 
 def plain_loop(preset: str, steps: int, seed: int) -> float:
     """Tokens/s of a plain PyTorch loop training the same model on the same batches."""
-    (spec,) = build_specs("transformer", preset, steps=steps)
+    (spec,) = build_specs("transformer", preset, Overrides(steps=steps))
     data, train = spec.data, spec.train
     text = prepare_text(data)  # type: ignore[arg-type]
     model = build_llama(spec.model, text.tokenizer.vocab_size, seed)  # type: ignore[arg-type]
@@ -50,7 +51,7 @@ def plain_loop(preset: str, steps: int, seed: int) -> float:
 
 def simulator(preset: str, steps: int, seed: int, track: bool) -> float:
     """Tokens/s of ``geodrift.sim.run.run`` (training loop only)."""
-    (spec,) = build_specs("transformer", preset, steps=steps)
+    (spec,) = build_specs("transformer", preset, Overrides(steps=steps))
     with tempfile.TemporaryDirectory() as out:
         (res,) = run(spec, [seed], out=out, track=track, device="cpu")
     return float(res.record.timing["tokens_per_second"])
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    (spec,) = build_specs("transformer", args.preset, steps=args.steps)
+    (spec,) = build_specs("transformer", args.preset, Overrides(steps=args.steps))
     results: dict[str, list[float]] = {"plain": [], "untracked": [], "tracked": []}
     for _ in range(args.rounds):
         results["plain"].append(plain_loop(args.preset, args.steps, 42))

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Quiet, Wide
 
 app = typer.Typer(help="Layer pruning and shared bases, ranked by weight geometry and by activations.",
@@ -96,7 +97,8 @@ def prune_command(
     null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
     save: Save = None,
-    save_method: Annotated[str, typer.Option("--save-method", help="Which method's removal set --save writes.")] = "geom-v1",
+    save_method: Annotated[choices.PruneMethod, typer.Option(
+        "--save-method", help="Which method's removal set --save writes.")] = choices.PruneMethod.geom_v1,
     save_n: Annotated[int | None, typer.Option("--save-n", help="How many layers removed in --save (default N).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
@@ -116,8 +118,9 @@ def prune_command(
                             "--greedy-windows": greedy_windows}, plot, dpi, threads)
     if "greedy" in spec.methods and greedy_windows > calib_windows:
         raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
-    if save is not None and save_method not in spec.methods:
-        raise GeodriftError(f"--save-method: {save_method!r} is not among the methods run ({', '.join(spec.methods)})")
+    if save is not None and save_method.value not in spec.methods:
+        raise GeodriftError(f"--save-method: {save_method.value!r} is not among the methods run "
+                            f"({', '.join(spec.methods)})")
     save_n = max_remove if save_n is None else save_n
     if save is not None and not 1 <= save_n <= max_remove:
         raise GeodriftError(f"--save-n: {save_n} is outside 1..--max-remove ({max_remove})")
@@ -136,7 +139,7 @@ def prune_command(
         from geodrift.compress.model import kept_layers
         from geodrift.lm.hf import save_hf
 
-        curve = next(c for c in result.curves if c.method == save_method)
+        curve = next(c for c in result.curves if c.method == save_method.value)
         written.append(save_hf(setup.model, save, layers=kept_layers(setup.n_layers, curve.removed[save_n - 1]),
                                context_length=setup.config.get("context_length")))
     if as_json:
@@ -160,7 +163,8 @@ def share_command(
                                                "(0: skip that experiment).")] = 0.3,
     seq_len: SeqLen = 128, eval_windows: EvalWindows = 8,
     save: Save = None,
-    save_policy: Annotated[str, typer.Option("--save-policy", help="Which policy --save writes.")] = "theory",
+    save_policy: Annotated[choices.SharePolicy, typer.Option("--save-policy", help="Which policy --save writes.")
+                           ] = choices.SharePolicy.theory,
     save_ratio: Annotated[float | None, typer.Option("--save-ratio", help="Which ratio --save writes (default the "
                                                      "first).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
@@ -184,8 +188,8 @@ def share_command(
     spec.check()
     _check_common(seq_len, {"--eval-windows": eval_windows}, plot, dpi, threads)
     save_ratio = ratio_list[0] if save_ratio is None else save_ratio
-    if save is not None and (save_policy not in spec.policies or save_ratio not in ratio_list):
-        raise GeodriftError(f"--save-policy/--save-ratio: {save_policy} at {save_ratio} is not among the runs "
+    if save is not None and (save_policy.value not in spec.policies or save_ratio not in ratio_list):
+        raise GeodriftError(f"--save-policy/--save-ratio: {save_policy.value} at {save_ratio} is not among the runs "
                             f"(policies {', '.join(spec.policies)}; ratios {ratios})")
     spec.check(int(open_llama(model).config["n_layers"]))
     announce("loading the model and the corpus", quiet=quiet)
@@ -203,7 +207,7 @@ def share_command(
         from geodrift.lm.hf import save_hf
 
         assert bases is not None
-        new, _, _ = Assignment(save_policy, POLICIES[save_policy]).weights(bases, result_shapes(setup), save_ratio)
+        new, _, _ = Assignment(save_policy.value, POLICIES[save_policy.value]).weights(bases, result_shapes(setup), save_ratio)
         written.append(save_hf(setup.model, save, weights=new, context_length=setup.config.get("context_length")))
     if as_json:
         sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")

@@ -96,7 +96,9 @@ def _run(argv: list[str] | None) -> int:
         if type(error).__name__ == "NoArgsIsHelpError":
             error.show()  # type: ignore[attr-defined]
             sys.exit(0)
-        typer.echo(f"error: {error.format_message()}", err=True)  # type: ignore[attr-defined]
+        # Typer words a refused choice as pydantic does ("Value error, 'x' is not one of ..."): keep the sentence.
+        message = error.format_message().replace(": Value error, ", ": ", 1)  # type: ignore[attr-defined]
+        typer.echo(f"error: {message}", err=True)
         sys.exit(2)
     except OSError as error:
         # Disk full, permission denied, a folder where a file was expected: the environment's, not a bug.

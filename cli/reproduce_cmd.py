@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Force, Quiet
 from geodrift.cli.sweep_cmd import Address, Backend
 
@@ -42,7 +43,8 @@ def reproduce_command(
     if quick and smoke:
         raise GeodriftError("--quick and --smoke: pass one of them")
     mode = "smoke" if smoke else "quick" if quick else "full"
-    check_options(backend or "local", workers, threads, 0.0)
+    backend_name = (backend or choices.Backend.local).value
+    check_options(backend_name, workers, threads, 0.0)
     check_dpi(dpi)
     if (out / "report.md").exists() and not (resume or force):
         raise GeodriftError(f"--out {out}: already holds a report; add --resume to reuse its runs or --force to "
@@ -50,7 +52,7 @@ def reproduce_command(
     prepare_out(out / "runs", resume=resume, reload=False, force=force)
     t0 = time.perf_counter()
     with JobProgress("reproduce", 0, "runs", quiet=quiet) as bar:
-        rep = reproduce_paper(mode, out, backend=backend or "local", workers=workers, address=address,
+        rep = reproduce_paper(mode, out, backend=backend_name, workers=workers, address=address,
                               threads=threads, on_stage=bar.note, on_status=sweep_reporter(bar))
     written = write_report(rep, out, dpi)
     sims = [s for s in rep.sections if s.kind == "sim"]

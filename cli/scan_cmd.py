@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from geodrift.cli import choices
 from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
 app = typer.Typer()
@@ -21,7 +22,8 @@ def scan_command(
                                               "(default all).")] = None,
     layers: Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")] = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K).")] = 8,
-    view: Annotated[str, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")] = "raw",
+    view: Annotated[choices.View, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")
+                    ] = choices.View.raw,
     null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
     names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role.")] = None,
@@ -60,7 +62,7 @@ def scan_command(
         figure_format(plot)
         check_dpi(dpi)
     check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
-    ws, heads = load_weights(model, view, names, role_list, layer_list)
+    ws, heads = load_weights(model, view.value, names, role_list, layer_list)
     check_plan(ws, spec, heads if ov else None, memory_limit)
     with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar, report_only_stdout(as_json):
         report = scan(ws, spec, heads=heads if ov else None,

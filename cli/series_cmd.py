@@ -14,13 +14,14 @@ from typing import Annotated
 
 import typer
 
+from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Quiet, Wide
 
 app = typer.Typer()
 
 Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down (default all).")]
 Layers = Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")]
-View = Annotated[str, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")]
+View = Annotated[choices.View, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")]
 NullDraws = Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the permutation nulls.")]
 Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role.")]
@@ -35,7 +36,7 @@ def drift_command(
                                                      "(.gguf, .safetensors, Hugging Face folders, .pt pickles).")],
     roles: Roles = None, layers: Layers = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space kept per checkpoint.")] = 4,
-    view: View = "raw", null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
+    view: View = choices.View.raw, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
     as_json: Json = False, json_out: JsonOut = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write continuity per checkpoint here and the "
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
@@ -55,8 +56,7 @@ def drift_command(
     from geodrift.scan.series import drift
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view, "ov": ov, "names": names}
-    _check_view(view)
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names}
     if plot is not None:
         figure_format(plot)
         check_dpi(dpi)
@@ -91,7 +91,7 @@ def compare_command(
     b: Annotated[str, typer.Argument(help="The second model (e.g. its fine-tune or compressed copy).")],
     roles: Roles = None, layers: Layers = None,
     k: Annotated[int, typer.Option("--k", help="Dimension of the top-k subspaces compared.")] = 8,
-    view: View = "raw", null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
+    view: View = choices.View.raw, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
     as_json: Json = False, json_out: JsonOut = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one row per projection, space and layer "
                                                  "here.")] = None,
@@ -111,8 +111,7 @@ def compare_command(
     from geodrift.scan.series import compare
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view, "ov": ov, "names": names}
-    _check_view(view)
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names}
     if plot is not None:
         figure_format(plot)
         check_dpi(dpi)
@@ -133,13 +132,6 @@ def compare_command(
         render_compare(rep, wide=wide)
     if written:
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
-
-
-def _check_view(view: str) -> None:
-    from geodrift.errors import GeodriftError
-
-    if view not in ("raw", "folded"):
-        raise GeodriftError(f"--view: {view!r} is not a view; use raw or folded")
 
 
 def _beside(path: Path, kind: str, suffix: str, sep: str = ".") -> Path:

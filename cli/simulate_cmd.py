@@ -8,13 +8,18 @@ are specific: ``--batch-seeds`` (the MLP's batched ensembles), ``--tokenizer``/`
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Force, Quiet, Wide
 from geodrift.cli.sweep_cmd import Address, Backend, GpusPerRun, Workers
+
+if TYPE_CHECKING:
+    from geodrift.sim.experiment import Overrides
 
 app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.", no_args_is_help=True)
 
@@ -24,7 +29,7 @@ Ablation = Annotated[list[str] | None, typer.Option(
 Seeds = Annotated[str | None, typer.Option("--seeds", help="Comma-separated seeds (default: the preset's).")]
 Steps = Annotated[int | None, typer.Option("--steps", help="Optimiser steps per run (default: the preset's).")]
 TrackEvery = Annotated[int | None, typer.Option("--track-every", help="Tracking interval in steps (0 = off).")]
-Device = Annotated[str, typer.Option("--device", help="auto (CUDA when available), cpu or cuda.")]
+Device = Annotated[choices.Device, typer.Option("--device", help="Where to train; auto: CUDA when available.")]
 Out = Annotated[Path | None, typer.Option("--out", help="Folder for run records, reports and checkpoints "
                                           "(default: nothing is written).")]
 Resume = Annotated[bool, typer.Option("--resume", help="Reuse finished runs in --out and continue interrupted "
@@ -42,12 +47,13 @@ Detail = Annotated[bool, typer.Option("--detail", help="Also print the k = 1..K 
 
 @app.command("mlp")
 def mlp_command(
-    preset: Annotated[str, typer.Option("--preset", help="table1, table3, drift, ema, appf (App. F), datasize "
-                                        "(distinct images x steps), smoke (seconds) or single (one Res+ReLU run).")] = "single",
+    preset: Annotated[choices.MLPPreset, typer.Option(
+        "--preset", help="table1, table3, drift (Fig. 2), ema (Table 4): the paper's experiments; appf: App. F; "
+        "datasize: distinct images x steps; smoke: seconds; single: one Res+ReLU run.")] = choices.MLPPreset.single,
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
     data: Annotated[str | None, typer.Option("--data", help="mnist5k (embedded), digits (scikit-learn), "
                                              "mnist5k-aug60k (seeded affine variants), a folder of IDX files (MNIST/Fashion-MNIST/EMNIST/KMNIST) or a .npz.")] = None,
-    device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
+    device: Device = choices.Device.auto, out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
     batch_seeds: Annotated[bool | None, typer.Option("--batch-seeds/--no-batch-seeds", help="Train the seeds of a "
                                                      "configuration as one batched ensemble (default: on CUDA).")] = None,
@@ -56,23 +62,28 @@ def mlp_command(
 ) -> None:
     """The toy residual MLP (paper section 4). Named ablations: nores, ln, ln_post, ln_branch, relu, gelu, silu,
     tanh, none, radial, radial_rms."""
-    _simulate("mlp", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot, as_json,
-              checkpoint_every, threads, detail, batched=batch_seeds,
-              shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
-              sweep={"backend": backend, "workers": workers, "address": address, "gpus": gpus_per_run})
+    from geodrift.sim.experiment import Overrides
+
+    overrides = Overrides(steps=steps, track_every=track_every, ablations=tuple(ablation or ()), data=data)
+    _simulate("mlp", preset.value, overrides, seeds, device=device.value, out=out, resume=resume, reload=reload,
+              plot=plot, as_json=as_json, checkpoint_every=checkpoint_every, threads=threads, detail=detail,
+              batched=batch_seeds, force=force, dpi=dpi, wide=wide, quiet=quiet,
+              sweep=_Sweep(backend, workers, address, gpus_per_run))
 
 
 @app.command("transformer")
 def transformer_command(
-    preset: Annotated[str, typer.Option("--preset", help="paper (the paper's setup; GPU), mid (the paper's width, "
-                                        "hours on a CPU), cpu (minutes on 2 cores) or tiny (seconds).")] = "cpu",
+    preset: Annotated[choices.TransformerPreset, typer.Option(
+        "--preset", help="paper: the paper's setup (GPU); cpu: minutes on 2 cores; mid: the paper's width (hours "
+        "on a CPU); tiny: seconds.")] = choices.TransformerPreset.cpu,
     ablation: Ablation = None, seeds: Seeds = None, steps: Steps = None, track_every: TrackEvery = None,
     data: Annotated[str | None, typer.Option("--data", help="A text file, a folder of .txt files or a WikiText "
                                              "folder (default: the embedded stdlib-docs corpus).")] = None,
-    device: Device = "auto", out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
+    device: Device = choices.Device.auto, out: Out = None, resume: Resume = False, reload: Reload = False, plot: Plot = None,
     as_json: Json = False, checkpoint_every: CheckpointEvery = 0, threads: Threads = None, detail: Detail = False,
-    tokenizer: Annotated[str | None, typer.Option("--tokenizer", help="bpe (trained on the training split) or "
-                                                  "bytes.")] = None,
+    tokenizer: Annotated[choices.Tokenizer | None, typer.Option(
+        "--tokenizer", help="bpe: trained on the training split; bytes: one id per byte (default: the preset's).")
+                         ] = None,
     vocab: Annotated[int | None, typer.Option("--vocab", help="BPE vocabulary size.")] = None,
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside.")] = True,
@@ -85,21 +96,34 @@ def transformer_command(
 ) -> None:
     """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial,
     radial_rms, nores, nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial, v_radial_rms."""
-    _simulate("transformer", preset, ablation, seeds, steps, track_every, data, device, out, resume, reload, plot,
-              as_json, checkpoint_every, threads, detail, text={"tokenizer": tokenizer, "vocab": vocab},
-              smollm2=smollm2, shown={"force": force, "dpi": dpi, "wide": wide, "quiet": quiet},
-              save_hf_every=save_hf_every,
-              sweep={"backend": backend, "workers": workers, "address": address, "gpus": gpus_per_run})
+    from geodrift.sim.experiment import Overrides
+
+    overrides = Overrides(steps=steps, track_every=track_every, ablations=tuple(ablation or ()), data=data,
+                          tokenizer=tokenizer.value if tokenizer is not None else None, vocab=vocab)
+    _simulate("transformer", preset.value, overrides, seeds, device=device.value, out=out, resume=resume,
+              reload=reload, plot=plot, as_json=as_json, checkpoint_every=checkpoint_every, threads=threads,
+              detail=detail, smollm2=smollm2, save_hf_every=save_hf_every, force=force, dpi=dpi, wide=wide,
+              quiet=quiet, sweep=_Sweep(backend, workers, address, gpus_per_run))
 
 
-def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | None, steps: int | None,
-              track_every: int | None, data: str | None, device: str, out: Path | None, resume: bool, reload: bool,
-              plot: Path | None, as_json: bool, checkpoint_every: int, threads: int | None, detail: bool,
-              batched: bool | None = None, text: dict[str, Any] | None = None, smollm2: bool = False,
-              shown: dict[str, Any] | None = None, save_hf_every: int = 0,
-              sweep: dict[str, Any] | None = None) -> None:
-    # Parse -> one library call (reproduce, a sweep, or reload) -> render. ``shown``: force, dpi, wide, quiet;
-    # ``sweep``: backend, workers, address, gpus (a backend or workers given: the preset runs as a sweep).
+@dataclass(frozen=True)
+class _Sweep:
+    # --backend/--workers/--address/--gpus-per-run: given a backend or workers, the preset runs as a sweep.
+    backend: choices.Backend | None
+    workers: int | None
+    address: str | None
+    gpus: float
+
+    @property
+    def wanted(self) -> bool:
+        return self.backend is not None or self.workers is not None
+
+
+def _simulate(sim: str, preset: str, overrides: Overrides, seeds: str | None, *, device: str, out: Path | None,
+              resume: bool, reload: bool, plot: Path | None, as_json: bool, checkpoint_every: int,
+              threads: int | None, detail: bool, force: bool, dpi: int, wide: bool, quiet: bool, sweep: _Sweep,
+              batched: bool | None = None, smollm2: bool = False, save_hf_every: int = 0) -> None:
+    # Check -> build the experiment once -> one library call (reproduce, a sweep, or reload) -> render.
     import torch
 
     from geodrift.atomic import document, to_json
@@ -108,67 +132,58 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.signals import resume_hint
+    from geodrift.sim.experiment import Experiment
     from geodrift.sim.outdir import prepare_out
-    from geodrift.sim.presets import preset_seeds
-    from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
+    from geodrift.sim.reproduce import reload_reproduction, reproduce
     from geodrift.stdio import report_only_stdout
 
-    opts = {"force": False, "dpi": 300, "wide": False, "quiet": False, **(shown or {})}
-    quiet = bool(opts["quiet"])
     if (resume or reload) and out is None:
         raise GeodriftError("--resume/--reload need --out DIR (where the records and checkpoints are)")
-    check_simulate_options(steps=steps, track_every=track_every, checkpoint_every=checkpoint_every,
-                           threads=threads, vocab=(text or {}).get("vocab"))
+    check_simulate_options(steps=overrides.steps, track_every=overrides.track_every,
+                           checkpoint_every=checkpoint_every, threads=threads, vocab=overrides.vocab)
     if save_hf_every < 0 or (save_hf_every and out is None):
         raise GeodriftError(f"--save-hf-every {save_hf_every}: needs a value >= 1 (0 = never) and --out DIR, "
                             "where the Hugging Face folders go")
     if plot is not None:  # fail before training, not after it
-        check_dpi(int(opts["dpi"]))
+        check_dpi(dpi)
         if plot.suffix:
             figure_format(plot)
             check_outputs({"--plot": plot})
-    seed_list = _parse_seeds(seeds) or list(preset_seeds(sim, preset))
-    sweep = sweep or {}
-    as_sweep = sweep.get("backend") is not None or sweep.get("workers") is not None
-    if as_sweep and (reload or batched):
+    seed_list = _parse_seeds(seeds)
+    if sweep.wanted and (reload or batched):
         raise GeodriftError("--backend/--workers run one seed per run; drop --reload or --batch-seeds")
-    if as_sweep and save_hf_every:
+    if sweep.wanted and save_hf_every:
         raise GeodriftError("--save-hf-every runs in this process; drop --backend/--workers to save Hugging Face "
                             "folders during training")
     if out is not None and not reload:
         resume_hint(resume_command(sys.argv))
     if threads:
         torch.set_num_threads(threads)
-    if as_sweep:
+    if reload:
+        assert out is not None
+        prepare_out(out, resume=resume, reload=reload, force=force)
+        rep = reload_reproduction(sim, out)
+    elif sweep.wanted:
         from geodrift.cli.sweep_cmd import run_grid
         from geodrift.sweep.grid import preset_grid
 
-        grid = preset_grid(sim, preset, seed_list, steps=steps, track_every=track_every, ablations=ablation or None,
-                           data=data, text=text)
-        rep = run_grid(grid, backend=sweep["backend"] or "local", workers=1 if sweep["workers"] is None else sweep["workers"],
-                       address=sweep["address"], gpus=float(sweep["gpus"]), out=out, resume=resume,
-                       force=bool(opts["force"]), threads=threads or 1, device=device,
+        grid = preset_grid(Experiment.of(sim, preset, seed_list, overrides))
+        rep = run_grid(grid, backend=(sweep.backend or choices.Backend.local).value,
+                       workers=1 if sweep.workers is None else sweep.workers, address=sweep.address, gpus=sweep.gpus,
+                       out=out, resume=resume, force=force, threads=threads or 1, device=device,
                        checkpoint_every=checkpoint_every, quiet=quiet, plot=plot)
-    elif reload:
-        assert out is not None
-        prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]))
-        rep = reload_reproduction(sim, out)
     else:
-        options: dict[str, Any] = {"steps": steps, "track_every": track_every, "ablations": ablation or None, "data": data,
-                   "text": text}
-        specs = build_specs(sim, preset, **options)
-        removed = prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]), plot=plot)
+        experiment = Experiment.of(sim, preset, seed_list, overrides)
+        removed = prepare_out(out, resume=resume, reload=reload, force=force, plot=plot)
         if removed:
             announce(f"--force: deleted {len(removed)} earlier result file(s) under {out or plot}", quiet=quiet)
-        groups = 1 if (batched and sim == "mlp") else len(seed_list)
-        with JobProgress("training", sum(s.train.steps for s in specs) * groups, "steps", quiet=quiet) as bar, \
+        with JobProgress("training", experiment.total_steps(bool(batched)), "steps", quiet=quiet) as bar, \
                 report_only_stdout(as_json):
-            rep = reproduce(sim, preset, seeds=seed_list, batched=batched, device=device,
-                            out=str(out) if out else None, resume=resume, checkpoint_every=checkpoint_every,
-                            save_hf_every=save_hf_every, on_step=training_reporter(bar), on_stage=bar.note,
-                            **options)
+            rep = reproduce(experiment, batched=batched, device=device, out=str(out) if out else None, resume=resume,
+                            checkpoint_every=checkpoint_every, save_hf_every=save_hf_every,
+                            on_step=training_reporter(bar), on_stage=bar.note)
     reference = None
-    if smollm2 and sim == "transformer":
+    if smollm2:  # the transformer's reference column: the embedded pretrained Llama, scanned the same way
         from geodrift.continuity import MeasureSpec
         from geodrift.pretrained import smollm2_reference
 
@@ -182,7 +197,7 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     if plot is not None:
         from geodrift.render.sim_plots import write_plots
 
-        paths = write_plots(rep, plot, int(opts["dpi"]))
+        paths = write_plots(rep, plot, dpi)
         announce("wrote " + ", ".join(str(p) for p in paths), quiet=quiet)
     if as_json:
         payload = rep.to_dict()
@@ -192,7 +207,7 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     else:
         from geodrift.render.sim import render_reproduction
 
-        render_reproduction(rep, reference, detail=detail, wide=bool(opts["wide"]))
+        render_reproduction(rep, reference, detail=detail, wide=wide)
 
 
 def _parse_seeds(text: str | None) -> list[int] | None:

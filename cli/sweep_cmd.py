@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Force, Quiet, Wide
 
 if TYPE_CHECKING:
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Run grids of independent simulator runs on a local process pool or on Ray.")
 
-Backend = Annotated[str | None, typer.Option(
-    "--backend", help="local (a process pool; the default of a sweep) or ray (the optional extra geodrift[sweep]). "
+Backend = Annotated[choices.Backend | None, typer.Option(
+    "--backend", help="local: a process pool (the default of a sweep); ray: the optional extra geodrift[sweep]. "
     "With simulate, giving --backend or --workers runs the preset as a sweep.")]
 Workers = Annotated[int | None, typer.Option("--workers", help="Runs at a time (local pool size; Ray: the CPUs of the "
                                              "local cluster it starts, times --threads). Default 1.")]
@@ -39,7 +40,8 @@ def sweep_command(
     out: Annotated[Path | None, typer.Option("--out", help="Folder for run records and checkpoints.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Skip finished runs in --out, continue interrupted ones.")] = False,
     threads: Annotated[int, typer.Option("--threads", help="torch threads (and Ray CPUs) per run.")] = 1,
-    device: Annotated[str, typer.Option("--device", help="cpu, cuda or auto, inside each run.")] = "cpu",
+    device: Annotated[choices.Device, typer.Option("--device", help="Where each run trains; auto: CUDA when available.")
+                      ] = choices.Device.cpu,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Steps between resumable checkpoints "
                                                   "(0: none).")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the aggregate as JSON on stdout.")] = False,
@@ -49,9 +51,9 @@ def sweep_command(
     from geodrift.sweep.grid import load_grid
 
     grid = load_grid(grid_file)
-    rep = run_grid(grid, backend=backend or "local", workers=1 if workers is None else workers, address=address, gpus=gpus_per_run,
-                   out=out, resume=resume, force=force, threads=threads, device=device,
-                   checkpoint_every=checkpoint_every, quiet=quiet)
+    rep = run_grid(grid, backend=(backend or choices.Backend.local).value, workers=1 if workers is None else workers,
+                   address=address, gpus=gpus_per_run, out=out, resume=resume, force=force, threads=threads,
+                   device=device.value, checkpoint_every=checkpoint_every, quiet=quiet)
     show(rep, as_json=as_json, wide=wide)
     del dpi  # accepted for symmetry with simulate; the sweep command writes no figures
 

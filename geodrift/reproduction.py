@@ -33,6 +33,7 @@ from geodrift.errors import GeodriftError
 from geodrift.prove import run_claims
 from geodrift.prove.runner import ProveReport
 from geodrift.scan.scan import load_weights, scan
+from geodrift.sim.experiment import Experiment, Overrides
 from geodrift.sim.record import git_revision, software_versions
 from geodrift.sim.reproduce import Reproduction, gate_drop_verdict
 from geodrift.sweep.execute import SweepStatus
@@ -53,6 +54,11 @@ class SimSection:
     seeds: tuple[int, ...]
     steps: int | None = None
     ablations: tuple[str, ...] = ()
+
+    def experiment(self) -> Experiment:
+        """The preset with this section's overrides, for its seeds (what :meth:`command` runs)."""
+        return Experiment.of(self.sim, self.preset, list(self.seeds), Overrides(steps=self.steps,
+                                                                                ablations=self.ablations))
 
     def command(self, out: str) -> str:
         """The stand-alone ``geodrift simulate`` command behind this section's numbers."""
@@ -224,7 +230,7 @@ def _judge_gate_drop(sections: list[Section]) -> None:
     for key, rep in by_key.items():
         base = key.removesuffix("-none")
         kept = by_key.get(f"{base}-silu")
-        if key.endswith("-none") and kept is not None and kept.sim == rep.sim == "transformer":
+        if key.endswith("-none") and kept is not None and all(r.simulator.per_projection for r in (kept, rep)):
             rep.verdicts.append(gate_drop_verdict(kept, rep))
 
 
@@ -259,8 +265,7 @@ def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", worke
     report = scan(ws, MeasureSpec(k=8, null_draws=draws, seed=0), heads=heads)
     scan_cmd = "geodrift scan" + (" --layers 0-2 --null-draws 10" if mode == "smoke" else "")
     sections.append(Section("scan", "Scan of the embedded SmolLM2-135M-Instruct", "scan", scan_cmd, report))
-    grids = {s.key: preset_grid(s.sim, s.preset, list(s.seeds), steps=s.steps, ablations=list(s.ablations) or None)
-             for s in sims}
+    grids = {s.key: preset_grid(s.experiment()) for s in sims}
     jobs = [Job(j.spec, j.seed, j.preset, f"runs/{key}") for key, g in grids.items() for j in g.jobs]
     on_stage(f"{len(jobs)} simulator runs in {len(sims)} sections on {backend} ({workers} worker(s))")
     outcomes = run_sweep(jobs, backend=backend, workers=workers, address=address, out=str(out), device=device,

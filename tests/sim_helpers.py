@@ -15,9 +15,9 @@ import torch
 
 from geodrift.sim.config import RunSpec
 from geodrift.sim.data import Dataset, ShuffledBatches, load_dataset
+from geodrift.sim.experiment import Overrides, build_specs
 from geodrift.sim.mlp import build_mlp, ensemble_loss
 from geodrift.sim.presets import preset
-from geodrift.sim.reproduce import build_specs
 from geodrift.sim.run import RunResult, run
 from geodrift.sim.train import make_optimizer, make_scheduler, train
 
@@ -33,8 +33,8 @@ def smoke_spec(index: int = 0) -> RunSpec:
 
 
 def tiny_spec(**overrides: Any) -> RunSpec:
-    """The transformer tiny preset (D 32, 3 layers, byte tokens) with ``build_specs`` overrides."""
-    return build_specs("transformer", "tiny", **overrides)[0]
+    """The transformer tiny preset (D 32, 3 layers, byte tokens) with ``Overrides`` (e.g. ``steps=12``)."""
+    return build_specs("transformer", "tiny", Overrides(**overrides))[0]
 
 
 def smoke_result(index: int = 0, seed: int = 42) -> RunResult:

@@ -188,3 +188,31 @@ def test_checking_an_output_path_creates_nothing(tmp_path: Path, capsys: pytest.
     # The scan fails on --layers after the output check: the folders the output would need are not made.
     _refused(["scan", "--layers", "0-99", "--json-out", str(tmp_path / "new" / "deeper" / "r.json")], capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "option", "listed"), [
+    (["scan", "--view", "cooked"], "--view", "'raw', 'folded'"),
+    (["drift", "a.gguf", "b.gguf", "--view", "cooked"], "--view", "'raw', 'folded'"),
+    (["compare", "a.gguf", "b.gguf", "--view", "RAW"], "--view", "'raw', 'folded'"),
+    (["simulate", "mlp", "--preset", "table2"], "--preset", "'table1', 'table3'"),
+    (["simulate", "mlp", "--device", "tpu"], "--device", "'auto', 'cpu', 'cuda'"),
+    (["simulate", "transformer", "--preset", "huge"], "--preset", "'paper', 'cpu', 'mid', 'tiny'"),
+    (["simulate", "transformer", "--tokenizer", "words"], "--tokenizer", "'bpe', 'bytes'"),
+    (["simulate", "transformer", "--backend", "spark"], "--backend", "'local', 'ray'"),
+    (["sweep", "grid.toml", "--device", "tpu"], "--device", "'auto', 'cpu', 'cuda'"),
+    (["reproduce", "--backend", "spark"], "--backend", "'local', 'ray'"),
+    (["compress", "prune", "--save-method", "random"], "--save-method", "'geom-v1'"),
+    (["compress", "share", "--save-policy", "best"], "--save-policy", "'theory', 'swapped'"),
+])
+def test_a_value_outside_a_choice_is_one_line_naming_the_option_and_its_choices(
+        args: list[str], option: str, listed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    line = _refused([*args, "--out", str(tmp_path / "o")] if args[0] in ("simulate", "reproduce") else args, capsys)
+    assert line.startswith(f"error: Invalid value for '{option}': '{args[-1]}' is not one of ") and listed in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_refused_choice_from_the_shell_prints_no_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-m", "geodrift", "scan", "--view", "cooked"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == ["error: Invalid value for '--view': 'cooked' is not one of 'raw', 'folded'."]

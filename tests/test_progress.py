@@ -68,9 +68,9 @@ def test_clock_and_rate_text_read_naturally():
 def test_training_reports_step_loss_and_the_latest_continuity_with_its_null_and_announces_data_loading():
     statuses: list[StepStatus] = []
     stages: list[str] = []
-    from geodrift.sim import run as run_module
+    from geodrift.sim import simulator as simulator_module
 
-    run_module._IMAGES.clear()  # so the data set is loaded (and announced) here
+    simulator_module._IMAGES.clear()  # so the data set is loaded (and announced) here
     run(smoke_spec(0), [42], device="cpu", stop_at=12, on_step=statuses.append, on_stage=stages.append)
     assert stages == ["loading the mnist5k data set"]
     assert [s.done for s in statuses] == list(range(1, 13)) and all(s.steps == 30 for s in statuses)
@@ -84,7 +84,7 @@ def test_training_reports_step_loss_and_the_latest_continuity_with_its_null_and_
 @pytest.mark.parametrize("tokenizer", ["bpe"])
 def test_tokenizer_training_is_announced(tokenizer: str):
     from geodrift.sim.config import TextData
-    from geodrift.sim.run import _TEXTS, prepare_text
+    from geodrift.sim.simulator import _TEXTS, prepare_text
 
     data = TextData(max_chars=20_000, tokenizer=tokenizer, vocab=300)
     _TEXTS.pop(data, None)

@@ -83,10 +83,10 @@ def check_names(path: list[str], params: dict[str, Any]) -> None:
     from geodrift.render.figures import figure_format
     from geodrift.scan.scan import parse_layers, parse_roles
     from geodrift.sim.data import DATASET_NAMES
-    from geodrift.sim.reproduce import build_specs
+    from geodrift.sim.experiment import Overrides, build_specs
 
     if path[0] == "simulate":
-        build_specs(path[1], params["preset"], ablations=list(params["ablation"]) or None)  # unknown preset/ablation
+        build_specs(path[1], params["preset"], Overrides(ablations=tuple(params["ablation"] or ())))  # unknown ablation
         assert not (params["resume"] and params["force"]), "--resume with --force"
         data = params.get("data")
         if path[1] == "mlp" and data is not None and "/" not in data and not data.endswith(".npz"):

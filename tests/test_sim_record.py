@@ -147,7 +147,7 @@ def test_user_errors_are_one_line_geodrift_errors(sim, preset, capsys, tmp_path)
     assert "--out" in _one_line_error(capsys, base + ["--reload"])
     assert "--ablation" in _one_line_error(capsys, base + ["--ablation", "nope", "--out", str(tmp_path)])
     assert "--ablation" in _one_line_error(capsys, base + ["--ablation", "n_layers=many"])
-    assert "unknown 'nope'" in _one_line_error(capsys, ["simulate", sim, "--preset", "nope"])
+    assert "'--preset': 'nope' is not one of" in _one_line_error(capsys, ["simulate", sim, "--preset", "nope"])
     assert "--steps" in _one_line_error(capsys, base + ["--steps", "0"])
     assert "--seeds" in _one_line_error(capsys, base + ["--seeds", "4x"])
     assert "--reload" in _one_line_error(capsys, base + ["--reload", "--out", str(tmp_path)])  # nothing saved there

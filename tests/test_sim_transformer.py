@@ -14,11 +14,12 @@ from geodrift.atomic import to_json
 from geodrift.cli.main import app
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import ABLATIONS, LlamaConfig, RunSpec, TrackConfig, ablate
+from geodrift.sim.experiment import Overrides, build_specs
 from geodrift.sim.presets import preset, preset_seeds
 from geodrift.sim.record import load_checkpoint, load_record
 from geodrift.sim.reference import paper_row
-from geodrift.sim.reproduce import TRANSFORMER_COLUMNS, build_specs
 from geodrift.sim.run import checkpoint_path, load_result, run
+from geodrift.sim.simulator import TRANSFORMER_COLUMNS
 from geodrift.weights import TRANSFORMER_ROLES
 
 
@@ -111,7 +112,7 @@ def test_presets_and_ablations() -> None:
     assert not m.tie_embeddings and t.schedule == "cosine" and preset_seeds("transformer", "paper") == (42,)
     cfg = ablate(LlamaConfig(), ["none", "linear_attn", "v_silu"])
     assert (cfg.activation, cfg.attention, cfg.v_activation) == ("none", "linear", "silu")  # type: ignore[union-attr]
-    spec = build_specs("transformer", "cpu", ablations=["none", "linear_attn", "v_silu"])[0]
+    spec = build_specs("transformer", "cpu", Overrides(ablations=("none", "linear_attn", "v_silu")))[0]
     assert spec.label == "cpu+none+linear_attn+v_silu" and spec.model == replace(preset("transformer", "cpu")[0].model,
                                                                                   activation="none", attention="linear",
                                                                                   v_activation="silu")

@@ -10,6 +10,7 @@ import pytest
 
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import RunSpec
+from geodrift.sim.experiment import Experiment
 from geodrift.sim.run import run
 from geodrift.sweep.execute import Outcome
 from geodrift.sweep.grid import grid_from_dict, load_grid, preset_grid
@@ -100,7 +101,7 @@ def test_a_grid_file_is_the_product_of_configs_data_steps_and_seeds(tmp_path):
     assert len(grid.jobs) == 2 * 2 * 2 * 2
     assert grid.specs[0].label == "Res+ReLU [mnist5k] 10 steps" and grid.specs[0].train.steps == 10
     assert grid.specs[-1].label == "x [digits] 20 steps" and grid.specs[-1].model.residual is False
-    assert preset_grid("mlp", "appf").jobs[0].key == "Res+ReLU_mnist5k/seed42"
+    assert preset_grid(Experiment.of("mlp", "appf")).jobs[0].key == "Res+ReLU_mnist5k/seed42"
 
 
 @pytest.mark.parametrize("payload, message", [

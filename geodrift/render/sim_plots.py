@@ -218,7 +218,9 @@ def plot_names(rep: Reproduction, target: str | Path) -> tuple[Path, str, str]:
     target = Path(target)
     if target.suffix:
         return target.parent, f"{target.stem}_", figure_format(target)
-    return target, f"{slug(rep.preset)}_" if rep.sim == "mlp" else "", "png"
+    # Per-projection figures are per configuration, named by its label; block figures cover the whole
+    # preset in one file each, so they carry the preset's name (several presets may share a folder).
+    return target, "" if rep.simulator.per_projection else f"{slug(rep.preset)}_", "png"
 
 
 def write_plots(rep: Reproduction, target: str | Path, dpi: int = 300) -> list[Path]:
@@ -232,7 +234,7 @@ def write_plots(rep: Reproduction, target: str | Path, dpi: int = 300) -> list[P
     done = [r for r in rep.records if r.rows]
     if not done:
         return []
-    if rep.sim == "transformer":
+    if rep.simulator.per_projection:
         paths = []
         for spec in rep.specs:
             runs = [r for r in rep.results if r.record.label == spec.label and r.record.rows]

@@ -11,7 +11,8 @@ too: they do not change the numbers.
 - ``ablate(model, names)`` applies named ablations (``ABLATIONS[sim]``) in order, and any
   ``field=value`` of the model config (``d_model=128``, ``init_std=1e-4``, ``activation=gelu``).
 
-Only ``geodrift.sim.run`` turns a spec into modules (through ``build_mlp`` / ``LlamaLM``).
+Only ``geodrift.sim.simulator`` turns a spec into modules (``Simulator.parts``, through ``build_mlp`` /
+``build_llama``); ``geodrift.sim.experiment`` applies command-line overrides to a preset's specs.
 
 MLP step counts: the paper trains 20 epochs of the 60k MNIST training set at batch 128, i.e.
 ``20 * ceil(60000 / 128) = 9380`` steps. The embedded data set is a 5k subset, so the MLP presets

@@ -1,7 +1,7 @@
 """Reproduction presets for both simulators: train every configuration for every seed, aggregate, judge.
 
-``reproduce(sim, name, ...)`` returns a :class:`Reproduction`: per configuration the mean +- std
-over seeds of each column (``columns_for``), the paper's values beside them
+``reproduce(experiment, ...)`` returns a :class:`Reproduction`: per configuration the mean +- std
+over seeds of each column (``Simulator.columns``), the paper's values beside them
 (``geodrift.sim.reference``, a reference column only) and one ``Verdict`` per claim, each with its
 criterion. Criteria come from the noise floors, never from the paper's numbers:
 
@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from geodrift.continuity.verdicts import Judge, Stat, Verdict, spearman
 from geodrift.errors import GeodriftError
 from geodrift.metrics import random_baseline
-from geodrift.sim.config import ImageData, LlamaConfig, RunSpec, TextData, ablate
-from geodrift.sim.presets import preset, preset_seeds
+from geodrift.sim.config import LlamaConfig, RunSpec
+from geodrift.sim.experiment import Experiment
+from geodrift.sim.presets import preset
 from geodrift.sim.record import RunRecord
 from geodrift.sim.reference import (
     PAPER,
@@ -37,21 +38,9 @@ from geodrift.sim.reference import (
     paper_row,
 )
 from geodrift.sim.run import RunResult, StepStatus, default_batched, load_results, run_seeds
+from geodrift.sim.simulator import Simulator, simulator
 from geodrift.weights import ROLE_LABELS
 
-MLP_COLUMNS: dict[str, tuple[str, ...]] = {
-    "table1": ("acc", "G v1", "G s2wa(v)", "Gcum v1", "W v1", "W s2wa(v)", "delta_gw", "W u1",
-               "G0 v1", "rel_change"),
-    "table3": ("acc", "G v1", "G s2wa(v)", "W v1", "W v2", "W s2wa(v)", "W u1", "rel_change"),
-    "drift": ("acc", "acc min", "W v1 peak", "W v1", "G v1", "rotation_deg", "delta_gw"),
-    "appf": ("acc", "W v1", "W v1 null", "G erank", "G v1", "Gcum v1", "delta_gw"),
-    "datasize": ("acc", "train acc", "W v1", "W v1 null", "G v1", "Gcum v1", "delta_gw", "W s2wa(v)", "G erank"),
-    "ema": ("acc", "W v1", "align G", "align Gcum", "align EMA0.9", "align EMA0.99", "align EMA0.999"),
-}
-DEFAULT_MLP_COLUMNS = ("acc", "G0 v1", "G v1", "G s2wa(v)", "Gcum v1", "W v1", "W s2wa(v)", "delta_gw", "W u1",
-                       "rel_change", "rotation_deg")
-# The transformer: each projection in the space the paper's Table 2 reports, from the final report.
-TRANSFORMER_COLUMNS = tuple(f"final {role} {space}1" for role, space in PAPER_TABLE2_SPACE.items()) + ("ppl",)
 COLUMN_TITLES = {"W v1 null": "W v1 null", "G erank": "G erank", "train acc": "train acc", "G s2wa(v)": "G σ²-WA", "W s2wa(v)": "W σ²-WA", "Gcum v1": "Ḡ v1", "delta_gw": "Δ_GW",
                  "G0 v1": "G v1 @step0", "rel_change": "‖ΔW‖/‖W0‖", "rotation_deg": "rot. (°)",
                  **{f"final {r} {s}1": f"{ROLE_LABELS[r]} {s}1" for r, s in PAPER_TABLE2_SPACE.items()}}
@@ -78,6 +67,11 @@ class Reproduction:
     def records(self) -> list[RunRecord]:
         return [r.record for r in self.results]
 
+    @property
+    def simulator(self) -> Simulator:
+        """The simulator object of :attr:`sim` (what the tables and figures ask instead of comparing names)."""
+        return simulator(self.sim)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "sim": self.sim, "preset": self.preset, "seeds": self.seeds, "floor": self.floor, "noise": self.noise,
@@ -97,86 +91,47 @@ def noise_floor(d: int, layers: int) -> tuple[float, float]:
     return random_baseline(d), math.sqrt((1.0 - 2.0 / math.pi) / d) / math.sqrt(max(1, layers - 1))
 
 
-def build_specs(sim: str, name: str, *, steps: int | None = None, track_every: int | None = None,
-                ablations: list[str] | None = None, data: str | None = None,
-                text: dict[str, Any] | None = None) -> list[RunSpec]:
-    """The preset's specs with command-line overrides applied.
+def reproduce(experiment: Experiment, *, batched: bool | None = None, device: str = "auto", out: str | None = None,
+              resume: bool = False, checkpoint_every: int = 0, save_hf_every: int = 0,
+              on_run: Callable[[str, int], None] | None = None, on_step: Callable[[StepStatus], None] | None = None,
+              on_stage: Callable[[str], None] | None = None) -> Reproduction:
+    """Train every spec of ``experiment`` for every seed and judge its claims.
 
     Args:
-        sim, name: simulator and preset.
-        steps: optimiser steps per run; track_every: tracking interval (0 = off).
-        ablations: applied to every configuration's model, in order (``geodrift.sim.config.ablate``).
-        data: MLP data set name/path, or the transformer's corpus path.
-        text: transformer data overrides (``tokenizer``, ``vocab``; None values ignored).
-
-    Raises:
-        GeodriftError: unknown preset, ablation or field.
-    """
-    specs: list[RunSpec] = []
-    for spec in preset(sim, name):
-        train = replace(spec.train, steps=steps) if steps is not None else spec.train
-        track = replace(spec.track, every=track_every) if track_every is not None else spec.track
-        spec_data: ImageData | TextData = spec.data
-        if data is not None:
-            spec_data = ImageData(data) if isinstance(spec_data, ImageData) else replace(spec_data, corpus=data)
-        if text and isinstance(spec_data, TextData):
-            spec_data = replace(spec_data, **{k: v for k, v in text.items() if v is not None})
-        model, label = spec.model, spec.label
-        if ablations:
-            model = ablate(model, ablations)
-            is_paper_label = sim == "mlp" and spec.label == spec.model.name()  # type: ignore[union-attr]
-            label = model.name() if is_paper_label else f"{spec.label}+{'+'.join(ablations)}"  # type: ignore[union-attr]
-        if any(s.label == label for s in specs):  # ablations can make two rows identical
-            label = f"{label} #{len(specs) + 1}"
-        specs.append(RunSpec(sim, label, model, spec_data, train, track))
-    return specs
-
-
-def reproduce(sim: str, name: str, *, seeds: list[int] | None = None, batched: bool | None = None,
-              device: str = "auto", out: str | None = None, resume: bool = False, checkpoint_every: int = 0,
-              save_hf_every: int = 0, on_run: Callable[[str, int], None] | None = None,
-              on_step: Callable[[StepStatus], None] | None = None, on_stage: Callable[[str], None] | None = None,
-              **spec_options: Any) -> Reproduction:
-    """Train a preset for every seed and judge its claims.
-
-    Args:
-        sim: ``mlp`` or ``transformer``; name: the preset.
-        seeds: default: the preset's (``geodrift.sim.presets.preset_seeds``).
-        batched: train the MLP's seeds as one ensemble (default: only on CUDA).
+        experiment: the preset, its overrides applied, and its seeds (``Experiment.of``).
+        batched: train the seeds as one ensemble where the simulator can (default: only on CUDA).
         device, out, resume, checkpoint_every, save_hf_every: see :func:`geodrift.sim.run.run`.
         on_run: called with ``(label, seed)`` before each group; on_step: after each step
             (:class:`geodrift.sim.run.StepStatus`); on_stage: before slow start-up work, with a message.
-        spec_options: :func:`build_specs`'s overrides (steps, track_every, ablations, data, text).
 
     Returns:
         The Reproduction (results, aggregated stats, paper reference, verdicts, notes).
 
     Example:
-        >>> rep = reproduce("mlp", "smoke")  # doctest: +SKIP
+        >>> rep = reproduce(Experiment.of("mlp", "smoke"))  # doctest: +SKIP
     """
-    seeds = list(seeds or preset_seeds(sim, name))
-    specs = build_specs(sim, name, **spec_options)
+    seeds = experiment.seeds
     batched = default_batched(device) if batched is None else batched
     results: list[RunResult] = []
     stage = {"on_stage": on_stage} if on_stage is not None else {}
-    for spec in specs:
+    for spec in experiment.specs:
         if on_run is not None:
             on_run(spec.label, seeds[0])
         results += run_seeds(spec, seeds, batched=batched, out=out, resume=resume, device=device,
-                             checkpoint_every=checkpoint_every, preset=name, on_step=on_step,
+                             checkpoint_every=checkpoint_every, preset=experiment.name, on_step=on_step,
                              save_hf_every=save_hf_every, **stage)
-    return assemble(sim, name, specs, results, seeds)
+    return assemble(experiment.sim, experiment.name, experiment.specs, results, seeds)
 
 
 def assemble(sim: str, name: str, specs: list[RunSpec], results: list[RunResult], seeds: list[int]) -> Reproduction:
     """Aggregate results into a Reproduction (also used to re-render saved runs)."""
-    columns = TRANSFORMER_COLUMNS if sim == "transformer" else MLP_COLUMNS.get(name, DEFAULT_MLP_COLUMNS)
+    columns = simulator(sim).columns(name)
     floor, noise = noise_floor(specs[0].model.d_model, specs[0].model.n_layers)
     summaries = {s.label: [_derived(r.record) for r in results if r.record.label == s.label] for s in specs}
     stats = {label: {c: Stat.of([run.get(c) for run in runs]) for c in columns} for label, runs in summaries.items()}
     rep = Reproduction(sim, name, seeds, specs, results, columns, stats, floor=floor, noise=noise)
     train = specs[0].train
-    if sim == "transformer":
+    if rep.simulator.per_projection:  # the paper's Table 2: one claim per projection of the final report
         rep.paper = {s.label: _table2(s) for s in specs}
         rep.verdicts = _projection_claims(specs, results)
         rep.notes.append(f"{train.steps} optimiser steps per run; seeds {', '.join(map(str, seeds))}; "
@@ -224,7 +179,7 @@ def gate_drop_verdict(with_act: Reproduction, without: Reproduction) -> Verdict:
     Raises:
         GeodriftError: when either reproduction is not a transformer's.
     """
-    if with_act.sim != "transformer" or without.sim != "transformer":
+    if not (with_act.simulator.per_projection and without.simulator.per_projection):
         raise GeodriftError("gate_drop_verdict: needs two transformer reproductions")
     col = "final mlp_gate v1"
 

@@ -1,15 +1,15 @@
 """One run skeleton for both simulators: a RunSpec and its seeds -> trained models, records, reports.
 
-``run(spec, seeds)`` builds the simulator's parts (``_mlp_parts`` / ``_llama_parts``: model, batches,
-loss, tracker), trains them with the shared loop (``geodrift.sim.train.train``: clip -> step ->
-schedule), checkpoints and resumes (model, optimiser, scheduler and tracker state; bitwise
+``run(spec, seeds)`` asks the spec's simulator object (:mod:`geodrift.sim.simulator`) for its parts
+(model, batches, loss, tracker), trains them with the shared loop (``geodrift.sim.train.train``: clip ->
+step -> schedule), checkpoints and resumes (model, optimiser, scheduler and tracker state; bitwise
 identical to an uninterrupted run on CPU), then measures the final weights of every member with
 ``geodrift.continuity.measure`` (the same report as ``geodrift scan``) and writes, per seed,
 ``<out>/<slug(label)>/seed<seed>/run.json`` and ``report.json``.
 
-Seeds: the MLP trains ``len(seeds)`` members as one batched ensemble (members never interact, see
-``geodrift.sim.mlp``); the transformer takes one seed per call. ``run_seeds`` trains one group per
-seed or one ensemble, as asked. A resumable checkpoint lives in
+Seeds: a simulator that ``ensembles`` (the MLP) trains ``len(seeds)`` members as one batched ensemble
+(members never interact, see ``geodrift.sim.mlp``); the transformer takes one seed per call.
+``run_seeds`` trains one group per seed or one ensemble, as asked. A resumable checkpoint lives in
 ``<out>/<slug(label)>/<group>/checkpoint.pt`` (``group`` = ``seed42`` or ``ens-42-123-777``) and is
 removed once the run completes.
 """
@@ -19,23 +19,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
-from geodrift.lm.hf import hf_step_dir, save_hf
-from geodrift.lm.llama import LlamaLM
-from geodrift.lm.text import Corpus, TokenBatches, encode_ids, eval_windows, lm_loss, load_corpus, perplexity
-from geodrift.lm.tokenizer import Tokenizer, make_tokenizer
-from geodrift.sim.config import ImageData, LlamaConfig, MLPConfig, RunSpec, TextData
-from geodrift.sim.data import Dataset, ShuffledBatches, load_dataset
-from geodrift.sim.mlp import ResidualMLP, build_mlp, ensemble_loss
+from geodrift.sim.config import RunSpec
 from geodrift.sim.record import (
     RunRecord,
     load_checkpoint,
@@ -45,9 +38,9 @@ from geodrift.sim.record import (
     slug,
     write_record,
 )
-from geodrift.sim.track import Latest, LlamaTracker, MLPTracker, Row, summarize
-from geodrift.sim.train import BatchSource, LossFn, make_optimizer, make_scheduler, resolve_device, train
-from geodrift.weights import WeightSet
+from geodrift.sim.simulator import Stage, silent, simulator
+from geodrift.sim.track import Latest, summarize
+from geodrift.sim.train import make_optimizer, make_scheduler, resolve_device, train
 
 
 @dataclass
@@ -71,30 +64,10 @@ class StepStatus:
     latest: Latest | None  # the latest tracked weight continuity and its null (None before the first track)
 
 
-Stage = Callable[[str], None]
-
-
-def _quiet(message: str) -> None:
-    """The default start-up message sink: say nothing."""
-
-
-@dataclass
-class _Parts:
-    # What a simulator plugs into the skeleton.
-    model: nn.Module
-    batches: BatchSource
-    loss_fn: LossFn
-    tracker: MLPTracker | LlamaTracker | None
-    data_note: str
-    weightset: Callable[[int], WeightSet]  # member -> final weights
-    untracked_rows: Callable[[int], list[Row]] = lambda step: []  # end-of-run rows when tracking is off
-    files: dict[str, tuple[str, Any]] = field(default_factory=dict)  # file name -> (kind, payload) beside run.json
-
-
 def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resume: bool = False,
         device: str = "auto", checkpoint_every: int = 0, track: bool = True, preset: str | None = None,
         stop_at: int | None = None, on_step: Callable[[StepStatus], None] | None = None,
-        on_stage: Stage = _quiet, save_hf_every: int = 0) -> list[RunResult]:
+        on_stage: Stage = silent, save_hf_every: int = 0) -> list[RunResult]:
     """Train ``spec`` for ``seeds`` as one group; record, checkpoint, resume, report.
 
     Args:
@@ -124,9 +97,10 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         >>> [r.record.status for r in run(preset("mlp", "smoke")[0], [42])]  # doctest: +SKIP
         ['complete']
     """
-    if spec.sim == "transformer" and len(seeds) != 1:
-        raise GeodriftError("--batch-seeds: the transformer trains one seed per run; drop --batch-seeds")
-    if save_hf_every < 0 or (save_hf_every and (spec.sim != "transformer" or out is None)):
+    sim = simulator(spec.sim)
+    if len(seeds) != 1 and not sim.ensembles:
+        raise GeodriftError(f"--batch-seeds: the {sim.name} trains one seed per run; drop --batch-seeds")
+    if save_hf_every < 0 or (save_hf_every and (not sim.exports_hf or out is None)):
         raise GeodriftError(f"--save-hf-every {save_hf_every}: needs a value >= 1, the transformer simulator and "
                             "--out DIR (where the Hugging Face folders go)")
     if out is not None and resume:
@@ -134,10 +108,7 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         if done is not None:
             return done
     dev = resolve_device(device)
-    if spec.sim == "mlp":
-        parts = _mlp_parts(spec, seeds, dev, track, on_stage)
-    else:
-        parts = _llama_parts(spec, seeds[0], dev, track, on_stage)
+    parts = sim.parts(spec, seeds, dev, track, on_stage)
     optimizer = make_optimizer(parts.model.parameters(), spec.train)
     scheduler = make_scheduler(optimizer, spec.train)
     start_step, elapsed = 0, 0.0
@@ -166,8 +137,7 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
 
     def save_hf_step(done: int) -> None:
         if save_hf_every and out is not None and (done % save_hf_every == 0 or done == spec.train.steps):
-            assert isinstance(parts.model, LlamaLM)
-            save_hf(parts.model, hf_step_dir(run_dir(out, spec.label, seeds[0]), done), step=done)
+            sim.save_hf(spec, parts.model, run_dir(out, spec.label, seeds[0]), done)
 
     def step_done(done: int, loss: torch.Tensor) -> None:
         save_hf_step(done)
@@ -188,8 +158,7 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
         ckpt.unlink()  # the records now hold everything; resume reuses them
     timing = {"wall_s": elapsed + wall, "track_s": parts.tracker.seconds if parts.tracker else 0.0,
               "members": float(len(seeds)), "steps": float(end),
-              "tokens_per_second" if spec.sim == "transformer" else "steps_per_second": (end - start_step) * (
-                  _tokens_per_step(spec) if spec.sim == "transformer" else 1) / max(wall, 1e-9)}
+              sim.throughput: (end - start_step) * sim.units_per_step(spec) / max(wall, 1e-9)}
     results = []
     for e, seed in enumerate(seeds):
         rows = parts.tracker.rows(e) if parts.tracker is not None else parts.untracked_rows(end)
@@ -210,14 +179,14 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
 
 
 def run_seeds(spec: RunSpec, seeds: list[int], *, batched: bool = False, **options: Any) -> list[RunResult]:
-    """Train ``spec`` for every seed: one batched ensemble (MLP, ``batched``) or one run per seed.
+    """Train ``spec`` for every seed: one batched ensemble (``batched``, where the simulator can) or one run
+    per seed (``Simulator.seed_groups``).
 
     One run per seed is the CPU default: each record is then bitwise what a single run with that
     seed gives. ``options`` are :func:`run`'s.
     """
-    if batched and spec.sim == "mlp":
-        return run(spec, seeds, **options)
-    return [result for seed in seeds for result in run(spec, [seed], **options)]
+    groups = simulator(spec.sim).seed_groups(seeds, batched)
+    return [result for group in groups for result in run(spec, group, **options)]
 
 
 def default_batched(device: str) -> bool:
@@ -266,11 +235,6 @@ def _stored(spec: RunSpec) -> dict[str, Any]:
     return json.loads(json.dumps(spec.to_dict()))  # type: ignore[no-any-return]
 
 
-def _tokens_per_step(spec: RunSpec) -> int:
-    assert isinstance(spec.data, TextData)
-    return spec.train.batch_size * spec.data.seq_len
-
-
 def _report_summary(report: Report) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for r in report.roles:
@@ -280,93 +244,3 @@ def _report_summary(report: Report) -> dict[str, float | None]:
             out[f"final {r.role} {space}1 null"] = vc.null_mean
             out[f"final {r.role} {space}1 z"] = vc.z
     return out
-
-
-# ---- the MLP -------------------------------------------------------------------------------
-_IMAGES: dict[str, Dataset] = {}  # data sets loaded by this process (several presets' rows share one)
-
-
-def _image_data(name: str, on_stage: Stage = _quiet) -> Dataset:
-    if name not in _IMAGES:
-        on_stage(f"loading the {name} data set")
-        _IMAGES[name] = load_dataset(name)
-    return _IMAGES[name]
-
-
-def _mlp_parts(spec: RunSpec, seeds: list[int], device: torch.device, track: bool, on_stage: Stage) -> _Parts:
-    assert isinstance(spec.model, MLPConfig) and isinstance(spec.data, ImageData)
-    if spec.train.grad_clip > 0 and len(seeds) > 1:
-        raise GeodriftError("grad_clip: a global norm would couple the ensemble's members; train seeds one by one")
-    data = _image_data(spec.data.name, on_stage).to(device)
-    model: ResidualMLP = build_mlp(spec.model, data.in_dim, data.n_classes, seeds, device)
-    batches = ShuffledBatches(data, seeds, spec.train.batch_size)
-    epoch_steps = spec.train.epoch_steps or batches.steps_per_epoch
-    tracker = MLPTracker(model, data, spec.track, epoch_steps, seeds) if track and spec.track.every > 0 else None
-    return _Parts(model, batches, ensemble_loss, tracker, data.name,
-                  lambda e: model.weightset(e, origin=f"simulated {spec.label} seed {seeds[e]}"))
-
-
-# ---- the transformer -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Text:
-    corpus: Corpus
-    tokenizer: Tokenizer
-    train: torch.Tensor  # (N,) int64 ids
-    valid: torch.Tensor
-
-
-_TEXTS: dict[TextData, _Text] = {}  # per process: several configurations of one preset share them
-
-
-def prepare_text(data: TextData, on_stage: Stage = _quiet) -> _Text:
-    """The corpus, a tokenizer trained on its training split, and both splits encoded (cached per process).
-
-    Args:
-        data: corpus and tokenizer settings.
-        on_stage: told before each slow step (reading, tokenizer training, encoding).
-    """
-    if data not in _TEXTS:
-        on_stage(f"reading the corpus ({data.corpus or 'embedded stdlib docs'})")
-        corpus = load_corpus(data.corpus, data.max_chars)
-        if data.tokenizer == "bpe":
-            on_stage(f"training a {data.vocab}-id BPE tokenizer on {len(corpus.train):,} characters of the "
-                     "training split (once per process)")
-        tokenizer = make_tokenizer(data.tokenizer, corpus.train, data.vocab)
-        on_stage(f"encoding {len(corpus.train) + len(corpus.valid):,} characters")
-        while len(_TEXTS) >= 2:  # keep at most two corpora resident
-            _TEXTS.pop(next(iter(_TEXTS)))
-        _TEXTS[data] = _Text(corpus, tokenizer, encode_ids(tokenizer, corpus.train), encode_ids(tokenizer, corpus.valid))
-    return _TEXTS[data]
-
-
-def build_llama(cfg: LlamaConfig, vocab_size: int, seed: int) -> LlamaLM:
-    """The only LlamaConfig -> module builder; init drawn from ``Generator(seed)``."""
-    return LlamaLM(vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, n_kv_heads=cfg.n_kv_heads,
-                   rope_theta=cfg.rope_theta, norm_eps=cfg.norm_eps, tie_embeddings=cfg.tie_embeddings,
-                   activation=cfg.activation, residual=cfg.residual, norm=cfg.norm, attention=cfg.attention,
-                   v_activation=cfg.v_activation, init_std=cfg.init_std,
-                   generator=torch.Generator().manual_seed(seed))
-
-
-def _llama_parts(spec: RunSpec, seed: int, device: torch.device, track: bool, on_stage: Stage) -> _Parts:
-    assert isinstance(spec.model, LlamaConfig) and isinstance(spec.data, TextData)
-    text = prepare_text(spec.data, on_stage)
-    model = build_llama(spec.model, text.tokenizer.vocab_size, seed).to(device)
-    windows = eval_windows(text.valid, spec.data.seq_len, spec.data.eval_windows)
-    token_bytes = text.tokenizer.token_bytes()
-    steps_per_epoch = spec.train.epoch_steps or max(1.0, text.train.numel() / _tokens_per_step(spec))
-    note = (f"{text.corpus.name}:{text.corpus.sha256[:16]} ({text.corpus.source}); {text.tokenizer.kind} "
-            f"{text.tokenizer.vocab_size}; train {text.train.numel()} tokens, valid {text.valid.numel()} tokens")
-
-    def evaluate() -> dict[str, float]:
-        return perplexity(model, windows, token_bytes)
-
-    def untracked_rows(step: int) -> list[Row]:
-        stats = evaluate()
-        return [[step, step / steps_per_epoch, "eval", None, name, None, None, None, stats[name]]
-                for name in ("nll", "ppl", "bits_per_byte")]
-
-    tracker = LlamaTracker(model, spec.track, spec.train.steps, steps_per_epoch, seed, evaluate) if track else None
-    return _Parts(model, TokenBatches(text.train, spec.train.batch_size, spec.data.seq_len, seed, device), lm_loss,
-                  tracker, note, lambda e: model.weightset(origin=f"simulated {spec.label} seed {seed}"),
-                  untracked_rows, {"tokenizer.json": ("tokenizer", {"tokenizer": text.tokenizer.to_dict()})})

@@ -1,7 +1,7 @@
 """Sweeps: independent runs (configuration x seed x data set) of either simulator, on a backend.
 
-- ``geodrift.sweep.grid``: jobs from a preset (``preset_jobs``) or a user-written grid file
-  (``load_grid``; format in its docstring and the README);
+- ``geodrift.sweep.grid``: jobs from a preset (``preset_grid`` of a ``geodrift.sim.experiment.Experiment``)
+  or a user-written grid file (``load_grid``; format in its docstring and the README);
 - ``geodrift.sweep.runner``: ``run_sweep(jobs, backend=...)`` runs them on a local process pool
   (default) or on Ray (``backend="ray"``; the optional extra ``geodrift[sweep]``), each run asking for
   its CPUs/GPU, a failed run reported with its error without stopping the others; then

@@ -44,9 +44,10 @@ from geodrift.sim.config import (
     TrainConfig,
     ablate,
 )
-from geodrift.sim.presets import data_label, preset, preset_seeds
+from geodrift.sim.experiment import Experiment
+from geodrift.sim.presets import data_label, preset
 from geodrift.sim.record import slug
-from geodrift.sim.reproduce import build_specs
+from geodrift.sim.simulator import simulator
 
 _GRID_KEYS = {"sim", "name", "seeds", "data", "steps", "configs", "preset"}
 _CONFIG_KEYS = {"label", "base", "model", "train", "track", "ablations", "data"}
@@ -68,26 +69,18 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Grid:
-    """A sweep's name, simulator, specs and seeds; ``jobs`` is their product (spec-major)."""
-
-    sim: str
-    name: str
-    specs: list[RunSpec]
-    seeds: list[int]
+class Grid(Experiment):
+    """A sweep: an :class:`~geodrift.sim.experiment.Experiment` run as independent jobs."""
 
     @property
     def jobs(self) -> list[Job]:
+        """One job per spec and seed (spec-major)."""
         return [Job(spec, seed, self.name) for spec in self.specs for seed in self.seeds]
 
 
-def preset_grid(sim: str, name: str, seeds: list[int] | None = None, **options: Any) -> Grid:
-    """A preset as a grid: its specs (``build_specs`` overrides applied) x its seeds (or ``seeds``).
-
-    Raises:
-        GeodriftError: unknown preset, ablation or field.
-    """
-    return Grid(sim, name, build_specs(sim, name, **options), list(seeds or preset_seeds(sim, name)))
+def preset_grid(experiment: Experiment) -> Grid:
+    """A preset's experiment (its overrides applied, see ``Experiment.of``) as a sweep of one job per run."""
+    return Grid(experiment.sim, experiment.name, experiment.specs, experiment.seeds)
 
 
 def load_grid(path: str | Path) -> Grid:
@@ -160,12 +153,7 @@ def _config_spec(sim: str, entry: dict[str, Any], where: str) -> RunSpec:
     unknown = set(entry) - _CONFIG_KEYS
     if unknown:
         raise GeodriftError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(_CONFIG_KEYS))}")
-    if "base" in entry:
-        start = preset(sim, entry["base"])[0]
-    elif sim == "mlp":  # the paper's toy MLP with every default (the same spec as a Table 1 row)
-        start = RunSpec("mlp", "Res+ReLU", MLPConfig(), ImageData(), TrainConfig(), TrackConfig())
-    else:
-        start = preset(sim, "cpu")[0]
+    start = preset(sim, entry["base"])[0] if "base" in entry else simulator(sim).default_spec()
     model = _replace(start.model, entry.get("model", {}), f"{where}.model")
     ablations = _str_list(entry.get("ablations", []), f"{where}.ablations")
     if ablations:
