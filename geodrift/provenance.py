@@ -21,12 +21,16 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import io
 import os
 import platform
+import shlex
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -151,6 +155,16 @@ def thread_counts() -> dict[str, int | str | None]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         out[name] = os.environ.get(name)
     return out
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """This process's command line as a shell line that reruns it (a script's: ``python benchmarks/x.py ...``).
+
+    Example:
+        >>> command_line(["benchmarks/bench_sweep.py", "--settings", "local:1,ray:2"])
+        'python benchmarks/bench_sweep.py --settings local:1,ray:2'
+    """
+    return shlex.join(["python", *(sys.argv if argv is None else argv)])
 
 
 def stamp(command: str, *, load_before: tuple[float, float, float] | None = None,
@@ -287,3 +301,47 @@ def write_results(path: str | Path, title: str, body: str, s: Mapping[str, Any])
     path = check_results_path(path)
     write_text(path, results_markdown(title, body, s))
     return path
+
+
+class _Tee(io.TextIOBase):
+    # Writes to the terminal and keeps a copy.
+    def __init__(self, *streams: Any) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
+def run_recorded(main: Callable[[], Any], path: str | Path, title: str) -> Path:
+    """Run a benchmark's ``main()`` and write what it prints (stdout) to ``path`` as a generated results file.
+
+    For scripts that print their tables: the printed text goes into a fenced block after the stamp
+    (command, load before and after, wall time). Nothing is written if ``main`` raises.
+
+    Args:
+        main: the script's entry point; path: its results file (see :func:`check_results_path`); title: its heading.
+
+    Returns:
+        ``path`` as a Path.
+
+    Example:
+        >>> import tempfile
+        >>> target = Path(tempfile.mkdtemp()) / "RESULTS_demo.md"
+        >>> _ = run_recorded(lambda: print("| a | 1 |"), target, "Demo")
+        | a | 1 |
+        >>> target.read_text().splitlines()[-3:]
+        ['```text', '| a | 1 |', '```']
+    """
+    path = check_results_path(path)
+    before, start = load_average(), time.perf_counter()
+    copy = io.StringIO()
+    with contextlib.redirect_stdout(_Tee(sys.stdout, copy)):
+        main()
+    s = stamp(command_line(), load_before=before, wall_s={"total": time.perf_counter() - start})
+    return write_results(path, title, f"```text\n{copy.getvalue().rstrip()}\n```", s)
