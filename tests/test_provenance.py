@@ -9,8 +9,17 @@ import pytest
 
 from geodrift.atomic import to_json
 from geodrift.errors import GeodriftError
-from geodrift.provenance import (MARKER, STAMP_MARKER, check_results_path, git_dirty, git_revision, load_average,
-                                 stamp, stamp_markdown, write_results)
+from geodrift.provenance import (
+    MARKER,
+    STAMP_MARKER,
+    check_results_path,
+    git_dirty,
+    git_revision,
+    load_average,
+    stamp,
+    stamp_markdown,
+    write_results,
+)
 
 
 def _git(repo, *args):
