@@ -42,6 +42,8 @@ from geodrift.errors import GeodriftError
 MARKER = "<!-- geodrift results file"
 # The line that opens the stamp table; a file holding it was generated, not written by hand.
 STAMP_MARKER = "<!-- geodrift stamp -->"
+# Paths whose changes do not make a checkout "dirty": text and generated results, not code.
+NOT_CODE = ("*.md", "docs/results")
 # Distributions whose versions every stamp lists ("not installed" where absent).
 LIBRARIES = ("geodrift", "torch", "numpy", "scipy", "sympy", "gguf", "safetensors", "tokenizers", "matplotlib",
              "typer", "rich")
@@ -105,8 +107,8 @@ def git_revision(where: str | Path | None = None) -> str | None:
 
 
 def git_dirty(where: str | Path | None = None) -> bool | None:
-    """True when the work tree differs from ``HEAD`` (changed files, or new files git does not ignore);
-    None outside a checkout.
+    """True when the code differs from ``HEAD``: changed files, or new files git does not ignore, other
+    than Markdown files and ``docs/results/`` (results and docs, which runs write); None outside a checkout.
 
     Args:
         where: a folder in the checkout (default: the one geodrift is imported from).
@@ -115,7 +117,7 @@ def git_dirty(where: str | Path | None = None) -> bool | None:
         >>> git_dirty() in (True, False, None)
         True
     """
-    status = _git(where, "status", "--porcelain")
+    status = _git(where, "status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in NOT_CODE))
     return None if status is None else bool(status)
 
 
@@ -224,7 +226,7 @@ def stamp_markdown(s: Mapping[str, Any]) -> str:
         True
     """
     git = s["git"]
-    state = {True: "dirty: the work tree differed from this commit", False: "clean", None: "unknown"}[git["dirty"]]
+    state = {True: "dirty: the code differed from this commit", False: "clean", None: "unknown"}[git["dirty"]]
     threads = s["threads"]
     thread_text = f"{threads['cpus']} CPUs usable; torch threads {threads['torch'] or 'not loaded'}" + "".join(
         f"; {k}={threads[k]}" for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if threads.get(k) is not None)

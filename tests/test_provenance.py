@@ -37,6 +37,9 @@ def test_git_state_names_the_commit_and_sees_changes_but_not_ignored_files(tmp_p
     assert git_revision(tmp_path) == head and git_dirty(tmp_path) is False
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "run.json").write_text("{}")  # ignored output: still clean
+    (tmp_path / "RESULTS_x.md").write_text("# results\n")  # results and docs are not code: still clean
+    (tmp_path / "docs" / "results" / "figures").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "figures" / "scan.png").write_bytes(b"png")
     assert git_dirty(tmp_path) is False
     (tmp_path / "b.py").write_text("y = 2\n")  # a new source file: dirty
     assert git_dirty(tmp_path) is True
