@@ -8,9 +8,10 @@ round (byte-code caches, page cache); the median wall time of each is reported w
 
 Target: ``geodrift --help`` under 1 s.
 
-Usage::
+Usage (writes ``--results``, default ``benchmarks/RESULTS_cli_startup.md``, with the stamp of
+``geodrift.provenance``; timing: run it under the shared lock)::
 
-    python benchmarks/bench_cli_startup.py [--repeat 7] [--python .venv/bin/python]
+    flock /tmp/geodrift-bench.lock python benchmarks/bench_cli_startup.py [--repeat 7] [--python .venv/bin/python]
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
 
 HELP_LIMIT_S = 1.0
 COMMANDS: dict[str, list[str]] = {
@@ -48,7 +51,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7, help="measured rounds (median reported)")
     parser.add_argument("--python", default=sys.executable, help="the venv's python (default: this one)")
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/RESULTS_cli_startup.md"))
     args = parser.parse_args()
+    check_results_path(args.results)
+    load_before, t_start = load_average(), time.perf_counter()
     python = str(Path(args.python))
     times: dict[str, list[float]] = {label: [] for label in COMMANDS}
     for round_ in range(args.repeat + 1):
@@ -57,17 +63,19 @@ def main() -> None:
             if round_:  # round 0 warms the caches
                 times[label].append(elapsed)
     floor = statistics.median(times["import typer"])
-    print(f"python: {python}; {args.repeat} rounds (+1 warm-up), median wall time of a fresh process")
-    print(f"{'command':<22} {'median (s)':>10} {'min (s)':>8} {'max (s)':>8} {'/ import typer':>15}")
+    lines = [f"{args.repeat} rounds (+1 warm-up), median wall time of a fresh process of `{python}`.", "",
+             "| command | median (s) | min (s) | max (s) | / import typer |", "|---|---|---|---|---|"]
     for label, values in times.items():
         med = statistics.median(values)
-        print(f"{label:<22} {med:>10.3f} {min(values):>8.3f} {max(values):>8.3f} {med / floor:>14.2f}x")
+        lines.append(f"| `{label}` | {med:.3f} | {min(values):.3f} | {max(values):.3f} | {med / floor:.2f}x |")
     help_s = statistics.median(times["geodrift --help"])
-    print(f"geodrift --help {help_s:.3f} s -> {'under' if help_s < HELP_LIMIT_S else 'OVER'} the "
-          f"{HELP_LIMIT_S:.0f} s target")
     heavy = subprocess.run([python, "-c", _NO_TORCH], capture_output=True, text=True, check=True).stdout.strip()
-    print(f"heavy modules loaded by `import geodrift.cli.main`: {heavy} "
-          f"-> torch {'NOT ' if 'torch' not in heavy else ''}imported")
+    lines += ["", f"`geodrift --help`: {help_s:.3f} s, {'under' if help_s < HELP_LIMIT_S else 'OVER'} the "
+              f"target of {HELP_LIMIT_S:.0f} s.", f"Heavy modules loaded by `import geodrift.cli.main`: {heavy}; "
+              f"torch {'not ' if 'torch' not in heavy else ''}imported."]
+    print("\n".join(lines))
+    s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
+    print(f"wrote {write_results(args.results, 'CLI start-up time', chr(10).join(lines), s)}")
     if "torch" in heavy or help_s >= HELP_LIMIT_S:
         sys.exit(1)
 

@@ -20,8 +20,9 @@ are deleted afterwards. The timing children run under the bench lock only when `
 
 Usage::
 
-    uptime; python benchmarks/bench_scan_8b.py --layers 8 --ww-layers 2 --lock /tmp/geodrift-bench.lock \\
-        --write-results benchmarks/RESULTS_scan.md
+    python benchmarks/bench_scan_8b.py --layers 8 --ww-layers 2 --lock /tmp/geodrift-bench.lock
+
+It writes ``--write-results`` (default benchmarks/RESULTS_scan_8b.md) with the stamp of ``geodrift.provenance``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from geodrift.provenance import check_results_path, command_line, load_average, stamp
+from geodrift.provenance import write_results as write_stamped
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scan_memory import D_FF, D_MODEL, N_HEADS, N_KV, run_child  # noqa: E402
@@ -82,8 +86,10 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--lock", type=Path, default=None, help="flock this file while timing")
     parser.add_argument("--timeout", type=float, default=3600.0)
-    parser.add_argument("--write-results", type=Path, default=None)
+    parser.add_argument("--write-results", type=Path, default=Path("benchmarks/RESULTS_scan_8b.md"))
     args = parser.parse_args()
+    check_results_path(args.write_results)
+    load_before, t_start = load_average(), time.perf_counter()
     half = args.layers // 2
     work = Path(tempfile.mkdtemp(prefix="geodrift-8b-", dir=args.dir))
     geodrift = shutil.which("geodrift") or str(Path(sys.executable).parent / "geodrift")
@@ -132,39 +138,25 @@ def main() -> None:
         lines.append(f"WeightWatcher / geodrift on the same {args.ww_layers} layers: {ratio:.1f}x wall; "
                      f"peak RSS {float(rows['ww']['peak_rss_gb']):.2f} GB vs {float(rows['half']['peak_rss_gb']):.2f} GB")  # type: ignore[arg-type]
     print("\n".join(lines))
-    if args.write_results:
-        write_results(args, size, rows, lines)
+    s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
+    write_results(args, size, rows, lines, s)
 
 
-def write_results(args: argparse.Namespace, size: int, rows: dict[str, dict[str, object]], lines: list[str]) -> None:
-    import platform
-
-    from geodrift.atomic import write_text
-
+def write_results(args: argparse.Namespace, size: int, rows: dict[str, dict[str, object]], lines: list[str],
+                  s: dict[str, object]) -> None:
     path: Path = args.write_results
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Scan benchmarks\n"
-    marker = "## 8B-shaped checkpoint"
-    text = text.split(marker)[0].rstrip() + "\n\n"
     body = [
-        marker, "",
-        "Command (from the repository root, venv active):", "",
-        "```",
-        f"uptime; python benchmarks/bench_scan_8b.py --layers {args.layers} --ww-layers {args.ww_layers} "
-        f"--lock /tmp/geodrift-bench.lock --write-results {path}",
-        "```", "",
         f"Checkpoint: synthetic, Llama-3.1-8B shapes (hidden {D_MODEL}, d_ff {D_FF}, {N_HEADS} query / {N_KV} "
         f"key-value heads, head dim {D_MODEL // N_HEADS}), random N(0, 0.02) weights in bf16, {args.layers} layers + "
-        f"embedding, one shard per layer with model.safetensors.index.json: {size / 1e9:.2f} GB. Machine: "
-        f"{platform.machine()}, {os.cpu_count()} CPUs (shared with three other engineers), Python "
-        f"{platform.python_version()}. Each row is a fresh child process; peak RSS is its `ru_maxrss`.", "",
+        f"embedding, one shard per layer with model.safetensors.index.json: {size / 1e9:.2f} GB. Each row is a fresh child process; peak RSS is its `ru_maxrss`.", "",
         "| child | peak RSS (GB) | wall (s) | exit |", "|---|---:|---:|---:|",
     ]
     for row in rows.values():
         body.append(f"| {row['label']} | {float(row['peak_rss_gb']):.3f} | {float(row['wall_s']):.1f} | "  # type: ignore[arg-type]
                     f"{row['exit']} |")
-    body += ["", *[f"- {line}" for line in lines], ""]
-    write_text(path, text + "\n".join(body))
-    print(f"wrote {path}")
+    body += ["", *[f"- {line}" for line in lines]]
+    title = "Scan at Llama-3.1-8B shapes: seconds per layer, peak RSS, WeightWatcher"
+    print(f"wrote {write_stamped(path, title, chr(10).join(body), s)}")
 
 
 if __name__ == "__main__":

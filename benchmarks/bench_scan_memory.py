@@ -22,6 +22,8 @@ Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_scan_memory.py [--layers 10] [--dir /tmp] \\
         [--no-scan] [--no-baseline] [--write-results benchmarks/RESULTS_memory.md]
+
+``--write-results`` writes its file with the stamp of ``geodrift.provenance`` (commit, CPU, load, versions).
 """
 
 from __future__ import annotations
@@ -174,6 +176,11 @@ def main() -> None:
     if args.write_only is not None:  # the writer child: keeps torch out of the measuring parent
         print(write_checkpoint(args.write_only, args.layers))
         return
+    from geodrift.provenance import check_results_path, load_average
+
+    if args.write_results:
+        check_results_path(args.write_results)
+    load_before, t_start = load_average(), time.perf_counter()
 
     work = Path(tempfile.mkdtemp(prefix="geodrift-mem-", dir=args.dir))
     rows: list[dict[str, object]] = []
@@ -213,28 +220,19 @@ def main() -> None:
     parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     print(f"checkpoint {size / 1e9:.2f} GB; target: peak RSS < {LIMIT_GB} GB; this parent's own peak {parent:.3f} GB")
     if args.write_results:
-        write_results(args.write_results, size, args.layers, rows)
+        from geodrift.provenance import command_line, stamp
+
+        s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
+        write_results(args.write_results, size, args.layers, rows, s)
 
 
-def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, object]]) -> None:
-    import platform
-
-    from geodrift.atomic import write_text
+def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, object]], s: dict[str, object]) -> None:
+    from geodrift.provenance import write_results as write_stamped
 
     lines = [
-        "# Memory benchmark: streaming a multi-GB checkpoint",
-        "",
-        "Command (from the repository root, venv active):",
-        "",
-        "```",
-        f"OMP_NUM_THREADS=1 python benchmarks/bench_scan_memory.py --layers {n_layers} "
-        f"--write-results {path}",
-        "```",
-        "",
         f"Checkpoint: synthetic Llama-shaped, bf16, {n_layers} layers + embedding, d_model {D_MODEL}, "
         f"d_ff {D_FF}, {N_HEADS} query / {N_KV} key-value heads (k/v {N_KV * D_MODEL // N_HEADS}x{D_MODEL}), "
         f"{n_layers + 1} shards with model.safetensors.index.json: **{size / 1e9:.2f} GB** on disk.",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs (shared), Python {platform.python_version()}.",
         "Peak RSS is `ru_maxrss` of each child process (`os.wait4`), one fresh process per row; the",
         "parent that spawns them never imports torch (a forked child inherits its parent's peak).",
         "",
@@ -263,8 +261,7 @@ def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, obj
         verdict = "meets" if worst < LIMIT_GB and all(r["exit"] == 0 for r in mine) else "MISSES"
         lines += ["", f"Target: peak RSS < {LIMIT_GB} GB. {who.capitalize()}: worst child {worst:.3f} GB -> "
                   f"{verdict} the target."]
-    lines.append("")
-    write_text(path, "\n".join(lines))
+    write_stamped(path, "Memory benchmark: streaming a multi-GB checkpoint", "\n".join(lines), s)
     print(f"wrote {path}")
 
 

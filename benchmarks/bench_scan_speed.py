@@ -231,4 +231,6 @@ def print_profile(wall: float, clock: StageClock) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from geodrift.provenance import run_recorded
+
+    run_recorded(main, "benchmarks/RESULTS_scan.md", "Scan speed on the embedded SmolLM2-135M")  # what it prints, with the stamp

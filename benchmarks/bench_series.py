@@ -5,16 +5,15 @@ shape), then times, side by side in one run, the scan of one checkpoint and the 
 2, 4 and 8 checkpoints, counting the matrices read. Linear cost means seconds per checkpoint stays
 flat as N grows and matrices read = N x matrices per checkpoint.
 
-Usage (timing: run under the shared lock; the numbers in benchmarks/RESULTS_series.md):
-    flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_series.py --out benchmarks/RESULTS_series.md
+Usage (timing: run under the shared lock; writes ``--out``, default benchmarks/RESULTS_series.md, with the
+stamp of ``geodrift.provenance``):
+    flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_series.py
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from geodrift.continuity import MeasureSpec
+from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.scan.series import compare, decompose_checkpoint, drift
 
 SHAPE = {"layers": 12, "hidden": 384, "heads": 6, "kv": 2, "ff": 1024}
@@ -50,12 +50,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--counts", default="2,4,8")
     parser.add_argument("--null-draws", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/RESULTS_series.md"))
     args = parser.parse_args()
+    check_results_path(args.out)
+    t_start = time.perf_counter()
     torch.set_num_threads(1)
     counts = [int(c) for c in args.counts.split(",")]
     spec = MeasureSpec(k=4, null_draws=args.null_draws)
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = [str(write_checkpoint(Path(tmp) / f"step-{i:03d}", i)) for i in range(max(counts))]
@@ -74,22 +76,17 @@ def main() -> None:
         t0 = time.perf_counter()
         compare(paths[0], paths[1], spec, progress=seen.append)
         rows.append(("compare of 2 checkpoints", 2, time.perf_counter() - t0, len(seen)))
-    load_after = os.getloadavg()[0]
-    lines = ["# Series and compare: cost against the number of checkpoints", "",
-             f"Command: `flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_series.py --counts "
-             f"{args.counts} --null-draws {args.null_draws}" + (f" --out {args.out}" if args.out else "") + "`",
-             f"Conditions: {platform.machine()} CPU, 1 torch thread, load {load_before:.1f} before / "
-             f"{load_after:.1f} after; checkpoints: {SHAPE['layers']} layers, width {SHAPE['hidden']}, d_ff "
-             f"{SHAPE['ff']}, GQA {SHAPE['heads']}/{SHAPE['kv']}, bf16 safetensors; k = 4.", "",
+    lines = [f"1 torch thread; checkpoints: {SHAPE['layers']} layers, width {SHAPE['hidden']}, d_ff {SHAPE['ff']}, "
+             f"GQA {SHAPE['heads']}/{SHAPE['kv']}, bf16 safetensors; k = 4, {args.null_draws} null draws.", "",
              "| job | checkpoints | seconds | seconds / checkpoint | × one scan per checkpoint | matrices read | "
              "= checkpoints × per checkpoint |", "|---|---|---|---|---|---|---|"]
     for label, n, seconds, matrices in rows:
         lines.append(f"| {label} | {n} | {seconds:.2f} | {seconds / n:.2f} | {seconds / n / one:.2f} | {matrices} | "
                      f"{'yes' if matrices == n * per_ckpt else 'no'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
+    print("\n".join(lines))
+    s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
+    title = "Series and compare: cost against the number of checkpoints"
+    print(f"wrote {write_results(args.out, title, chr(10).join(lines), s)}")
 
 
 if __name__ == "__main__":

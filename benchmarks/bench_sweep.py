@@ -4,9 +4,11 @@ The grid: ``--runs`` runs of a reduced toy MLP (D 64, 8 layers, ``--steps`` step
 presets), two configurations (Res+ReLU, Res+None) x seeds, one torch thread per run, nothing written.
 Each backend/worker count runs the whole grid once, side by side in one process, in the order given;
 reported: wall time, runs per minute, and the speed-up over 1 worker. Every backend's per-run
-summaries must be identical (checked; a mismatch aborts). Run it under the shared lock, e.g.::
+summaries must be identical (checked; a mismatch aborts). Run it under the shared lock; it writes
+its results file (``--write-results``, default ``benchmarks/RESULTS_sweep.md``) with the stamp of
+``geodrift.provenance``::
 
-    flock /tmp/geodrift-bench.lock python benchmarks/bench_sweep.py --write-results benchmarks/RESULTS_sweep.md
+    flock /tmp/geodrift-bench.lock python benchmarks/bench_sweep.py
 
 Target (issue 12): report 1, 2, 4 workers; the machine has 2 cores, so 4 workers oversubscribe it.
 """
@@ -15,13 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.sweep.grid import grid_from_dict
 from geodrift.sweep.runner import run_sweep
 
@@ -35,24 +34,20 @@ def grid(runs: int, steps: int):  # noqa: ANN201 - a Grid
          "track": {"every": 100}}]})
 
 
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--settings", default="local:1,local:2,local:4,ray:2",
                         help="comma-separated backend:workers, run in this order")
-    parser.add_argument("--write-results", type=Path, default=None)
+    parser.add_argument("--write-results", type=Path, default=Path("benchmarks/RESULTS_sweep.md"))
     args = parser.parse_args()
+    check_results_path(args.write_results)
+    load_before, t_start = load_average(), time.perf_counter()
     g = grid(args.runs, args.steps)
-    lines = [f"command: `{' '.join(['python', *sys.argv])}`", f"machine: {platform.processor() or platform.machine()}, "
-             f"{os.cpu_count()} CPUs; python {platform.python_version()}", f"grid: {len(g.jobs)} runs "
-             f"(Res+ReLU, Res+None x {len(g.seeds)} seeds; D 64, 8 layers, {args.steps} steps, 1 thread each)",
-             f"load before: {uptime()}", "", "| backend | workers | wall (s) | runs/min | speed-up vs local:1 |",
-             "|---|---|---|---|---|"]
+    lines = [f"Grid: {len(g.jobs)} runs (Res+ReLU, Res+None x {len(g.seeds)} seeds; D 64, 8 layers, {args.steps} "
+             "steps, 1 thread each), every setting side by side in this one process.", "",
+             "| backend | workers | wall (s) | runs/min | speed-up vs local:1 |", "|---|---|---|---|---|"]
     base, reference = None, None
     for setting in args.settings.split(","):
         backend, workers = setting.split(":")
@@ -70,11 +65,10 @@ def main() -> None:
         row = f"| {backend} | {workers} | {wall:.1f} | {60 * len(outcomes) / wall:.1f} | {base / wall:.2f}x |"
         print(row, flush=True)
         lines.append(row)
-    lines += ["", f"load after: {uptime()}", "per-run summaries identical across all settings: yes"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.write_results is not None:
-        args.write_results.write_text(text, encoding="utf-8")
+    lines += ["", "Per-run summaries identical across all settings: yes."]
+    s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
+    title = "Sweep throughput: 1, 2 and 4 local workers and Ray"
+    print(f"wrote {write_results(args.write_results, title, chr(10).join(lines), s)}")
 
 
 if __name__ == "__main__":

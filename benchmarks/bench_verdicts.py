@@ -14,16 +14,13 @@ Not a timing benchmark (no lock needed). Two families of models with no depth st
    null (lag-1 |cos| against the same vectors in random layer order, as a z) is what tells depth order
    apart, and it is reported beside.
 
-Usage (the numbers in benchmarks/RESULTS_verdicts.md):
-    nice -n 10 .venv/bin/python benchmarks/bench_verdicts.py --seeds 4 --shuffles 8 --out benchmarks/RESULTS_verdicts.md
+Usage (writes ``--out``, default benchmarks/RESULTS_verdicts.md, with the stamp of ``geodrift.provenance``):
+    nice -n 10 .venv/bin/python benchmarks/bench_verdicts.py --seeds 4 --shuffles 8
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +30,16 @@ from pathlib import Path
 import torch
 
 import geodrift
+from geodrift.atomic import write_json
+from geodrift.provenance import (
+    check_results_path,
+    command_line,
+    git_dirty,
+    git_revision,
+    load_average,
+    stamp,
+    write_results,
+)
 from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint
 from geodrift.weights import HF_LLAMA_PROJECTIONS, PREDICTED_SPACE, ROLE_LABELS
 
@@ -87,11 +94,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4, help="random-init models per architecture")
     parser.add_argument("--shuffles", type=int, default=8, help="layer-shuffled copies of SmolLM2")
     parser.add_argument("--null-draws", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=None, help="write the Markdown results here")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/RESULTS_verdicts.md"),
+                        help="the Markdown results file")
     parser.add_argument("--json", type=Path, default=None, help="write every verdict as JSON here")
     args = parser.parse_args()
+    check_results_path(args.out)
     torch.set_num_threads(1)
-    revision = _git()  # the code this run starts with
+    git, load_before = (git_revision(), git_dirty()), load_average()  # the code and load this run starts with
     t0 = time.perf_counter()
     random_rows: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,14 +129,12 @@ def main() -> None:
         for key, value in decay(rep).items():
             decays[key].append(value)
         print(f"shuffle {seed}: {outcomes(rep)}", file=sys.stderr, flush=True)
-    wall = time.perf_counter() - t0
-    text = render(args, random_rows, trained, shuffled_rows, decays, wall, revision)
+    text = render(args, random_rows, trained, shuffled_rows, decays)
     print(text)
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
+    s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t0}, git=git)
+    print(f"wrote {write_results(args.out, 'Verdict calibration: false-positive rates', text, s)}")
     if args.json:
-        args.json.write_text(json.dumps({"random_init": random_rows, "trained": outcomes(trained),
-                                         "shuffled": shuffled_rows}, indent=1), encoding="utf-8")
+        write_json(args.json, {"random_init": random_rows, "trained": outcomes(trained), "shuffled": shuffled_rows})
 
 
 def _wrong(role: str, verdict: str) -> bool:
@@ -136,15 +143,9 @@ def _wrong(role: str, verdict: str) -> bool:
 
 
 def render(args: argparse.Namespace, random_rows: dict[str, dict[str, list[str]]], trained: geodrift.ScanReport,
-           shuffled_rows: dict[str, list[str]], decays: dict[tuple[str, str], list[float]], wall: float,
-           revision: str) -> str:
+           shuffled_rows: dict[str, list[str]], decays: dict[tuple[str, str], list[float]]) -> str:
     roles = [r for r in ROLE_LABELS if any(r in rows for rows in random_rows.values())]
-    lines = ["# Verdict calibration: false-positive rates", "",
-             f"Command: `nice -n 10 .venv/bin/python benchmarks/bench_verdicts.py --seeds {args.seeds} "
-             f"--shuffles {args.shuffles} --null-draws {args.null_draws}"
-             + (f" --out {args.out}" if args.out else "") + "`",
-             f"Conditions: {platform.machine()} CPU, 1 torch thread, load {_load()}, wall {wall:.0f} s; "
-             f"geodrift {geodrift.__version__} at {revision}.", "",
+    lines = ["1 torch thread.", "",
              "A cell is wrong verdicts / models. On a model with no depth structure, a predicted space (Q, K, Gate, "
              "Up: v; O, Down, OV: u) that **holds** is a false positive; for V (\"neither\") a **fails** is a false "
              "alarm. `n/a` verdicts (none expected) are counted as not wrong.", "",
@@ -182,21 +183,6 @@ def render(args: argparse.Namespace, random_rows: dict[str, dict[str, list[str]]
                      f"{trained_decay.get((role, space), float('nan')):+.1f} | "
                      f"{(sum(sh) / len(sh)) if sh else float('nan'):+.1f} | {sum(z >= 3 for z in sh)}/{len(sh)} |")
     return "\n".join(lines) + "\n"
-
-
-def _load() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().split()[0]
-    except OSError:
-        return "?"
-
-
-def _git() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "?"
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Markdown tables of a ``compress prune`` and a ``compress share`` JSON (what README and RESULTS_compress.md show).
+"""Markdown tables of a ``compress prune`` and a ``compress share`` JSON (bench_compress.py writes them into RESULTS_compress.md).
 
 Usage::
 

@@ -4,6 +4,8 @@ Usage::
 
     nice -n 10 .venv/bin/python benchmarks/fuzz_readers.py --cases 6000 --seed 2026 [--results benchmarks/RESULTS_fuzz.md]
 
+It writes ``--results`` (default benchmarks/RESULTS_fuzz.md) with the stamp of ``geodrift.provenance``.
+
 The harness (seeds, mutations, the accepted outcomes) is tests/_fuzz.py, the same code the bounded
 default test runs. Each case gets a per-case timeout (SIGALRM; a case without an outcome in time
 counts as a hang). Reports the count of every outcome, the tracebacks (any exception but a one-line
@@ -13,13 +15,13 @@ GeodriftError), the hangs, and the temporary files of atomic writes left behind.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -69,8 +71,11 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=6000)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--timeout", type=int, default=30, help="per-case timeout, seconds")
-    parser.add_argument("--results", type=Path, default=None, help="append a Markdown section here")
+    parser.add_argument("--results", type=Path, default=Path("benchmarks/RESULTS_fuzz.md"),
+                        help="the Markdown results file")
     args = parser.parse_args()
+    check_results_path(args.results)
+    load_before = load_average()
     outcomes, stale, wall = run(args.cases, args.seed, args.timeout)
     tracebacks = sum(n for k, n in outcomes.counts.items() if k.startswith("traceback:") or k == "multiline-error")
     lines = [
@@ -82,14 +87,9 @@ def main() -> None:
     print("\n".join(lines))
     for finding in outcomes.findings:
         print("FINDING", finding)
-    if args.results is not None:
-        command = "nice -n 10 .venv/bin/python benchmarks/fuzz_readers.py " + " ".join(sys.argv[1:])
-        load = os.getloadavg()
-        section = [f"\n## Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n", f"Command: `{command}`  ",
-                   f"Machine: {platform.machine()}, {os.cpu_count()} cores, load {load[0]:.1f} at the end  ",
-                   *[f"- {line}" for line in lines]]
-        with args.results.open("a", encoding="utf-8") as handle:
-            handle.write("\n".join(section) + "\n")
+    body = "\n".join([*[f"- {line}" for line in lines], *[f"- finding: {f}" for f in outcomes.findings]])
+    s = stamp(command_line(), load_before=load_before, wall_s={"total": wall})
+    print(f"wrote {write_results(args.results, 'Fuzzing the readers', body, s)}")
     sys.exit(1 if tracebacks or outcomes.counts["hang"] or stale else 0)
 
 

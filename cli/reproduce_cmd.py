@@ -21,7 +21,8 @@ def reproduce_command(
                                         "2-core CPU); default: the README's full-length commands (hours).")] = False,
     smoke: Annotated[bool, typer.Option("--smoke", help="Seconds per run (tiny presets; for tests).")] = False,
     out: Annotated[Path, typer.Option("--out", help="The report folder: report.md, report.json, figures/, and the "
-                                      "run records under runs/.")] = Path("reproduction"),
+                                      "run records under runs/ (a checkout's docs/results holds the committed "
+                                      "--quick report).")] = Path("reproduction"),
     resume: Annotated[bool, typer.Option("--resume", help="Reuse finished runs in --out, continue interrupted "
                                          "ones.")] = False,
     backend: Backend = None,
@@ -33,6 +34,7 @@ def reproduce_command(
     """Proofs, the embedded scan, the MLP tables, drift, App. F, the data-size experiment, the transformer
     ablations and the compression experiments, every claim with its verdict, criterion and command."""
     from geodrift.errors import GeodriftError
+    from geodrift.provenance import check_results_path
     from geodrift.render.figures import check_dpi
     from geodrift.render.paper_report import write_report
     from geodrift.render.progress import JobProgress, announce, sweep_reporter
@@ -49,6 +51,7 @@ def reproduce_command(
     if (out / "report.md").exists() and not (resume or force):
         raise GeodriftError(f"--out {out}: already holds a report; add --resume to reuse its runs or --force to "
                             "start again")
+    check_results_path(out / "report.md")  # never write over a report.md geodrift did not write
     prepare_out(out / "runs", resume=resume, reload=False, force=force)
     t0 = time.perf_counter()
     with JobProgress("reproduce", 0, "runs", quiet=quiet) as bar:

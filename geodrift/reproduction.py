@@ -19,7 +19,6 @@ re-run it alone.
 
 from __future__ import annotations
 
-import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -32,9 +31,9 @@ from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.prove import run_claims
 from geodrift.prove.runner import ProveReport
+from geodrift.provenance import git_dirty, git_revision, load_average, stamp
 from geodrift.scan.scan import load_weights, scan
 from geodrift.sim.experiment import Experiment, Overrides
-from geodrift.sim.record import git_revision, software_versions
 from geodrift.sim.reproduce import Reproduction, gate_drop_verdict
 from geodrift.sweep.execute import SweepStatus
 from geodrift.sweep.grid import Job, preset_grid
@@ -79,18 +78,18 @@ class Section:
     command: str
     result: ProveReport | Report | Reproduction | PruneResult | ShareResult | None = None
     note: str = ""
+    seconds: float | None = None  # wall time; for a simulator section the sum of its runs' wall times
+    runs: int = 0  # simulator runs behind the section
 
 
 @dataclass
 class PaperReproduction:
-    """Everything :func:`reproduce_paper` produced, with the provenance the report prints."""
+    """Everything :func:`reproduce_paper` produced, with its provenance (:func:`geodrift.provenance.stamp`)."""
 
     mode: str
     sections: list[Section]
     seconds: float
-    versions: dict[str, str]
-    git_revision: str | None
-    machine: str
+    stamp: dict[str, Any]
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -209,8 +208,10 @@ def run_compression(mode: str, threads: int = 1,
         setup = load_setup(None, None, seq_len=p.seq_len, calib_windows=p.calib_windows,
                            eval_windows_count=p.eval_windows)
         on_stage("compression: layer pruning (geodrift compress prune)")
+        t0 = time.perf_counter()
         prune = Section("compress-prune", "Compression: which layers can go? (layer pruning)", "compress",
                         p.command("prune"), run_prune(setup, p.prune))
+        prune.seconds = time.perf_counter() - t0
         share = Section("compress-share", "Compression: which space should a shared basis live in?", "compress",
                         p.command("share") if p.share is not None else "geodrift compress share")
         if p.share is None:
@@ -218,7 +219,9 @@ def run_compression(mode: str, threads: int = 1,
                           "--quick and the full mode run it. No number is reported.")
         else:
             on_stage("compression: shared bases (geodrift compress share)")
+            t0 = time.perf_counter()
             share.result = run_share(setup, p.share)[0]
+            share.seconds = time.perf_counter() - t0
     finally:
         torch.set_num_threads(before)
     return [prune, share]
@@ -254,32 +257,78 @@ def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", worke
     """
     sims = plan(mode)
     out = Path(out)
+    git, load_before = (git_revision(), git_dirty()), load_average()  # before this run writes anything
     t0 = time.perf_counter()
+    wall: dict[str, float] = {}
+
+    def timed(name: str, work: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        result = work()
+        wall[name] = time.perf_counter() - start
+        return result
+
     sections: list[Section] = []
     on_stage("proofs (sympy + numeric twins)")
-    sections.append(Section("proofs", "Symbolic proofs", "proofs", "geodrift prove", run_claims(None, seed=0)))
+    proofs = Section("proofs", "Symbolic proofs", "proofs", "geodrift prove",
+                     timed("proofs", lambda: run_claims(None, seed=0)))
+    proofs.seconds = wall["proofs"]
+    sections.append(proofs)
     layers = [0, 1, 2] if mode == "smoke" else None
     draws = 10 if mode == "smoke" else 100
     on_stage("scan of the embedded SmolLM2-135M")
-    ws, heads = load_weights(None, "raw", None, None, layers)
-    report = scan(ws, MeasureSpec(k=8, null_draws=draws, seed=0), heads=heads)
+
+    def run_scan() -> Report:
+        ws, heads = load_weights(None, "raw", None, None, layers)
+        return scan(ws, MeasureSpec(k=8, null_draws=draws, seed=0), heads=heads)
+
     scan_cmd = "geodrift scan" + (" --layers 0-2 --null-draws 10" if mode == "smoke" else "")
-    sections.append(Section("scan", "Scan of the embedded SmolLM2-135M-Instruct", "scan", scan_cmd, report))
+    scanned = Section("scan", "Scan of the embedded SmolLM2-135M-Instruct", "scan", scan_cmd, timed("scan", run_scan))
+    scanned.seconds = wall["scan"]
+    sections.append(scanned)
     grids = {s.key: preset_grid(s.experiment()) for s in sims}
     jobs = [Job(j.spec, j.seed, j.preset, f"runs/{key}") for key, g in grids.items() for j in g.jobs]
     on_stage(f"{len(jobs)} simulator runs in {len(sims)} sections on {backend} ({workers} worker(s))")
-    outcomes = run_sweep(jobs, backend=backend, workers=workers, address=address, out=str(out), device=device,
-                         threads=threads, checkpoint_every=checkpoint_every, on_status=on_status)
+    outcomes = timed(f"simulators ({len(jobs)} runs, {workers} at a time)", lambda: run_sweep(
+        jobs, backend=backend, workers=workers, address=address, out=str(out), device=device, threads=threads,
+        checkpoint_every=checkpoint_every, on_status=on_status))
     for s in sims:
         mine = [o for o in outcomes if o.job.folder == f"runs/{s.key}"]
-        section = Section(s.key, s.title, "sim", s.command(str(out)))
+        section = Section(s.key, s.title, "sim", s.command(str(out)), seconds=sum(o.seconds for o in mine),
+                          runs=len(mine))
         try:
             section.result = sweep_reproduction(grids[s.key], mine)
         except GeodriftError as error:
             section.note = str(error)
         sections.append(section)
     _judge_gate_drop(sections)
-    sections += run_compression(mode, threads, on_stage)
-    return PaperReproduction(mode, sections, time.perf_counter() - t0, software_versions(), git_revision(),
-                             f"{platform.machine()}, {platform.processor() or 'cpu'}; backend {backend}, "
-                             f"{workers} worker(s) x {threads} thread(s)")
+    compression = timed("compression (loading the model, prune, share)",
+                        lambda: run_compression(mode, threads, on_stage))
+    sections += compression
+    wall.update({s.key: s.seconds for s in compression if s.seconds is not None})
+    seconds = time.perf_counter() - t0
+    command = reproduce_command(mode, out, backend=backend, workers=workers, threads=threads, address=address)
+    provenance = stamp(command, load_before=load_before, wall_s={"total": seconds, **wall}, git=git,
+                       extra={"backend": f"{backend}, {workers} worker(s) x {threads} torch thread(s) per run"})
+    return PaperReproduction(mode, sections, seconds, provenance)
+
+
+def reproduce_command(mode: str, out: str | Path, *, backend: str = "local", workers: int = 2, threads: int = 1,
+                      address: str | None = None) -> str:
+    """The ``geodrift reproduce`` command line that reruns a reproduction into ``out`` (options at their
+    defaults left out; ``--force`` because ``out`` then holds this report).
+
+    Example:
+        >>> reproduce_command("quick", "docs/results")
+        'geodrift reproduce --quick --out docs/results --force'
+    """
+    parts = ["geodrift reproduce", *({"quick": ["--quick"], "smoke": ["--smoke"]}.get(mode, [])), f"--out {out}",
+             "--force"]
+    if backend != "local":
+        parts.append(f"--backend {backend}")
+    if address:
+        parts.append(f"--address {address}")
+    if workers != 2:
+        parts.append(f"--workers {workers}")
+    if threads != 1:
+        parts.append(f"--threads {threads}")
+    return " ".join(parts)

@@ -1,14 +1,16 @@
 """The self-contained report of ``geodrift reproduce``: one Markdown file, its PNG figures, and the JSON.
 
-``write_report(rep, folder)`` writes ``folder/report.md`` (every claim with its verdict and criterion,
-the paper's value beside ours, the command behind each number, versions and the git revision),
-``folder/figures/*.png`` (every similarity plot with its permutation null and random floor) and
-``folder/report.json`` (every section's full result).
+``write_report(rep, folder)`` writes ``folder/report.md`` (the stamp of :mod:`geodrift.provenance`, then
+every claim with its verdict and criterion, the paper's value beside ours, the command and wall time
+behind each section), ``folder/figures/*.png`` (every similarity plot with its permutation null and
+random floor) and ``folder/report.json`` (every section's full result, the stamp, and the list of files
+written). Rewriting a report removes the figures the previous one listed and this one does not write,
+so the folder never mixes two runs; a ``report.md`` that geodrift did not write is never replaced.
 """
 
 from __future__ import annotations
 
-import datetime
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from geodrift.compress.prune import PruneResult
 from geodrift.compress.share_run import ShareResult
 from geodrift.continuity import Report, Stat
 from geodrift.prove.runner import ProveReport
+from geodrift.provenance import check_results_path, results_markdown
 from geodrift.render.layout import grid_markdown
 from geodrift.reproduction import PaperReproduction, Section
 from geodrift.sim.reference import PAPER_TABLE2
@@ -25,8 +28,15 @@ from geodrift.weights import ROLE_LABELS
 
 
 def write_report(rep: PaperReproduction, folder: str | Path, dpi: int = 150) -> list[Path]:
-    """Write report.md, report.json and the figures under ``folder``; returns the files written."""
+    """Write report.md, report.json and the figures under ``folder``; returns the files written.
+
+    Raises:
+        GeodriftError: ``folder/report.md`` exists and geodrift did not write it; a file cannot be written.
+    """
     folder = Path(folder)
+    md = check_results_path(folder / "report.md")
+    js = folder / "report.json"
+    previous = _listed_files(js)
     figures = folder / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -34,18 +44,38 @@ def write_report(rep: PaperReproduction, folder: str | Path, dpi: int = 150) -> 
     for s in rep.sections:
         links[s.key] = _figures(s, figures, dpi)
         written += links[s.key]
-    lines = _header(rep) + _claims(rep) + [""]
+    lines = _preamble(rep) + _claims(rep) + [""]
     for s in rep.sections:
         lines += _section(s, links[s.key], folder)
-    md = folder / "report.md"
-    write_text(md, "\n".join(lines) + "\n")
-    js = folder / "report.json"
+    write_text(md, results_markdown("geodrift reproduction of arXiv 2605.04971", "\n".join(lines), rep.stamp))
+    files = [p.relative_to(folder).as_posix() for p in [md, js, *written]]
     write_json(js, document("paper_reproduction", {
-        "mode": rep.mode, "seconds": rep.seconds, "versions": rep.versions, "git_revision": rep.git_revision,
-        "machine": rep.machine,
+        "mode": rep.mode, "seconds": rep.seconds, "versions": rep.stamp["versions"],
+        "git_revision": rep.stamp["git"]["commit"], "machine": _machine(rep.stamp), "stamp": rep.stamp,
+        "files": files,
         "sections": [{"key": s.key, "title": s.title, "kind": s.kind, "command": s.command, "note": s.note,
+                      "seconds": s.seconds, "runs": s.runs,
                       "result": s.result.to_dict() if s.result is not None else None} for s in rep.sections]}))
+    for stale in previous - set(files):
+        path = folder / stale
+        if stale.startswith("figures/") and path.suffix == ".png" and path.is_file():
+            path.unlink()
     return [md, js, *written]
+
+
+def _listed_files(js: Path) -> set[str]:
+    # The files the previous report in this folder wrote (its report.json), or none.
+    try:
+        doc = json.loads(js.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(doc, dict) or doc.get("kind") != "paper_reproduction":
+        return set()
+    return {f for f in doc.get("files", []) if isinstance(f, str) and ".." not in Path(f).parts}
+
+
+def _machine(stamp: dict[str, Any]) -> str:
+    return f"{stamp['cpu']['machine']}, {stamp['cpu']['model']}; " + "; ".join(map(str, stamp["extra"].values()))
 
 
 def _figures(s: Section, figures: Path, dpi: int) -> list[Path]:
@@ -73,17 +103,19 @@ def _figures(s: Section, figures: Path, dpi: int) -> list[Path]:
     return []
 
 
-def _header(rep: PaperReproduction) -> list[str]:
-    versions = ", ".join(f"{k} {v}" for k, v in rep.versions.items())
-    return ["# geodrift reproduction of arXiv 2605.04971", "",
-            f"- command: `geodrift reproduce{' --quick' if rep.mode == 'quick' else ''}` (mode `{rep.mode}`)",
-            f"- written {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; wall time "
-            f"{rep.seconds / 60:.1f} min",
-            f"- git revision: `{rep.git_revision or 'not a git checkout'}`", f"- versions: {versions}",
-            f"- machine: {rep.machine}", "",
+def _preamble(rep: PaperReproduction) -> list[str]:
+    return [f"Mode `{rep.mode}`. This file is generated: re-run the command above to regenerate it (finished "
+            "runs under `runs/` are reused with `--resume` instead of `--force`).", "",
             "The paper's values are a reference column only: no criterion, default or tolerance uses them. "
             "Every similarity is shown with its noise floor (permutation null and/or the random floor "
             "√(2/(π d))).", ""]
+
+
+def _wall(s: Section) -> str:
+    if s.seconds is None:
+        return "not run"
+    text = f"{s.seconds:.1f} s" if s.seconds < 120 else f"{s.seconds / 60:.1f} min"
+    return f"{text}, summed over its {s.runs} run(s)" if s.kind == "sim" else text
 
 
 def _claims(rep: PaperReproduction) -> list[str]:
@@ -118,7 +150,8 @@ def _verdicts(s: Section) -> list[tuple[str, str, str, str]]:
 
 
 def _section(s: Section, figures: list[Path], folder: Path) -> list[str]:
-    lines = [f'<a id="{s.key}"></a>', f"## {s.title}", "", f"Command: `{s.command}`", ""]
+    lines = [f'<a id="{s.key}"></a>', f"## {s.title}", "", f"Command: `{s.command}`", "",
+             f"Wall time: {_wall(s)}", ""]
     if s.note:
         lines += [f"*{_md(s.note)}*", ""]
     if isinstance(s.result, Reproduction):

@@ -28,18 +28,16 @@ Example:
 from __future__ import annotations
 
 import json
-import platform
 import re
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from geodrift.atomic import document, payload_of, write_json, write_with
 from geodrift.errors import GeodriftError
+from geodrift.provenance import git_revision, library_versions
 
 SERIES_COLUMNS = ("step", "epoch", "source", "role", "metric", "space", "k", "layer", "value")
 _VALUE = SERIES_COLUMNS.index("value")
@@ -154,21 +152,5 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def software_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        own = version("geodrift")
-    except PackageNotFoundError:
-        own = "unknown"
-    return {"python": platform.python_version(), "torch": str(torch.__version__), "numpy": np.__version__,
-            "geodrift": own}
-
-
-def git_revision() -> str | None:
-    """The checkout's ``HEAD`` commit (read-only ``git rev-parse``), or ``None`` outside a git checkout."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+    """The versions a run record keeps (python, torch, numpy, geodrift); see :mod:`geodrift.provenance`."""
+    return library_versions(("torch", "numpy", "geodrift"))
