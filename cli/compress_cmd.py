@@ -32,7 +32,10 @@ JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Write the full
 Csv = Annotated[Path | None, typer.Option("--csv", help="Write tidy rows (one per method/policy and n/ratio) here.")]
 Plot = Annotated[Path | None, typer.Option("--plot", help="Figure file; the suffix gives the format (.png, .pdf, .svg).")]
 Save = Annotated[Path | None, typer.Option("--save", help="Write the compressed model here as a Hugging Face folder "
-                                           "(model.safetensors + config.json).")]
+                                           "(model.safetensors + config.json): a new folder, or one an earlier --save "
+                                           "wrote (with --force); never the input model's folder.")]
+SaveForce = Annotated[bool, typer.Option("--force", help="Let --save replace a folder holding geodrift's earlier "
+                                         "output (a folder holding anything else is refused).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout instead of tables.")]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads. Default 1: on a shared 2-core machine two "
                                       "threads ran these forwards 2.5-3x slower (oversubscription).")]
@@ -68,6 +71,26 @@ def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi:
     torch.set_num_threads(threads)
 
 
+def _inputs(model: str | None, corpus: Path | None) -> list[Path]:
+    from geodrift.scan.embedded import embedded_model_path
+
+    return [Path(model) if model is not None else embedded_model_path(), *([corpus] if corpus else [])]
+
+
+def _check_save(save: Path | None, force: bool, model: str | None, corpus: Path | None) -> None:
+    # The output-folder policy (geodrift.outdir), checked before the model is loaded.
+    if save is not None:
+        from geodrift.outdir import check_replace_folder
+
+        check_replace_folder(save, force=force, inputs=_inputs(model, corpus))
+
+
+def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, write: Any) -> Path:
+    from geodrift.outdir import replace_folder
+
+    return replace_folder(save, write, force=force, inputs=_inputs(model, corpus))
+
+
 def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None) -> list[Path]:
     from geodrift.atomic import document, write_json, write_text
     from geodrift.render.files import csv_text
@@ -99,7 +122,7 @@ def prune_command(
     save_method: Annotated[str, typer.Option("--save-method", help="Which method's removal set --save writes.")] = "geom-v1",
     save_n: Annotated[int | None, typer.Option("--save-n", help="How many layers removed in --save (default N).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
-    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.atomic import document, to_json
@@ -120,6 +143,7 @@ def prune_command(
     save_n = max_remove if save_n is None else save_n
     if save is not None and not 1 <= save_n <= max_remove:
         raise GeodriftError(f"--save-n: {save_n} is outside 1..--max-remove ({max_remove})")
+    _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
     announce("loading the model and the corpus", quiet=quiet)
     setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows)
@@ -135,7 +159,7 @@ def prune_command(
         from geodrift.compress.save import save_hf
 
         curve = next(c for c in result.curves if c.method == save_method)
-        written.append(save_hf(setup, save, curve.removed[save_n - 1]))
+        written.append(_replace(save, force, model, corpus, lambda d: save_hf(setup, d, curve.removed[save_n - 1])))
     if as_json:
         sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
     else:
@@ -161,7 +185,7 @@ def share_command(
     save_ratio: Annotated[float | None, typer.Option("--save-ratio", help="Which ratio --save writes (default the "
                                                      "first).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
-    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
 ) -> None:
     """Which space should a shared basis live in? Policies at equal parameter count, and each projection alone."""
     from geodrift.atomic import document, to_json
@@ -183,6 +207,7 @@ def share_command(
     if save is not None and (save_policy not in spec.policies or save_ratio not in ratio_list):
         raise GeodriftError(f"--save-policy/--save-ratio: {save_policy} at {save_ratio} is not among the runs "
                             f"(policies {', '.join(spec.policies)}; ratios {ratios})")
+    _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
     announce("loading the model and the corpus", quiet=quiet)
     setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows)
@@ -201,7 +226,7 @@ def share_command(
         assert bases is not None
         new, _, _ = Assignment(save_policy, POLICIES[save_policy]).weights(bases, result_shapes(setup), save_ratio)
         with swapped_weights(setup.model, new):
-            written.append(save_hf(setup, save))
+            written.append(_replace(save, force, model, corpus, lambda d: save_hf(setup, d)))
     if as_json:
         sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")
     else:

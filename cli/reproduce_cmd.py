@@ -36,7 +36,7 @@ def reproduce_command(
     from geodrift.render.paper_report import write_report
     from geodrift.render.progress import JobProgress, announce, sweep_reporter
     from geodrift.reproduction import reproduce_paper
-    from geodrift.sim.outdir import prepare_out
+    from geodrift.outdir import prepare_out
     from geodrift.sweep.runner import check_options
 
     if quick and smoke:
@@ -44,10 +44,7 @@ def reproduce_command(
     mode = "smoke" if smoke else "quick" if quick else "full"
     check_options(backend or "local", workers, threads, 0.0)
     check_dpi(dpi)
-    if (out / "report.md").exists() and not (resume or force):
-        raise GeodriftError(f"--out {out}: already holds a report; add --resume to reuse its runs or --force to "
-                            "start again")
-    prepare_out(out / "runs", resume=resume, reload=False, force=force)
+    prepare_out(out, resume=resume, reload=False, force=force)
     t0 = time.perf_counter()
     with JobProgress("reproduce", 0, "runs", quiet=quiet) as bar:
         rep = reproduce_paper(mode, out, backend=backend or "local", workers=workers, address=address,

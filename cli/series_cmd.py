@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from geodrift.cli.options import Dpi, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
 app = typer.Typer()
 
@@ -41,7 +41,7 @@ def drift_command(
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figures NAME_rotation.EXT and NAME_continuity.EXT "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
@@ -51,11 +51,13 @@ def drift_command(
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.series import render_drift, write_drift_plot, write_series_continuity_plot
+    from geodrift.checks import parse_size
     from geodrift.scan.scan import parse_layers, parse_roles
     from geodrift.scan.series import drift
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view, "ov": ov, "names": names}
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view, "ov": ov, "names": names,
+               "max_memory": parse_size(max_memory)}
     _check_view(view)
     if plot is not None:
         figure_format(plot)
@@ -97,7 +99,7 @@ def compare_command(
                                                  "here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figure of the subspace overlap across layers "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
@@ -107,11 +109,13 @@ def compare_command(
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.series import render_compare, write_compare_plot
+    from geodrift.checks import parse_size
     from geodrift.scan.scan import parse_layers, parse_roles
     from geodrift.scan.series import compare
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view, "ov": ov, "names": names}
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view, "ov": ov, "names": names,
+               "max_memory": parse_size(max_memory)}
     _check_view(view)
     if plot is not None:
         figure_format(plot)

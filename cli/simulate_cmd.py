@@ -108,7 +108,7 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.signals import resume_hint
-    from geodrift.sim.outdir import prepare_out
+    from geodrift.outdir import prepare_out
     from geodrift.sim.presets import preset_seeds
     from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
     from geodrift.stdio import report_only_stdout
@@ -151,7 +151,7 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
                        checkpoint_every=checkpoint_every, quiet=quiet, plot=plot)
     elif reload:
         assert out is not None
-        prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]))
+        prepare_out(out, resume=resume, reload=reload, force=bool(opts["force"]), plot=plot)
         rep = reload_reproduction(sim, out)
     else:
         options: dict[str, Any] = {"steps": steps, "track_every": track_every, "ablations": ablation or None, "data": data,
