@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from geodrift.cli.options import Dpi, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
 app = typer.Typer(help="Layer pruning and shared bases, ranked by weight geometry and by activations.",
                   no_args_is_help=True)
@@ -123,9 +123,11 @@ def prune_command(
     save_n: Annotated[int | None, typer.Option("--save-n", help="How many layers removed in --save (default N).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
+    max_memory: MaxMemory = "8G",
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.atomic import document, to_json
+    from geodrift.checks import parse_size
     from geodrift.compress.model import load_setup, open_llama
     from geodrift.compress.prune import METHODS, PruneSpec, run_prune
     from geodrift.errors import GeodriftError
@@ -146,7 +148,8 @@ def prune_command(
     _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
     announce("loading the model and the corpus", quiet=quiet)
-    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows)
+    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows,
+                       max_memory=parse_size(max_memory))
     with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
         result = run_prune(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage))
@@ -186,9 +189,11 @@ def share_command(
                                                      "first).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
+    max_memory: MaxMemory = "8G",
 ) -> None:
     """Which space should a shared basis live in? Policies at equal parameter count, and each projection alone."""
     from geodrift.atomic import document, to_json
+    from geodrift.checks import parse_size
     from geodrift.compress.model import load_setup, open_llama
     from geodrift.compress.share import POLICIES
     from geodrift.compress.share_run import ShareSpec, run_share
@@ -210,7 +215,8 @@ def share_command(
     _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
     announce("loading the model and the corpus", quiet=quiet)
-    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows)
+    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows,
+                       max_memory=parse_size(max_memory))
     with JobProgress("sharing", 1, "evaluations", quiet=quiet) as bar:
         result, bases = run_share(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage), keep_bases=save is not None)

@@ -46,12 +46,12 @@ def drift_command(
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
     from geodrift.atomic import document, to_json, write_json
+    from geodrift.checks import parse_size
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.series import render_drift, write_drift_plot, write_series_continuity_plot
-    from geodrift.checks import parse_size
     from geodrift.scan.scan import parse_layers, parse_roles
     from geodrift.scan.series import drift
 
@@ -104,12 +104,12 @@ def compare_command(
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
     from geodrift.atomic import document, to_json, write_json, write_text
+    from geodrift.checks import parse_size
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.series import render_compare, write_compare_plot
-    from geodrift.checks import parse_size
     from geodrift.scan.scan import parse_layers, parse_roles
     from geodrift.scan.series import compare
 

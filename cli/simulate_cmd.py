@@ -105,10 +105,10 @@ def _simulate(sim: str, preset: str, ablation: list[str] | None, seeds: str | No
     from geodrift.atomic import document, to_json
     from geodrift.cli.checks import check_outputs, check_simulate_options, resume_command
     from geodrift.errors import GeodriftError
+    from geodrift.outdir import prepare_out
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.signals import resume_hint
-    from geodrift.outdir import prepare_out
     from geodrift.sim.presets import preset_seeds
     from geodrift.sim.reproduce import build_specs, reload_reproduction, reproduce
     from geodrift.stdio import report_only_stdout

@@ -330,7 +330,7 @@ def write_with(target: str | Path, writer: Callable[[Path], None]) -> None:
         writer(tmp)
 
 
-def write_stream(target: str | Path, writer: Callable[[BinaryIO], None]) -> None:
+def write_stream(target: str | Path, writer: Callable[[Any], None]) -> None:
     """Atomically create ``target`` by calling ``writer(file)`` on an open binary file (e.g. ``torch.save``).
 
     A writer that turns the file's OSError into its own exception (torch's zip writer does) still

@@ -23,11 +23,12 @@ from typing import Any
 
 import torch
 
+from geodrift.checks import format_size
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import encode_ids, eval_windows, load_corpus
 from geodrift.lm.tokenizer import Tokenizer
-from geodrift.pretrained import gguf_tokenizer, llama_from_checkpoint
+from geodrift.pretrained import gguf_tokenizer, llama_from_checkpoint, llama_parameters
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scan.readers import open_checkpoint
@@ -110,8 +111,23 @@ def open_llama(path: str | Path | None) -> Checkpoint:
     return ckpt
 
 
+def memory_estimate(ckpt: Checkpoint, seq_len: int, windows: int) -> int:
+    """Bytes a compression run needs at most: the float32 model, one forward batch (logits, MLP and
+    attention scores) and the per-layer states of ``windows`` windows (pruning's cached prefixes).
+
+    The sizes come from the config, checked against the tensors first
+    (:func:`geodrift.pretrained.llama_parameters`).
+    """
+    params = llama_parameters(ckpt)
+    cfg = ckpt.config
+    d, vocab, ff, heads, layers = (int(cfg[k]) for k in ("d_model", "vocab_size", "d_ff", "n_heads", "n_layers"))
+    forward = BATCH * seq_len * (2 * vocab + 4 * ff + 8 * d) + BATCH * heads * seq_len * seq_len
+    states = (layers + 1) * windows * seq_len * d
+    return 4 * (params + forward + states)
+
+
 def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq_len: int = 128,
-               calib_windows: int = 8, eval_windows_count: int = 16) -> Setup:
+               calib_windows: int = 8, eval_windows_count: int = 16, max_memory: int | None = None) -> Setup:
     """Load the model once and cut the calibration and evaluation windows.
 
     Args:
@@ -119,11 +135,20 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
         corpus: ``--corpus`` (None: the embedded stdlib-docs corpus).
         seq_len: tokens per window.
         calib_windows, eval_windows_count: how many windows of each.
+        max_memory: refuse (before loading anything) a run whose :func:`memory_estimate` exceeds it.
 
     Raises:
-        GeodriftError: unsupported architecture, missing tokenizer, or a text too short for one window.
+        GeodriftError: unsupported architecture, a config that does not match its tensors, a run
+            above ``max_memory``, missing tokenizer, or a text too short for one window.
     """
     ckpt = open_llama(path)
+    if max_memory is not None:
+        need = memory_estimate(ckpt, seq_len, max(calib_windows, eval_windows_count))
+        if need > max_memory:
+            raise GeodriftError(
+                f"--seq-len {seq_len}, --calib-windows {calib_windows}, --eval-windows {eval_windows_count}: "
+                f"{ckpt.label} would need about {format_size(need)}, above --max-memory {format_size(max_memory)}; "
+                "lower them or raise --max-memory")
     tokenizer = tokenizer_for(path)
     text = load_corpus(corpus)
     if not text.train.strip() or not text.valid.strip():

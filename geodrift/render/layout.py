@@ -185,12 +185,12 @@ def _lines(cell: Cell) -> list[str]:
 
 
 def _natural(grid: Grid, i: int) -> int:
-    cells: list[Cell] = [Text(grid.columns[i].header)] + [row[i] for row in grid.rows]
+    cells: list[Cell] = [Text(visible(grid.columns[i].header)), *(row[i] for row in grid.rows)]
     return max(Text(line).cell_len for cell in cells for line in _lines(cell))
 
 
 def _longest_word(grid: Grid, i: int) -> int:
-    cells: list[Cell] = [Text(grid.columns[i].header)] + [row[i] for row in grid.rows]
+    cells: list[Cell] = [Text(visible(grid.columns[i].header)), *(row[i] for row in grid.rows)]
     return max((Text(word).cell_len for cell in cells for word in plain(cell).split()), default=1)
 
 

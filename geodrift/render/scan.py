@@ -7,9 +7,9 @@ by columns rather than truncated (``--wide`` prints each whole). Files (CSV) are
 
 from __future__ import annotations
 
-from geodrift.continuity import Report, RoleReport, VectorContinuity
 from rich.text import Text
 
+from geodrift.continuity import Report, RoleReport, VectorContinuity
 from geodrift.render import console, fmt, lit
 from geodrift.render.layout import Col, Grid, print_grid
 
