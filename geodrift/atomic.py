@@ -146,7 +146,7 @@ def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
         try:
             yield tmp
         except GeodriftError as error:
-            raise GeodriftError(str(error).replace(str(tmp), str(target))) from None
+            raise GeodriftError(f"{option} {str(error).replace(str(tmp), str(target))}") from None
         except OSError as error:
             raise GeodriftError(f"{option} {_write_error(target, error)}") from None
         try:
