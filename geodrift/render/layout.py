@@ -134,7 +134,7 @@ def at_least(base: Console, width: int) -> Iterator[Console]:
     if width <= base.width:
         yield base
         return
-    yield Console(width=width, stderr=base.stderr, force_terminal=base.is_terminal,
+    yield Console(width=width, file=base.file, force_terminal=base.is_terminal,
                   color_system=base.color_system,  # type: ignore[arg-type]
                   no_color=base.no_color, highlight=False)
 
