@@ -52,7 +52,11 @@ def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
     return items
 
 
-def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int) -> None:
+def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int,
+                  outputs: dict[str, Path | None], max_memory: str) -> int:
+    # Every option and output path, before the model is opened; returns --max-memory in bytes.
+    from geodrift.checks import parse_size
+    from geodrift.cli.checks import check_outputs
     from geodrift.errors import GeodriftError
     from geodrift.render.figures import check_dpi, figure_format
 
@@ -66,9 +70,12 @@ def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi:
         check_dpi(dpi)
     if threads < 1:
         raise GeodriftError(f"--threads: must be at least 1, got {threads}")
+    limit = parse_size(max_memory)
+    check_outputs({**outputs, "--plot": plot})
     import torch
 
     torch.set_num_threads(threads)
+    return limit
 
 
 def _inputs(model: str | None, corpus: Path | None) -> list[Path]:
@@ -127,7 +134,6 @@ def prune_command(
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.atomic import document, to_json
-    from geodrift.checks import parse_size
     from geodrift.compress.model import load_setup, open_llama
     from geodrift.compress.prune import METHODS, PruneSpec, run_prune
     from geodrift.errors import GeodriftError
@@ -136,8 +142,9 @@ def prune_command(
     spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or METHODS,
                      random_seeds=random_seeds, greedy_windows=greedy_windows, k=k, null_draws=null_draws, seed=seed)
     spec.check()
-    _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
-                            "--greedy-windows": greedy_windows}, plot, dpi, threads)
+    limit = _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
+                                    "--greedy-windows": greedy_windows}, plot, dpi, threads,
+                          {"--json-out": json_out, "--csv": csv_out}, max_memory)
     if "greedy" in spec.methods and greedy_windows > calib_windows:
         raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
     if save is not None and save_method not in spec.methods:
@@ -147,9 +154,8 @@ def prune_command(
         raise GeodriftError(f"--save-n: {save_n} is outside 1..--max-remove ({max_remove})")
     _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
-    announce("loading the model and the corpus", quiet=quiet)
     setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows,
-                       max_memory=parse_size(max_memory))
+                       max_memory=limit, on_stage=lambda text: announce(text, quiet=quiet))
     with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
         result = run_prune(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage))
@@ -193,7 +199,6 @@ def share_command(
 ) -> None:
     """Which space should a shared basis live in? Policies at equal parameter count, and each projection alone."""
     from geodrift.atomic import document, to_json
-    from geodrift.checks import parse_size
     from geodrift.compress.model import load_setup, open_llama
     from geodrift.compress.share import POLICIES
     from geodrift.compress.share_run import ShareSpec, run_share
@@ -207,16 +212,16 @@ def share_command(
     spec = ShareSpec(group_size=group_size, ratios=ratio_list, policies=_csv_list(policies, "--policies") or tuple(POLICIES),
                      alone_ratio=alone_ratio if alone_ratio != 0 else None)
     spec.check()
-    _check_common(seq_len, {"--eval-windows": eval_windows}, plot, dpi, threads)
+    limit = _check_common(seq_len, {"--eval-windows": eval_windows}, plot, dpi, threads,
+                          {"--json-out": json_out, "--csv": csv_out}, max_memory)
     save_ratio = ratio_list[0] if save_ratio is None else save_ratio
     if save is not None and (save_policy not in spec.policies or save_ratio not in ratio_list):
         raise GeodriftError(f"--save-policy/--save-ratio: {save_policy} at {save_ratio} is not among the runs "
                             f"(policies {', '.join(spec.policies)}; ratios {ratios})")
     _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
-    announce("loading the model and the corpus", quiet=quiet)
     setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows,
-                       max_memory=parse_size(max_memory))
+                       max_memory=limit, on_stage=lambda text: announce(text, quiet=quiet))
     with JobProgress("sharing", 1, "evaluations", quiet=quiet) as bar:
         result, bases = run_share(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage), keep_bases=save is not None)

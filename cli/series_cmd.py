@@ -47,6 +47,7 @@ def drift_command(
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
     from geodrift.atomic import document, to_json, write_json
     from geodrift.checks import parse_size
+    from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
@@ -62,6 +63,10 @@ def drift_command(
     if plot is not None:
         figure_format(plot)
         check_dpi(dpi)
+    check_outputs({"--json-out": json_out, "--csv": csv_out},
+                  *([("--csv", _beside(csv_out, "rotation", ".csv"))] if csv_out else []),
+                  *([("--plot", _beside(plot, kind, plot.suffix, "_")) for kind in ("rotation", "continuity")]
+                    if plot else []))
     with JobProgress(f"reading {len(checkpoints)} checkpoints", 0, "matrices", quiet=quiet) as bar:
         rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
                     **options)
@@ -105,6 +110,7 @@ def compare_command(
     permutation null and the random k/d."""
     from geodrift.atomic import document, to_json, write_json, write_text
     from geodrift.checks import parse_size
+    from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
@@ -120,6 +126,7 @@ def compare_command(
     if plot is not None:
         figure_format(plot)
         check_dpi(dpi)
+    check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
     with JobProgress("reading 2 models", 0, "matrices", quiet=quiet) as bar:
         rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label), **options)
     written: list[Path] = []

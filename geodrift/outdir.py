@@ -39,6 +39,8 @@ _FIGURE_EXT = r"\.(?:png|pdf|svg)"
 _CACHE = re.compile(r"smollm2-135m_scan_k\d+_n\d+_s\d+\.json")
 # What an atomic write killed by SIGKILL leaves (tempfile.mkstemp's 8 random characters): geodrift's.
 _TEMP_LEFTOVER = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+# Output files the command line checked (geodrift.cli.checks.check_outputs), absolute: see expect_output.
+_EXPECTED: set[Path] = set()
 
 
 def record_written(path: str | Path) -> None:
@@ -49,6 +51,8 @@ def record_written(path: str | Path) -> None:
     """
     path = Path(path)
     root = managed_root(path)
+    if root is None and path.absolute() in _EXPECTED:  # an output file the CLI checked: its folder gets a manifest
+        root = manage(path.parent).absolute()
     if root is None or path.name == MANIFEST:
         return
     info = path.stat()
@@ -239,6 +243,28 @@ def check_replace_folder(target: str | Path, *, force: bool, inputs: Iterable[st
     if old and not force:
         raise GeodriftError(f"{option} {target}: already holds geodrift's earlier output ({len(old)} file(s), e.g. "
                             f"{old[0]}); add --force to replace it, or choose another folder")
+
+
+def check_file_target(path: str | Path, option: str) -> None:
+    """Refuse an output file that exists and was not written by geodrift (no command writes over the user's files).
+
+    Raises:
+        GeodriftError: naming the option and the file; nothing is written.
+
+    Example:
+        >>> check_file_target("/nonexistent-folder/report.json", "--json-out")
+    """
+    path = Path(path)
+    if (path.exists() or path.is_symlink()) and not _Manifests().owns(path, managed_root(path)):
+        raise GeodriftError(f"{option} {path}: the file exists and geodrift did not write it; choose another name or "
+                            "move it away (nothing was written)")
+
+
+def expect_output(path: str | Path) -> None:
+    """Mark ``path`` as an output file of this command: once written, it is recorded in a manifest (created in
+    its folder if no folder above has one), so that a later run may replace it - and nothing else there.
+    Nothing is created before the write."""
+    _EXPECTED.add(Path(path).absolute())
 
 
 def _refuse_foreign(folder: Path, option: str) -> None:

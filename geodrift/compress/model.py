@@ -127,7 +127,8 @@ def memory_estimate(ckpt: Checkpoint, seq_len: int, windows: int) -> int:
 
 
 def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq_len: int = 128,
-               calib_windows: int = 8, eval_windows_count: int = 16, max_memory: int | None = None) -> Setup:
+               calib_windows: int = 8, eval_windows_count: int = 16, max_memory: int | None = None,
+               on_stage: Callable[[str], None] | None = None) -> Setup:
     """Load the model once and cut the calibration and evaluation windows.
 
     Args:
@@ -136,6 +137,8 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
         seq_len: tokens per window.
         calib_windows, eval_windows_count: how many windows of each.
         max_memory: refuse (before loading anything) a run whose :func:`memory_estimate` exceeds it.
+        on_stage: told ``"loading the model"`` once every input has been checked (a status line that
+            never precedes an error about the inputs).
 
     Raises:
         GeodriftError: unsupported architecture, a config that does not match its tensors, a run
@@ -157,10 +160,13 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
                      "--calib-windows", corpus)
     evaluation = _windows(_encode_prefix(tokenizer, text.valid, seq_len * eval_windows_count + 1), seq_len,
                           eval_windows_count, "--eval-windows", corpus)
-    model = llama_from_checkpoint(ckpt)
-    if tokenizer.vocab_size > model.lm_head.weight.shape[0]:
+    llama_parameters(ckpt)  # the config's sizes, checked against the tensors
+    if tokenizer.vocab_size > int(ckpt.config["vocab_size"]):
         raise GeodriftError(f"MODEL {ckpt.label}: tokenizer has {tokenizer.vocab_size} ids but the model "
-                            f"{model.lm_head.weight.shape[0]}; use the model's own tokenizer.json")
+                            f"{ckpt.config['vocab_size']}; use the model's own tokenizer.json")
+    if on_stage is not None:
+        on_stage("loading the model")
+    model = llama_from_checkpoint(ckpt)
     label = EMBEDDED_LABEL if path is None else ckpt.label
     return Setup(model, label, dict(ckpt.config), calib, evaluation,
                  {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes())

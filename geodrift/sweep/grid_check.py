@@ -59,6 +59,8 @@ def read_grid_file(path: Path, where: str) -> Any:
     """
     if path.suffix not in (".toml", ".json"):
         raise GeodriftError(f"{where}: a grid file ends in .toml or .json")
+    if not path.exists() and not path.is_symlink():
+        raise GeodriftError(f"{where}: cannot read the grid file (no such file); check the path")
     size = check_file(path, "grid file").st_size
     if size > MAX_GRID_BYTES:
         raise GeodriftError(f"{where}: {size} bytes is more than the {MAX_GRID_BYTES} a grid file may hold; "
