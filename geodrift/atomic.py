@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from geodrift.errors import GeodriftError
+from geodrift.manifest import record_written
 
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
 SCHEMA_VERSION = "1.0"
@@ -83,14 +84,12 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     An OS error while writing (permission denied, disk full, a folder in the way) is raised as a
     GeodriftError that names ``target`` - the user's path - never the temporary file; so is a
     writer's own error that reports one (torch's and safetensors' writers, see :func:`write_with`).
-    A file written below a folder with a manifest is recorded there (:mod:`geodrift.outdir`).
+    A file written below a folder with a manifest is recorded there (:mod:`geodrift.manifest`).
 
     Example:
         >>> with atomic_path("out.png") as tmp:  # doctest: +SKIP
         ...     figure.savefig(tmp, format="png")
     """
-    from geodrift.outdir import record_written
-
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -344,9 +343,25 @@ def write_stream(target: str | Path, writer: Callable[[Any], None]) -> None:
         try:
             writer(stream)
         except Exception as error:
+            interrupt = _interrupt_behind(error)
+            if interrupt is not None:  # a signal inside the writer's callback, wrapped by the writer: re-raise it
+                raise interrupt from None
             if stream.os_error is not None and not isinstance(error, OSError):
                 error.geodrift_os_error = stream.os_error  # type: ignore[attr-defined]
             raise
+
+
+def _interrupt_behind(error: BaseException) -> BaseException | None:
+    # geodrift.signals.Interrupted (a BaseException) raised in the file's write and replaced by the writer's
+    # own error (torch's "[enforce fail at inline_container.cc]"): found in the exception's context chain.
+    seen = error.__context__ or error.__cause__
+    for _ in range(16):
+        if seen is None:
+            return None
+        if not isinstance(seen, Exception):
+            return seen
+        seen = seen.__context__ or seen.__cause__
+    return None
 
 
 class _RememberingFile(io.RawIOBase):

@@ -2,7 +2,7 @@
 
 - **Only geodrift's own files are ever replaced or deleted.** A folder geodrift writes into holds a
   hidden manifest, ``.geodrift-written`` (one JSON line per file written: path, size, mtime, sha256),
-  appended by every atomic write below it (:func:`record_written`, called by
+  appended by every atomic write below it (:func:`geodrift.manifest.record_written`, called by
   :mod:`geodrift.atomic`, in any process of a sweep). A file is geodrift's when the manifest lists
   it with its current size and either its mtime or its content hash; anything else - a user's
   file, a file edited since, a symbolic link - is *foreign*. A folder holding a foreign file is
@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -30,48 +29,16 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from geodrift.errors import GeodriftError
+from geodrift.manifest import MANIFEST, Manifests, create, entries, expect_output, is_owned, managed_root
 
-MANIFEST = ".geodrift-written"
+__all__ = ["MANIFEST", "check_file_target", "check_not_input", "check_replace_folder", "expect_output",
+           "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
+
 # The endings of the figure names geodrift writes (geodrift.render.sim_plots): <prefix>..._<kind>.<fmt>.
 PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth", "gradient_rank", "datasize")
 _FIGURE_EXT = r"\.(?:png|pdf|svg)"
 # Cached scans of the embedded SmolLM2 (geodrift.pretrained.smollm2_reference): not results of a run.
 _CACHE = re.compile(r"smollm2-135m_scan_k\d+_n\d+_s\d+\.json")
-# What an atomic write killed by SIGKILL leaves (tempfile.mkstemp's 8 random characters): geodrift's.
-_TEMP_LEFTOVER = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
-# Output files the command line checked (geodrift.cli.checks.check_outputs), absolute: see expect_output.
-_EXPECTED: set[Path] = set()
-
-
-def record_written(path: str | Path) -> None:
-    """List ``path`` in the manifest of the nearest folder above it that has one (no manifest: nothing).
-
-    Called by every atomic write once the file is in place; appends one line under an exclusive
-    lock, so the processes of a sweep can record into one folder at the same time.
-    """
-    path = Path(path)
-    root = managed_root(path)
-    if root is None and path.absolute() in _EXPECTED:  # an output file the CLI checked: its folder gets a manifest
-        root = manage(path.parent).absolute()
-    if root is None or path.name == MANIFEST:
-        return
-    info = path.stat()
-    entry = {"path": path.absolute().relative_to(root).as_posix(), "size": info.st_size, "mtime_ns": info.st_mtime_ns,
-             "sha256": _sha256(path)}
-    _append(root / MANIFEST, json.dumps(entry) + "\n")
-
-
-def managed_root(path: str | Path) -> Path | None:
-    """The nearest folder above ``path`` holding a manifest, or None.
-
-    Example:
-        >>> managed_root("/") is None
-        True
-    """
-    for folder in Path(path).absolute().parents:
-        if (folder / MANIFEST).is_file():
-            return folder
-    return None
 
 
 def manage(folder: str | Path) -> Path:
@@ -80,16 +47,13 @@ def manage(folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     manifest = folder / MANIFEST
     if manifest.is_file():
-        entries = _entries(folder)
-        lines = "".join(json.dumps(entries[p]) + "\n" for p in sorted(entries) if _is_owned(folder / p, entries[p]))
+        listed = entries(folder)
+        lines = "".join(json.dumps(listed[p]) + "\n" for p in sorted(listed) if is_owned(folder / p, listed[p]))
         from geodrift.atomic import write_text
 
         write_text(manifest, lines)
     else:
-        try:
-            os.close(os.open(manifest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:
-            pass
+        create(folder)
     return folder
 
 
@@ -105,7 +69,7 @@ def foreign_files(folder: str | Path, limit: int = 1) -> list[Path]:
     found: list[Path] = []
     if limit < 1:
         return found
-    manifests = _Manifests()
+    manifests = Manifests()
     for path, root in _iter_walk(Path(folder)):
         if not manifests.owns(path, root):
             found.append(path)
@@ -255,16 +219,9 @@ def check_file_target(path: str | Path, option: str) -> None:
         >>> check_file_target("/nonexistent-folder/report.json", "--json-out")
     """
     path = Path(path)
-    if (path.exists() or path.is_symlink()) and not _Manifests().owns(path, managed_root(path)):
+    if (path.exists() or path.is_symlink()) and not Manifests().owns(path, managed_root(path)):
         raise GeodriftError(f"{option} {path}: the file exists and geodrift did not write it; choose another name or "
                             "move it away (nothing was written)")
-
-
-def expect_output(path: str | Path) -> None:
-    """Mark ``path`` as an output file of this command: once written, it is recorded in a manifest (created in
-    its folder if no folder above has one), so that a later run may replace it - and nothing else there.
-    Nothing is created before the write."""
-    _EXPECTED.add(Path(path).absolute())
 
 
 def _refuse_foreign(folder: Path, option: str) -> None:
@@ -288,7 +245,7 @@ def _old_figures(plot: Path) -> list[Path]:
     kinds = "|".join(PLOT_KINDS)
     pattern = re.compile(rf"{re.escape(prefix)}.*(?:{kinds}){_FIGURE_EXT}", re.IGNORECASE)
     figures = [p for p in sorted(folder.iterdir()) if pattern.fullmatch(p.name)] if folder.is_dir() else []
-    manifests, root = _Manifests(), managed_root(folder / MANIFEST)
+    manifests, root = Manifests(), managed_root(folder / MANIFEST)
     for path in figures:
         if not manifests.owns(path, root):
             raise GeodriftError(f"--plot {plot}: {path} was not written by geodrift and a figure may take its name; "
@@ -330,71 +287,6 @@ def _iter_walk(folder: Path) -> Iterator[tuple[Path, Path | None]]:
             if (base / name).is_symlink():
                 yield base / name, here
         dirs[:] = sorted(d for d in dirs if not (base / d).is_symlink())
-
-
-class _Manifests:
-    """Each manifest read once per walk: does it list a file as written by geodrift, unchanged since?"""
-
-    def __init__(self) -> None:
-        self._read: dict[Path, dict[str, dict[str, object]]] = {}
-
-    def owns(self, path: Path, root: Path | None) -> bool:
-        if path.is_symlink() or not path.is_file():
-            return False
-        if path.name == MANIFEST or _TEMP_LEFTOVER.fullmatch(path.name):
-            return True  # geodrift's bookkeeping, an atomic write's leftover
-        if root is None:
-            return False
-        if root not in self._read:
-            self._read[root] = _entries(root)
-        entry = self._read[root].get(path.absolute().relative_to(root.absolute()).as_posix())
-        return entry is not None and _is_owned(path, entry)
-
-
-def _is_owned(path: Path, entry: dict[str, object]) -> bool:
-    try:
-        info = path.lstat()
-    except OSError:
-        return False
-    if not path.is_file() or path.is_symlink() or info.st_size != entry.get("size"):
-        return False
-    return info.st_mtime_ns == entry.get("mtime_ns") or _sha256(path) == entry.get("sha256")
-
-
-def _entries(folder: Path) -> dict[str, dict[str, object]]:
-    # The manifest's last line per path; unreadable lines are skipped (their files count as foreign).
-    entries: dict[str, dict[str, object]] = {}
-    manifest = folder / MANIFEST
-    if not manifest.is_file() or manifest.is_symlink():
-        return entries
-    with open(manifest, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                entries[entry["path"]] = entry
-    return entries
-
-
-def _append(manifest: Path, line: str) -> None:
-    import fcntl
-
-    fd = os.open(manifest, os.O_WRONLY | os.O_APPEND)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _resolved(path: Path) -> Path:

@@ -4,7 +4,8 @@ compress prune|share and sweep, run in-process through the real CLI entry (``geo
 Shared by the bounded default test (tests/test_fuzz_commands.py) and the long run
 (benchmarks/fuzz_commands.py). Every case is one command line drawn from:
 
-- models: a real random Llama (Hugging Face folder with SmolLM2's tokenizer), its safetensors file,
+- models: a real random Llama (Hugging Face folder with a small byte-level BPE tokenizer.json), its
+  safetensors file,
   mutated safetensors/GGUF files from the readers' fuzz (tests/_fuzz.py), a FIFO, a folder, a
   missing path, a copy whose file name holds rich markup and control characters;
 - option values: valid ones, and hostile ones (0, -1, 2**64, 1e12, floats where integers go, markup,
@@ -45,6 +46,7 @@ from geodrift.cli.main import main
 HOSTILE_INTS = ["0", "-1", str(2**64), "1000000000000", "1.5", "abc", "", "[/]", "1e3", " 3", "\x1b[2J"]
 HOSTILE_TEXT = ["[/]", "[bold red]x", "x\\", "\x1b[31mred", "a\rb", "\u202eevil", "", ",", ",,", "attn_q,[/]",
                 "é中", "x" * 3000, "--quiet"]
+VOCAB = 512  # the fuzz model's ids (its tokenizer has 300)
 REGEXES = ["(a+)+$", "(x+x+)+y", r"(a)\1", "(?=a)", "[", "x" * 1500, "(?:a{999}){999}", r"model\.layers\.(\w+)\.",
            r"model\.layers\.(\d+)\.self_attn\.q_proj\.weight", ".*", ""]
 
@@ -52,14 +54,11 @@ REGEXES = ["(a+)+$", "(x+x+)+y", r"(a)\1", "(?=a)", "[", "x" * 1500, "(?:a{999})
 def build_area(root: Path) -> dict[str, Path]:
     """The user's area: inputs, the user's own files, and folders geodrift may or may not write into."""
     from geodrift.outdir import replace_folder
-    from geodrift.pretrained import smollm2_tokenizer
 
     root.mkdir(parents=True, exist_ok=True)
     model = write_hf_folder(root / "models" / "llama", {k: 0.3 * v for k, v in llama_state(
-        2, 32, 4, 2, 48, vocab=49152, seed=1).items()}, hf_config(n_layers=2, d=32, vocab=49152), dtype=torch.float32)
-    backend = smollm2_tokenizer().backend
-    assert backend is not None
-    backend.save(str(model / "tokenizer.json"))
+        2, 32, 4, 2, 48, vocab=VOCAB, seed=1).items()}, hf_config(n_layers=2, d=32, vocab=VOCAB), dtype=torch.float32)
+    _small_tokenizer().save(str(model / "tokenizer.json"))
     other = write_hf_folder(root / "models" / "narrow", llama_state(2, 16, 2, 1, 32, vocab=20, seed=2),
                             hf_config(n_layers=2, d=16, n_heads=2, n_kv=1, d_ff=32, vocab=20), dtype=torch.float32)
     mine = root / "mine"
@@ -80,6 +79,20 @@ def build_area(root: Path) -> dict[str, Path]:
     files = seed_files(root / "seeds")
     return {"model": model, "narrow": other, "mine": mine, "weird": weird, "root": root, "seeds": files[0].parent,
             "ours": root / "ours"}
+
+
+def _small_tokenizer() -> Any:
+    # A byte-level BPE of 300 ids (trained here in ~0.1 s) keeps each compress case cheap: the model's
+    # vocabulary, the logits and the tokenizer's id table are 160x smaller than SmolLM2's.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(["def main():\n    return 0\n\n" + "The quick brown fox. " * 50], trainer)
+    return tok
 
 
 def snapshot(root: Path) -> dict[str, str]:
