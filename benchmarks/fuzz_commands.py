@@ -30,18 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from _fuzz_commands import build_area, run_cases  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=5000)
-    parser.add_argument("--seed", type=int, default=2323)
-    parser.add_argument("--timeout", type=int, default=120, help="per-case timeout, seconds")
-    parser.add_argument("--batch", type=int, default=250, help="cases per progress line")
-    parser.add_argument("--results", type=Path, default=None, help="append a Markdown section here")
-    args = parser.parse_args()
+def _worker(job: tuple[int, int, int, int]) -> tuple[Counter[str], Counter[str], list[str], int, int]:
+    # One process: its own user's area, cases [first, first + count) in batches (seed + batch start).
+    first, count, seed, timeout = job
     import torch
 
     torch.set_num_threads(1)
-    start = time.perf_counter()
     totals: Counter[str] = Counter()
     by_command: Counter[str] = Counter()
     findings: list[str] = []
@@ -51,27 +45,61 @@ def main() -> None:
         area = build_area(root / "area")
         scratch = root / "scratch"
         scratch.mkdir()
-        for first in range(0, args.cases, args.batch):
-            count = min(args.batch, args.cases - first)
-            outcomes, batch_changed, per_command = run_cases(area, count, args.seed + first, scratch, args.timeout,
-                                                             first=first)
+        for start in range(first, first + count, BATCH):
+            size = min(BATCH, first + count - start)
+            outcomes, batch_changed, per_command = run_cases(area, size, seed + start, scratch, timeout, first=start)
             totals.update(outcomes.counts)
             by_command.update(per_command)
-            findings += outcomes.findings[: max(0, 50 - len(findings))]
+            findings += outcomes.findings
             changed += batch_changed
             stale += len([p for p in root.rglob("*") if p.name.endswith(".tmp")])
-            print(f"{first + count} cases: {dict(totals)}", file=sys.stderr, flush=True)
+            print(f"cases {start}..{start + size - 1}: {dict(outcomes.counts)}", file=sys.stderr, flush=True)
+    return totals, by_command, findings, changed, stale
+
+
+BATCH = 250
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=2323)
+    parser.add_argument("--timeout", type=int, default=120, help="per-case timeout, seconds")
+    parser.add_argument("--workers", type=int, default=1, help="processes, each with its own user's area")
+    parser.add_argument("--results", type=Path, default=None, help="append a Markdown section here")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    share = -(-args.cases // args.workers)
+    jobs = [(first, min(share, args.cases - first), args.seed, args.timeout) for first in range(0, args.cases, share)]
+    if args.workers == 1:
+        parts = [_worker(job) for job in jobs]
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+            parts = pool.map(_worker, jobs)
+    totals: Counter[str] = Counter()
+    by_command: Counter[str] = Counter()
+    findings: list[str] = []
+    changed = stale = 0
+    for part_totals, part_by_command, part_findings, part_changed, part_stale in parts:
+        totals.update(part_totals)
+        by_command.update(part_by_command)
+        findings += part_findings
+        changed += part_changed
+        stale += part_stale
     wall = time.perf_counter() - start
     bad = sum(n for k, n in totals.items() if k.startswith(("traceback:", "exit:")) or k == "multiline-error")
     lines = [
-        f"cases: {args.cases} (seed {args.seed}, per-case timeout {args.timeout} s), wall {wall:.0f} s",
+        f"cases: {args.cases} (seed {args.seed}, per-case timeout {args.timeout} s, {args.workers} process(es)), "
+        f"wall {wall:.0f} s",
         "outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(totals.items())),
         "per command: " + ", ".join(f"{k} {n}" for k, n in sorted(by_command.items())),
         f"tracebacks (incl. multi-line errors and other exits): {bad}; hangs: {totals['hang']}; "
         f"cases that changed a user's file: {changed}; stale temp files: {stale}",
     ]
     print("\n".join(lines))
-    for finding in findings:
+    for finding in findings[:50]:
         print("FINDING", finding)
     if args.results is not None:
         niceness = os.nice(0)

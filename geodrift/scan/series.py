@@ -180,7 +180,11 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
     """
     if len(models) < 2:
         raise GeodriftError(f"drift: needs at least 2 checkpoints of one training run, got {len(models)}")
-    check_same_shapes([plan_checkpoint(m, spec, **options)[0] for m in models], "drift", same_layers=True)
+    plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
+    check_same_shapes(plans, "drift", same_layers=True)
+    if not any(len(plans[0].layers(role)) >= 2 for role in plans[0].roles()):
+        raise GeodriftError(f"drift: no projection of {plans[0].origin} has 2 or more selected layers; continuity "
+                            "compares adjacent layers - select at least 2 (--layers)")
     reports, series = [], []
     for model in models:
         report, spectra = decompose_checkpoint(model, spec, progress=progress, **options)
