@@ -212,3 +212,13 @@ def test_the_api_measures_int8_weights_as_their_values() -> None:
     weights = {k: (10 * v).to(torch.int8) for k, v in _state().items()}
     report = geodrift.scan(weights, k=2, null_draws=4)
     assert report.role("attn_q") is not None
+
+
+def test_command_fuzz_findings_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by benchmarks/fuzz_commands.py: one selected layer has no adjacent pair, so no memory estimate
+    # bounded --null-draws (torch.empty overflowed); drift over one layer drew a figure of 0 panels.
+    a = _folder(tmp_path / "a", 16)
+    line = _refused(["compare", str(a), str(a), "--layers", "0", "--null-draws", str(2**64), "--quiet"], capsys)
+    assert "--null-draws" in line and str(2**64) in line
+    line = _refused(["drift", str(a), str(a), "--layers", "0", "--plot", str(tmp_path / "d.png"), "--quiet"], capsys)
+    assert "2 or more selected layers" in line and not (tmp_path / "d_rotation.png").exists()
