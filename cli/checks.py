@@ -9,26 +9,26 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def check_outputs(outputs: dict[str, Path | None]) -> None:
-    """Refuse now an output file that could not be written after the work (named as the user gave it).
+def check_outputs(outputs: dict[str, Path | None], *more: tuple[str, Path]) -> None:
+    """Refuse now an output file that could not be written after the work, or that holds a file geodrift did not
+    write (named as the user gave it); once written, each is recorded in its folder's manifest (``geodrift.outdir``).
 
     Args:
-        outputs: option -> path (None = not asked for), e.g. ``{"--json-out": Path("r.json")}``. A
-            ``--csv`` path is checked together with the ``NAME.pairs.csv`` written beside it.
+        outputs: option -> path (None = not asked for), e.g. ``{"--json-out": Path("r.json")}``.
+        more: further ``(option, path)`` files a command writes beside them (``NAME.pairs.csv``).
 
     Raises:
         GeodriftError: naming the option and the user's path (never a temporary file).
     """
     from geodrift.atomic import check_writable
+    from geodrift.outdir import check_file_target, expect_output
 
-    for option, path in outputs.items():
-        if path is None:
-            continue
+    targets = [(option, path) for option, path in [*outputs.items(), *more] if path is not None]
+    for option, path in targets:
         check_writable(path, option)
-        if option == "--csv":
-            from geodrift.render.files import pairs_csv_path
-
-            check_writable(pairs_csv_path(path), option)
+        check_file_target(path, option)
+    for _, path in targets:
+        expect_output(path)
 
 
 def check_simulate_options(*, steps: int | None, track_every: int | None, checkpoint_every: int,

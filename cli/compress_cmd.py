@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from geodrift.cli import choices
-from geodrift.cli.options import Dpi, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
 app = typer.Typer(help="Layer pruning and shared bases, ranked by weight geometry and by activations.",
                   no_args_is_help=True)
@@ -33,7 +33,10 @@ JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Write the full
 Csv = Annotated[Path | None, typer.Option("--csv", help="Write tidy rows (one per method/policy and n/ratio) here.")]
 Plot = Annotated[Path | None, typer.Option("--plot", help="Figure file; the suffix gives the format (.png, .pdf, .svg).")]
 Save = Annotated[Path | None, typer.Option("--save", help="Write the compressed model here as a Hugging Face folder "
-                                           "(model.safetensors + config.json).")]
+                                           "(model.safetensors + config.json): a new folder, or one an earlier --save "
+                                           "wrote (with --force); never the input model's folder.")]
+SaveForce = Annotated[bool, typer.Option("--force", help="Let --save replace a folder holding geodrift's earlier "
+                                         "output (a folder holding anything else is refused).")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout instead of tables.")]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads. Default 1: on a shared 2-core machine two "
                                       "threads ran these forwards 2.5-3x slower (oversubscription).")]
@@ -50,7 +53,11 @@ def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
     return items
 
 
-def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int) -> None:
+def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int,
+                  outputs: dict[str, Path | None], max_memory: str) -> int:
+    # Every option and output path, before the model is opened; returns --max-memory in bytes.
+    from geodrift.checks import parse_size
+    from geodrift.cli.checks import check_outputs
     from geodrift.errors import GeodriftError
     from geodrift.render.figures import check_dpi, figure_format
 
@@ -64,9 +71,32 @@ def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi:
         check_dpi(dpi)
     if threads < 1:
         raise GeodriftError(f"--threads: must be at least 1, got {threads}")
+    limit = parse_size(max_memory)
+    check_outputs({**outputs, "--plot": plot})
     import torch
 
     torch.set_num_threads(threads)
+    return limit
+
+
+def _inputs(model: str | None, corpus: Path | None) -> list[Path]:
+    from geodrift.scan.embedded import embedded_model_path
+
+    return [Path(model) if model is not None else embedded_model_path(), *([corpus] if corpus else [])]
+
+
+def _check_save(save: Path | None, force: bool, model: str | None, corpus: Path | None) -> None:
+    # The output-folder policy (geodrift.outdir), checked before the model is loaded.
+    if save is not None:
+        from geodrift.outdir import check_replace_folder
+
+        check_replace_folder(save, force=force, inputs=_inputs(model, corpus))
+
+
+def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, write: Any) -> Path:
+    from geodrift.outdir import replace_folder
+
+    return replace_folder(save, write, force=force, inputs=_inputs(model, corpus))
 
 
 def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None) -> list[Path]:
@@ -101,7 +131,8 @@ def prune_command(
         "--save-method", help="Which method's removal set --save writes.")] = choices.PruneMethod.geom_v1,
     save_n: Annotated[int | None, typer.Option("--save-n", help="How many layers removed in --save (default N).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
-    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
+    max_memory: MaxMemory = "8G",
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.atomic import document, to_json
@@ -114,8 +145,9 @@ def prune_command(
     spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or METHODS,
                      random_seeds=random_seeds, greedy_windows=greedy_windows, k=k, null_draws=null_draws, seed=seed)
     spec.check()
-    _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
-                            "--greedy-windows": greedy_windows}, plot, dpi, threads)
+    limit = _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
+                                    "--greedy-windows": greedy_windows}, plot, dpi, threads,
+                          {"--json-out": json_out, "--csv": csv_out}, max_memory)
     if "greedy" in spec.methods and greedy_windows > calib_windows:
         raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
     if save is not None and save_method.value not in spec.methods:
@@ -124,9 +156,10 @@ def prune_command(
     save_n = max_remove if save_n is None else save_n
     if save is not None and not 1 <= save_n <= max_remove:
         raise GeodriftError(f"--save-n: {save_n} is outside 1..--max-remove ({max_remove})")
+    _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
-    announce("loading the model and the corpus", quiet=quiet)
-    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows)
+    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows,
+                       max_memory=limit, on_stage=lambda text: announce(text, quiet=quiet))
     with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
         result = run_prune(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage))
@@ -140,8 +173,9 @@ def prune_command(
         from geodrift.lm.hf import save_hf
 
         curve = next(c for c in result.curves if c.method == save_method.value)
-        written.append(save_hf(setup.model, save, layers=kept_layers(setup.n_layers, curve.removed[save_n - 1]),
-                               context_length=setup.config.get("context_length")))
+        kept = kept_layers(setup.n_layers, curve.removed[save_n - 1])
+        written.append(_replace(save, force, model, corpus, lambda d: save_hf(
+            setup.model, d, layers=kept, context_length=setup.config.get("context_length"))))
     if as_json:
         sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
     else:
@@ -168,7 +202,8 @@ def share_command(
     save_ratio: Annotated[float | None, typer.Option("--save-ratio", help="Which ratio --save writes (default the "
                                                      "first).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
-    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
+    max_memory: MaxMemory = "8G",
 ) -> None:
     """Which space should a shared basis live in? Policies at equal parameter count, and each projection alone."""
     from geodrift.atomic import document, to_json
@@ -186,14 +221,16 @@ def share_command(
     spec = ShareSpec(group_size=group_size, ratios=ratio_list, policies=_csv_list(policies, "--policies") or tuple(POLICIES),
                      alone_ratio=alone_ratio if alone_ratio != 0 else None)
     spec.check()
-    _check_common(seq_len, {"--eval-windows": eval_windows}, plot, dpi, threads)
+    limit = _check_common(seq_len, {"--eval-windows": eval_windows}, plot, dpi, threads,
+                          {"--json-out": json_out, "--csv": csv_out}, max_memory)
     save_ratio = ratio_list[0] if save_ratio is None else save_ratio
     if save is not None and (save_policy.value not in spec.policies or save_ratio not in ratio_list):
         raise GeodriftError(f"--save-policy/--save-ratio: {save_policy.value} at {save_ratio} is not among the runs "
                             f"(policies {', '.join(spec.policies)}; ratios {ratios})")
+    _check_save(save, force, model, corpus)
     spec.check(int(open_llama(model).config["n_layers"]))
-    announce("loading the model and the corpus", quiet=quiet)
-    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows)
+    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows,
+                       max_memory=limit, on_stage=lambda text: announce(text, quiet=quiet))
     with JobProgress("sharing", 1, "evaluations", quiet=quiet) as bar:
         result, bases = run_share(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage), keep_bases=save is not None)
@@ -208,7 +245,8 @@ def share_command(
 
         assert bases is not None
         new, _, _ = Assignment(save_policy.value, POLICIES[save_policy.value]).weights(bases, result_shapes(setup), save_ratio)
-        written.append(save_hf(setup.model, save, weights=new, context_length=setup.config.get("context_length")))
+        written.append(_replace(save, force, model, corpus, lambda d: save_hf(
+            setup.model, d, weights=new, context_length=setup.config.get("context_length"))))
     if as_json:
         sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")
     else:

@@ -26,6 +26,7 @@ from geodrift.cli import (
     sweep_cmd,
 )
 from geodrift.errors import GeodriftError
+from geodrift.literal import visible
 
 app = typer.Typer(
     name="geodrift",
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         code = _run(argv)
         for line in dict.fromkeys(f"warning: {w.category.__name__}: {str(w.message).splitlines()[0]}"
                                   for w in caught if str(w.message)):
-            typer.echo(line, err=True)
+            typer.echo(visible(line), err=True)
     sys.exit(code)
 
 
@@ -90,7 +91,7 @@ def _run(argv: list[str] | None) -> int:
     try:
         code = app(args=argv, standalone_mode=False)
     except GeodriftError as error:
-        typer.echo(f"error: {error}", err=True)
+        typer.echo(f"error: {visible(str(error))}", err=True)  # names from files and options, shown literally
         sys.exit(2)
     except click_exception as error:
         if type(error).__name__ == "NoArgsIsHelpError":
@@ -98,12 +99,12 @@ def _run(argv: list[str] | None) -> int:
             sys.exit(0)
         # Typer words a refused choice as pydantic does ("Value error, 'x' is not one of ..."): keep the sentence.
         message = error.format_message().replace(": Value error, ", ": ", 1)  # type: ignore[attr-defined]
-        typer.echo(f"error: {message}", err=True)
+        typer.echo(f"error: {visible(message)}", err=True)
         sys.exit(2)
     except OSError as error:
         # Disk full, permission denied, a folder where a file was expected: the environment's, not a bug.
         where = f"{error.filename}: " if error.filename else ""
-        typer.echo(f"error: {where}{error.strerror or error}; check the path, its permissions and free space",
+        typer.echo(visible(f"error: {where}{error.strerror or error}; check the path, its permissions and free space"),
                    err=True)
         sys.exit(2)
     except (typer.Abort, KeyboardInterrupt):  # in-process callers without geodrift.signals installed

@@ -34,12 +34,11 @@ def reproduce_command(
     """Proofs, the embedded scan, the MLP tables, drift, App. F, the data-size experiment, the transformer
     ablations and the compression experiments, every claim with its verdict, criterion and command."""
     from geodrift.errors import GeodriftError
-    from geodrift.provenance import check_results_path
+    from geodrift.outdir import prepare_out
     from geodrift.render.figures import check_dpi
     from geodrift.render.paper_report import write_report
     from geodrift.render.progress import JobProgress, announce, sweep_reporter
     from geodrift.reproduction import reproduce_paper
-    from geodrift.sim.outdir import prepare_out
     from geodrift.sweep.runner import check_options
 
     if quick and smoke:
@@ -48,11 +47,7 @@ def reproduce_command(
     backend_name = (backend or choices.Backend.local).value
     check_options(backend_name, workers, threads, 0.0)
     check_dpi(dpi)
-    if (out / "report.md").exists() and not (resume or force):
-        raise GeodriftError(f"--out {out}: already holds a report; add --resume to reuse its runs or --force to "
-                            "start again")
-    check_results_path(out / "report.md")  # never write over a report.md geodrift did not write
-    prepare_out(out / "runs", resume=resume, reload=False, force=force)
+    prepare_out(out, resume=resume, reload=False, force=force)
     t0 = time.perf_counter()
     with JobProgress("reproduce", 0, "runs", quiet=quiet) as bar:
         rep = reproduce_paper(mode, out, backend=backend_name, workers=workers, address=address,

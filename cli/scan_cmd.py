@@ -48,7 +48,7 @@ def scan_command(
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
-    from geodrift.render.files import write_csv
+    from geodrift.render.files import pairs_csv_path, write_csv
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan
     from geodrift.scan.preflight import check_plan
@@ -61,7 +61,8 @@ def scan_command(
     if plot is not None:  # fail before the long job, not after it
         figure_format(plot)
         check_dpi(dpi)
-    check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
+    check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot},
+                  *([("--csv", pairs_csv_path(csv_out))] if csv_out is not None else []))
     ws, heads = load_weights(model, view.value, names, role_list, layer_list)
     check_plan(ws, spec, heads if ov else None, memory_limit)
     with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar, report_only_stdout(as_json):

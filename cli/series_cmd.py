@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from geodrift.cli import choices
-from geodrift.cli.options import Dpi, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
 app = typer.Typer()
 
@@ -42,11 +42,13 @@ def drift_command(
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figures NAME_rotation.EXT and NAME_continuity.EXT "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
     from geodrift.atomic import document, to_json, write_json
+    from geodrift.checks import parse_size
+    from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
@@ -56,10 +58,15 @@ def drift_command(
     from geodrift.scan.series import drift
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names}
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names,
+               "max_memory": parse_size(max_memory)}
     if plot is not None:
         figure_format(plot)
         check_dpi(dpi)
+    check_outputs({"--json-out": json_out, "--csv": csv_out},
+                  *([("--csv", _beside(csv_out, "rotation", ".csv"))] if csv_out else []),
+                  *([("--plot", _beside(plot, kind, plot.suffix, "_")) for kind in ("rotation", "continuity")]
+                    if plot else []))
     with JobProgress(f"reading {len(checkpoints)} checkpoints", 0, "matrices", quiet=quiet) as bar:
         rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
                     **options)
@@ -97,11 +104,13 @@ def compare_command(
                                                  "here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figure of the subspace overlap across layers "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
     from geodrift.atomic import document, to_json, write_json, write_text
+    from geodrift.checks import parse_size
+    from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
@@ -111,10 +120,12 @@ def compare_command(
     from geodrift.scan.series import compare
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names}
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names,
+               "max_memory": parse_size(max_memory)}
     if plot is not None:
         figure_format(plot)
         check_dpi(dpi)
+    check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
     with JobProgress("reading 2 models", 0, "matrices", quiet=quiet) as bar:
         rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label), **options)
     written: list[Path] = []

@@ -129,11 +129,11 @@ def _simulate(sim: str, preset: str, overrides: Overrides, seeds: str | None, *,
     from geodrift.atomic import document, to_json
     from geodrift.cli.checks import check_outputs, check_simulate_options, resume_command
     from geodrift.errors import GeodriftError
+    from geodrift.outdir import prepare_out
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce, training_reporter
     from geodrift.signals import resume_hint
     from geodrift.sim.experiment import Experiment
-    from geodrift.sim.outdir import prepare_out
     from geodrift.sim.reproduce import reload_reproduction, reproduce
     from geodrift.stdio import report_only_stdout
 
@@ -161,7 +161,7 @@ def _simulate(sim: str, preset: str, overrides: Overrides, seeds: str | None, *,
         torch.set_num_threads(threads)
     if reload:
         assert out is not None
-        prepare_out(out, resume=resume, reload=reload, force=force)
+        prepare_out(out, resume=resume, reload=reload, force=force, plot=plot)
         rep = reload_reproduction(sim, out)
     elif sweep.wanted:
         from geodrift.cli.sweep_cmd import run_grid

@@ -63,8 +63,8 @@ def run_grid(grid: Grid, *, backend: str, workers: int, address: str | None, gpu
              plot: Path | None = None) -> Reproduction:
     """Check the options, prepare --out, run the grid with a progress bar, aggregate (shared with simulate)."""
     from geodrift.errors import GeodriftError
+    from geodrift.outdir import prepare_out
     from geodrift.render.progress import JobProgress, announce, sweep_reporter
-    from geodrift.sim.outdir import prepare_out
     from geodrift.sweep.runner import check_options, run_sweep, sweep_reproduction
 
     check_options(backend, workers, threads, gpus)

@@ -13,18 +13,22 @@ describes each kind field by field.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import numbers
 import os
+import re
+import shutil
 import signal
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from geodrift.errors import GeodriftError
+from geodrift.manifest import record_written
 
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
 SCHEMA_VERSION = "1.0"
@@ -78,7 +82,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success give it the umask's mode and rename it onto ``target``.
 
     An OS error while writing (permission denied, disk full, a folder in the way) is raised as a
-    GeodriftError that names ``target`` - the user's path - never the temporary file.
+    GeodriftError that names ``target`` - the user's path - never the temporary file; so is a
+    writer's own error that reports one (torch's and safetensors' writers, see :func:`write_with`).
+    A file written below a folder with a manifest is recorded there (:mod:`geodrift.manifest`).
 
     Example:
         >>> with atomic_path("out.png") as tmp:  # doctest: +SKIP
@@ -99,13 +105,88 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             yield tmp
             os.chmod(tmp, 0o666 & ~current_umask())
             os.replace(tmp, target)
-        except OSError as error:
-            raise GeodriftError(_write_error(target, error)) from None
+            record_written(target)
+        except GeodriftError:
+            raise
+        except Exception as error:
+            cause = os_error_of(error)
+            if cause is None:
+                raise
+            raise GeodriftError(_write_error(target, cause)) from None
     finally:
         with _signals_held():
             _PENDING.discard(tmp)
             if tmp.exists():
                 tmp.unlink()
+
+
+@contextmanager
+def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
+    """Yield an empty temporary folder beside ``target``; on success it replaces ``target`` (old contents deleted).
+
+    The swap (old folder renamed aside, new one renamed into place) runs with signals held, so an
+    interrupt leaves either the old folder or the new one at ``target``, never neither; an error or
+    a signal while the folder is being written removes it and leaves ``target`` as it was.
+    Callers check first that ``target`` may be replaced (:func:`geodrift.outdir.replace_folder`).
+
+    Raises:
+        GeodriftError: an OS error, naming ``option`` and ``target``, never the temporary folder.
+    """
+    target = Path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with _signals_held():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+            _PENDING.add(tmp)
+    except OSError as error:
+        raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+    old: Path | None = None
+    try:
+        try:
+            yield tmp
+        except GeodriftError as error:
+            raise GeodriftError(f"{option} {str(error).replace(str(tmp), str(target))}") from None
+        except OSError as error:
+            raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+        try:
+            os.chmod(tmp, 0o777 & ~current_umask())
+            with _signals_held():
+                if target.exists():
+                    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+                    _PENDING.add(old)
+                    os.replace(target, old)  # an empty folder is replaced by the old one
+                os.replace(tmp, target)
+        except OSError as error:
+            raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+    finally:
+        with _signals_held():
+            for leftover in (tmp, old):
+                if leftover is not None:
+                    _PENDING.discard(leftover)
+                    _remove(leftover)
+
+
+def os_error_of(error: BaseException) -> OSError | None:
+    """The OS error behind a writer's exception: an OSError itself, or one a native writer reported as text.
+
+    torch's zip writer raises ``RuntimeError('[enforce fail at inline_container.cc] ...')`` and
+    keeps the OS error only in the file object's ``write`` (see :func:`write_with`); safetensors
+    raises ``SafetensorError('... I/O error: No space left on device (os error 28)')``.
+
+    Example:
+        >>> os_error_of(RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")).errno
+        28
+    """
+    if isinstance(error, OSError):
+        return error
+    seen = getattr(error, "geodrift_os_error", None)
+    if isinstance(seen, OSError):
+        return seen
+    match = re.search(r"\(os error (\d+)\)", str(error))
+    if match:
+        number = int(match.group(1))
+        return OSError(number, os.strerror(number))
+    return None
 
 
 def check_writable(target: str | Path, option: str) -> Path:
@@ -148,20 +229,29 @@ def check_writable(target: str | Path, option: str) -> Path:
 
 
 def remove_pending_temp_files() -> list[Path]:
-    """Delete the temporary files of atomic writes still in progress (the signal handler calls it).
+    """Delete the temporary files and folders of atomic writes still in progress (the signal handler calls it).
 
     Returns:
         The paths removed.
     """
     removed = []
     for tmp in list(_PENDING):
-        try:
-            tmp.unlink()
+        if _remove(tmp):
             removed.append(tmp)
-        except OSError:
-            pass
         _PENDING.discard(tmp)
     return removed
+
+
+def _remove(path: Path) -> bool:
+    # A temporary file, or a temporary folder and everything in it; False when it was already gone.
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        return True
+    except OSError:
+        return False
 
 
 def _write_error(target: Path, error: OSError) -> str:
@@ -234,9 +324,70 @@ def write_json(target: str | Path, payload: Any) -> None:
 
 
 def write_with(target: str | Path, writer: Callable[[Path], None]) -> None:
-    """Atomically create ``target`` by calling ``writer(tmp_path)`` (e.g. ``torch.save``, ``savefig``)."""
+    """Atomically create ``target`` by calling ``writer(tmp_path)`` (e.g. ``savefig``, safetensors' ``save_file``)."""
     with atomic_path(target) as tmp:
         writer(tmp)
+
+
+def write_stream(target: str | Path, writer: Callable[[Any], None]) -> None:
+    """Atomically create ``target`` by calling ``writer(file)`` on an open binary file (e.g. ``torch.save``).
+
+    A writer that turns the file's OSError into its own exception (torch's zip writer does) still
+    ends in the one-line error naming ``target``: the file object keeps the OS error it raised.
+
+    Example:
+        >>> write_stream("state.pt", lambda f: torch.save(state, f))  # doctest: +SKIP
+    """
+    with atomic_path(target) as tmp, open(tmp, "wb") as raw:
+        stream = _RememberingFile(raw)
+        try:
+            writer(stream)
+        except Exception as error:
+            interrupt = _interrupt_behind(error)
+            if interrupt is not None:  # a signal inside the writer's callback, wrapped by the writer: re-raise it
+                raise interrupt from None
+            if stream.os_error is not None and not isinstance(error, OSError):
+                error.geodrift_os_error = stream.os_error  # type: ignore[attr-defined]
+            raise
+
+
+def _interrupt_behind(error: BaseException) -> BaseException | None:
+    # geodrift.signals.Interrupted (a BaseException) raised in the file's write and replaced by the writer's
+    # own error (torch's "[enforce fail at inline_container.cc]"): found in the exception's context chain.
+    seen = error.__context__ or error.__cause__
+    for _ in range(16):
+        if seen is None:
+            return None
+        if not isinstance(seen, Exception):
+            return seen
+        seen = seen.__context__ or seen.__cause__
+    return None
+
+
+class _RememberingFile(io.RawIOBase):
+    """A binary file that remembers the OSError of a failed write before re-raising it."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__()
+        self._raw = raw
+        self.os_error: OSError | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        try:
+            return self._raw.write(data)
+        except OSError as error:
+            self.os_error = error
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._raw.flush()
+        except OSError as error:
+            self.os_error = error
+            raise
 
 
 def _finite_or_none(value: Any, path: str, replaced: list[dict[str, str]]) -> Any:

@@ -20,6 +20,7 @@ checkpoints only through here.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,11 +88,8 @@ def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
         raise GeodriftError(f"{ckpt.label}: architecture {ckpt.architecture!r} is not Llama-style; the simulator's "
                             "model loads llama/mistral checkpoints only")
     cfg = ckpt.config
-    keys = set(canonical_keys(ckpt))
-    tie = bool(cfg.get("tie_embeddings", False)) or ("lm_head", None) not in keys
-    head_dim = cfg.get("head_dim") or cfg["d_model"] // cfg["n_heads"]
-    if head_dim * cfg["n_heads"] != cfg["d_model"]:
-        raise GeodriftError(f"{ckpt.label}: head_dim {head_dim} x {cfg['n_heads']} heads != d_model {cfg['d_model']}")
+    llama_parameters(ckpt)  # the config's sizes against the tensors, before anything is allocated
+    tie = bool(cfg.get("tie_embeddings", False)) or ("lm_head", None) not in set(canonical_keys(ckpt))
     model = LlamaLM(cfg["vocab_size"], cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["d_ff"],
                     n_kv_heads=cfg.get("n_kv_heads") or cfg["n_heads"], rope_theta=float(cfg.get("rope_theta", 1e4)),
                     norm_eps=float(cfg.get("norm_eps", 1e-5)), tie_embeddings=tie, init_std=0.0)
@@ -106,6 +104,57 @@ def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
             for role in TRANSFORMER_ROLES:
                 model.projection(role, layer_idx).weight.copy_(load_canonical(ckpt, (role, layer_idx)))
     return model.eval()
+
+
+def llama_parameters(ckpt: Checkpoint) -> int:
+    """The parameter count of the ``LlamaLM`` that :func:`llama_from_checkpoint` would build, after
+    checking every size the config gives against the checkpoint's tensor shapes (headers only).
+
+    A config that claims 1e9 layers, or a width its tensors do not have, is refused here, before
+    any allocation.
+
+    Raises:
+        GeodriftError: not a Llama-family checkpoint; a config size that is missing, not a positive
+            integer, or disagrees with a tensor (named, with both shapes); a missing tensor.
+    """
+    if ckpt.architecture not in ("llama", "mistral"):
+        raise GeodriftError(f"{ckpt.label}: architecture {ckpt.architecture!r} is not Llama-style; the simulator's "
+                            "model loads llama/mistral checkpoints only")
+    cfg = ckpt.config
+    size = {}
+    for key in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff"):
+        value = cfg.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise GeodriftError(f"{ckpt.label}: config {key} must be a positive integer, found {value!r}")
+        size[key] = value
+    d, heads = size["d_model"], size["n_heads"]
+    kv = cfg.get("n_kv_heads") or heads
+    head_dim = cfg.get("head_dim") or d // heads
+    if not all(isinstance(v, int) and v > 0 for v in (kv, head_dim)) or head_dim * heads != d:
+        raise GeodriftError(f"{ckpt.label}: head_dim {head_dim!r} x {heads} heads != d_model {d}; check the config")
+    present = sorted({layer for _, layer in ckpt.plan if layer is not None})
+    if len(present) != size["n_layers"] or present != list(range(len(present))):
+        found = f"layers {present[0]}..{present[-1]} ({len(present)})" if present else "no layers"
+        raise GeodriftError(f"{ckpt.label}: the config gives {size['n_layers']} layers but the tensors hold {found}; "
+                            "fix num_hidden_layers / block_count")
+    q, kvr, ff = heads * head_dim, kv * head_dim, size["d_ff"]
+    per_layer = {"attn_q": (q, d), "attn_k": (kvr, d), "attn_v": (kvr, d), "attn_o": (d, q),
+                 "mlp_gate": (ff, d), "mlp_up": (ff, d), "mlp_down": (d, ff), "norm_attn": (d,), "norm_mlp": (d,)}
+    expected: dict[tuple[str, int | None], tuple[int, ...]] = {
+        ("embed", None): (size["vocab_size"], d), ("norm_final", None): (d,),
+        **{(kind, layer): shape for layer in present for kind, shape in per_layer.items()}}
+    if ("lm_head", None) in ckpt.plan:
+        expected[("lm_head", None)] = (size["vocab_size"], d)
+    for canonical, wanted in expected.items():
+        if canonical not in ckpt.plan:
+            where = "" if canonical[1] is None else f" of layer {canonical[1]}"
+            raise GeodriftError(f"{ckpt.label}: no tensor for {canonical[0]}{where}; a Llama checkpoint needs every "
+                                "projection, norm and the embedding")
+        actual = tuple(ckpt.canonical_shape(canonical))
+        if actual != wanted:
+            raise GeodriftError(f"{ckpt.label}:{ckpt.plan[canonical].name}: shape {actual} but the config gives {wanted} "
+                                "(d_model, heads, d_ff, vocab); the config does not describe these tensors")
+    return sum(math.prod(shape) for shape in expected.values())
 
 
 def gguf_tokenizer(path: str | Path) -> Tokenizer:

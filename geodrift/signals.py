@@ -56,7 +56,9 @@ def message(signum: int) -> str:
     """
     text = "interrupted" if signum == signal.SIGINT else f"interrupted ({signal.Signals(signum).name})"
     if _state["resume"]:
-        text += f"; to continue, run: {_state['resume']}"
+        from geodrift.literal import visible
+
+        text += f"; to continue, run: {visible(_state['resume'])}"
     return text
 
 

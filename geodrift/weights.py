@@ -174,14 +174,15 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
             present = {layer for _, layer in self.entries}
             missing_layers = [str(x) for x in layers if x not in present]
             if missing_layers:
-                raise GeodriftError(
-                    f"--layers: {', '.join(missing_layers)} not in {self.origin} "
-                    f"(layers {min(present)}..{max(present)} present)"
-                )
+                shown = ", ".join(missing_layers[:5]) + (f" ... ({len(missing_layers)} in all)"
+                                                         if len(missing_layers) > 5 else "")
+                span = f"layers {min(present)}..{max(present)} present" if present else "no layers"
+                raise GeodriftError(f"--layers: {shown} not in {self.origin} ({span})")
+        wanted = None if layers is None else set(layers)
         kept = {
             key: entry
             for key, entry in self.entries.items()
-            if (roles is None or key[0] in roles) and (layers is None or key[1] in layers)
+            if (roles is None or key[0] in roles) and (wanted is None or key[1] in wanted)
         }
         return WeightSet(kept, origin=self.origin, view=self.view)
 

@@ -140,7 +140,7 @@ def test_cli_prints_the_side_by_side_table_and_writes_plots(tmp_path: Path) -> N
     assert result.exit_code == 0, (result.output, result.exception)
     assert "tiny" in result.output and "Gate" in result.output and "verdict" in result.output
     assert "null" in result.output  # every value is shown beside its permutation null
-    pngs = sorted(p.name for p in (tmp_path / "png").iterdir())
+    pngs = sorted(p.name for p in (tmp_path / "png").glob("*.png"))
     assert pngs == ["tiny_seed42_depth.png", "tiny_training.png"]
     assert (tmp_path / "png" / "tiny_training.png").stat().st_size > 1000
 

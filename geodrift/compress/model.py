@@ -23,11 +23,13 @@ from typing import Any
 
 import torch
 
+from geodrift.checks import format_size
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import encode_ids, eval_windows, load_corpus
 from geodrift.lm.tokenizer import Tokenizer
-from geodrift.pretrained import llama_from_checkpoint, open_llama, tokenizer_for
+from geodrift.pretrained import llama_from_checkpoint, llama_parameters, open_llama, tokenizer_for
+from geodrift.scan.checkpoint import Checkpoint
 
 # Windows per forward call: (8, 128) tokens keep the (B, T, vocab) logits near 200 MB for a 49k vocabulary.
 BATCH = 8
@@ -61,8 +63,24 @@ class Setup:
         return len(self.model.model.layers)
 
 
+def memory_estimate(ckpt: Checkpoint, seq_len: int, windows: int) -> int:
+    """Bytes a compression run needs at most: the float32 model, one forward batch (logits, MLP and
+    attention scores) and the per-layer states of ``windows`` windows (pruning's cached prefixes).
+
+    The sizes come from the config, checked against the tensors first
+    (:func:`geodrift.pretrained.llama_parameters`).
+    """
+    params = llama_parameters(ckpt)
+    cfg = ckpt.config
+    d, vocab, ff, heads, layers = (int(cfg[k]) for k in ("d_model", "vocab_size", "d_ff", "n_heads", "n_layers"))
+    forward = BATCH * seq_len * (2 * vocab + 4 * ff + 8 * d) + BATCH * heads * seq_len * seq_len
+    states = (layers + 1) * windows * seq_len * d
+    return 4 * (params + forward + states)
+
+
 def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq_len: int = 128,
-               calib_windows: int = 8, eval_windows_count: int = 16) -> Setup:
+               calib_windows: int = 8, eval_windows_count: int = 16, max_memory: int | None = None,
+               on_stage: Callable[[str], None] | None = None) -> Setup:
     """Load the model once and cut the calibration and evaluation windows.
 
     Args:
@@ -70,11 +88,22 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
         corpus: ``--corpus`` (None: the embedded stdlib-docs corpus).
         seq_len: tokens per window.
         calib_windows, eval_windows_count: how many windows of each.
+        max_memory: refuse (before loading anything) a run whose :func:`memory_estimate` exceeds it.
+        on_stage: told ``"loading the model"`` once every input has been checked (a status line that
+            never precedes an error about the inputs).
 
     Raises:
-        GeodriftError: unsupported architecture, missing tokenizer, or a text too short for one window.
+        GeodriftError: unsupported architecture, a config that does not match its tensors, a run
+            above ``max_memory``, missing tokenizer, or a text too short for one window.
     """
     ckpt = open_llama(path)
+    if max_memory is not None:
+        need = memory_estimate(ckpt, seq_len, max(calib_windows, eval_windows_count))
+        if need > max_memory:
+            raise GeodriftError(
+                f"--seq-len {seq_len}, --calib-windows {calib_windows}, --eval-windows {eval_windows_count}: "
+                f"{ckpt.label} would need about {format_size(need)}, above --max-memory {format_size(max_memory)}; "
+                "lower them or raise --max-memory")
     tokenizer = tokenizer_for(path)
     text = load_corpus(corpus)
     if not text.train.strip() or not text.valid.strip():
@@ -83,10 +112,13 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
                      "--calib-windows", corpus)
     evaluation = _windows(_encode_prefix(tokenizer, text.valid, seq_len * eval_windows_count + 1), seq_len,
                           eval_windows_count, "--eval-windows", corpus)
-    model = llama_from_checkpoint(ckpt)
-    if tokenizer.vocab_size > model.lm_head.weight.shape[0]:
+    llama_parameters(ckpt)  # the config's sizes, checked against the tensors
+    if tokenizer.vocab_size > int(ckpt.config["vocab_size"]):
         raise GeodriftError(f"MODEL {ckpt.label}: tokenizer has {tokenizer.vocab_size} ids but the model "
-                            f"{model.lm_head.weight.shape[0]}; use the model's own tokenizer.json")
+                            f"{ckpt.config['vocab_size']}; use the model's own tokenizer.json")
+    if on_stage is not None:
+        on_stage("loading the model")
+    model = llama_from_checkpoint(ckpt)
     return Setup(model, ckpt.label, dict(ckpt.config), calib, evaluation,
                  {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes())
 

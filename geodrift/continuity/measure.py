@@ -51,6 +51,10 @@ SVD_ROUTES = ("auto", "exact", "topk")
 Derive = Callable[[WeightKey, torch.Tensor], dict[WeightKey, torch.Tensor | MatrixProduct]]
 
 
+# Permutation-null draws per statistic: far above any use (the paper's 100), far below an index overflow.
+MAX_NULL_DRAWS = 2**40
+
+
 @dataclass(frozen=True)
 class MeasureSpec:
     """What to measure.
@@ -75,8 +79,8 @@ class MeasureSpec:
     def __post_init__(self) -> None:
         if self.k < 1:
             raise GeodriftError(f"--k: must be at least 1, got {self.k}")
-        if self.null_draws < 2:
-            raise GeodriftError(f"--null-draws: must be at least 2, got {self.null_draws}")
+        if not 2 <= self.null_draws <= MAX_NULL_DRAWS:  # the bound holds where no memory estimate applies
+            raise GeodriftError(f"--null-draws: must be in [2, {MAX_NULL_DRAWS}], got {self.null_draws}")
         check_seed(self.seed)
         if self.svd not in SVD_ROUTES:
             raise GeodriftError(f"svd route {self.svd!r}: use one of {', '.join(SVD_ROUTES)}")

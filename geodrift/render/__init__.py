@@ -6,6 +6,9 @@ Shared helpers live here; each face has its own module (scan, proofs, sim).
 from __future__ import annotations
 
 from rich.console import Console
+from rich.text import Text
+
+from geodrift.literal import visible
 
 # Tables go to stdout; progress bars and notes to stderr so that --json on stdout stays parseable.
 console = Console()
@@ -17,3 +20,14 @@ def fmt(value: float, digits: int = 3) -> str:
     if value != value:
         return "—"
     return f"{value:.{digits}f}"
+
+
+def lit(text: object, style: str = "") -> Text:
+    """Text from a file, a path or an option, printed exactly as it is: never parsed as markup, control
+    characters shown as escapes (:func:`geodrift.literal.visible`).
+
+    Example:
+        >>> lit("model.layers.0.[/bold]").plain
+        'model.layers.0.[/bold]'
+    """
+    return Text(visible(str(text)), style=style)

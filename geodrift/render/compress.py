@@ -14,7 +14,7 @@ from pathlib import Path
 
 from geodrift.compress.prune import PruneResult
 from geodrift.compress.share_run import ShareResult
-from geodrift.render import console, fmt
+from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.verdicts import VERDICT_STYLE, verdict_grid
@@ -38,7 +38,7 @@ def prune_grids(result: PruneResult) -> list[Grid]:
                 f"{result.random_mean[n]:.2f} ± {result.random_std[n]:.2f}")
     sets = Grid("Layers removed at each n", [Col("n")] + [Col(m, "left") for m in methods])
     for n in range(len(result.random_mean)):
-        sets.add(str(n + 1), *[" ".join(map(str, c.removed[n])) for c in result.curves])
+        sets.add(str(n + 1), *[lit(" ".join(map(str, c.removed[n]))) for c in result.curves])
     names = list(result.scores)
     scores = Grid("Per-layer scores (geometry: excess over each adjacent pair's permutation null, floor 0; "
                   "block-influence and angular from calibration text)",
@@ -49,18 +49,18 @@ def prune_grids(result: PruneResult) -> list[Grid]:
                   [Col("Proj", "left"), Col("space", "left"), Col("|cos| v1/u1"), Col("null (mean ± std)"),
                    Col("random"), Col("σ²-WA (null)")])
     for g in result.geometry:
-        floors.add(str(g["label"]), str(g["space"]), fmt(g["mean"]), f"{fmt(g['null_mean'])} ± {fmt(g['null_std'])}",
+        floors.add(lit(g["label"]), lit(g["space"]), fmt(g["mean"]), f"{fmt(g['null_mean'])} ± {fmt(g['null_std'])}",
                    fmt(g["random_floor"]), f"{fmt(g['sigma2_wa'])} ({fmt(g['sigma2_null_mean'])})")
     corr = Grid("Spearman rank correlation: data-free removability vs the activation-based references",
                 [Col("data-free", "left"), Col("reference", "left"), Col("rho"), Col("p")],
                 caption="Removability: higher = removed earlier (−BI, −angular distance, greedy step; layers greedy "
                 "did not remove tie last). rho > 0: the orders agree.", keys=2)
     for row in result.spearman:
-        corr.add(row["data_free"], row["reference"], f"{row['rho']:+.3f}", f"{row['p_value']:.2g}")
+        corr.add(lit(row["data_free"]), lit(row["reference"]), f"{row['rho']:+.3f}", f"{row['p_value']:.2g}")
     cost = Grid("Cost of each ranking (wall seconds; ratio to one held-out perplexity evaluation of the full model)",
                 [Col("stage", "left"), Col("seconds"), Col("× one evaluation")])
     for stage, s in result.seconds.items():
-        cost.add(stage, f"{s:.1f}", f"{s / max(result.eval_seconds, 1e-9):.1f}")
+        cost.add(lit(stage), f"{s:.1f}", f"{s / max(result.eval_seconds, 1e-9):.1f}")
     cost.add("one evaluation", f"{result.eval_seconds:.1f}", "1.0")
     grids = [ppl, sets, scores, floors, corr, cost] if result.geometry else [ppl, sets, scores, corr, cost]
     if result.verdicts:
@@ -74,8 +74,8 @@ def render_prune(result: PruneResult, wide: bool = False) -> None:
     for grid in prune_grids(result):
         print_grid(grid, wide=wide)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]", soft_wrap=True)
-    console.print(f"[bold]{prune_summary(result)}[/bold]", soft_wrap=True)
+        console.print(lit(f"note: {note}", "dim"), soft_wrap=True)
+    console.print(lit(prune_summary(result), "bold"), soft_wrap=True)
 
 
 def prune_summary(result: PruneResult) -> str:
@@ -108,7 +108,7 @@ def share_grids(result: ShareResult) -> list[Grid]:
                      [Col("Proj", "left"), Col("input (v) shared"), Col("output (u) shared"), Col("private SVD")])
         for role in dict.fromkeys(a.role for a in result.alone):
             rows = {a.space: a for a in result.alone if a.role == role}
-            alone.add(rows["input"].label, *[_ppl(rows[s].ppl, rows[s].nll_se) for s in ("input", "output", "private")])
+            alone.add(lit(rows["input"].label), *[_ppl(rows[s].ppl, rows[s].nll_se) for s in ("input", "output", "private")])
         verdict = Grid("Does the predicted space win? (per projection alone)",
                        [Col("Proj", "left"), Col("predicted", "left"), Col("best", "left"), Col("differences", "left"),
                         Col("verdict", "left")],
@@ -116,12 +116,12 @@ def share_grids(result: ShareResult) -> list[Grid]:
                        "windows; criterion: " + (result.verdicts[0].criterion if result.verdicts else ""))
         for v in result.verdicts:
             diff = "\n".join(f"{k}: {d['mean']:+.4f} ± {d['se']:.4f}" for k, d in v.differences.items())
-            verdict.add(v.label, v.predicted, v.best, diff, VERDICT_STYLE.get(v.verdict, v.verdict))
+            verdict.add(lit(v.label), lit(v.predicted), lit(v.best), diff, VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
         verdict.lines = True
         grids += [alone, verdict]
     cost = Grid("Cost (wall seconds)", [Col("stage", "left"), Col("seconds"), Col("× one evaluation")])
     for stage, s in result.seconds.items():
-        cost.add(stage, f"{s:.1f}", f"{s / max(result.eval_seconds, 1e-9):.1f}")
+        cost.add(lit(stage), f"{s:.1f}", f"{s / max(result.eval_seconds, 1e-9):.1f}")
     cost.add("one evaluation", f"{result.eval_seconds:.1f}", "1.0")
     return grids + [cost]
 
@@ -131,8 +131,8 @@ def render_share(result: ShareResult, wide: bool = False) -> None:
     for grid in share_grids(result):
         print_grid(grid, wide=wide)
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]", soft_wrap=True)
-    console.print(f"[bold]{share_summary(result)}[/bold]", soft_wrap=True)
+        console.print(lit(f"note: {note}", "dim"), soft_wrap=True)
+    console.print(lit(share_summary(result), "bold"), soft_wrap=True)
 
 
 def share_summary(result: ShareResult) -> str:

@@ -34,6 +34,8 @@ STYLE: dict[str, Any] = {
     "axes.linewidth": 0.6, "xtick.major.width": 0.6, "ytick.major.width": 0.6, "legend.frameon": False,
     "svg.fonttype": "none", "pdf.fonttype": 42,  # text stays text (editable, searchable) in SVG and PDF
     "axes.spines.top": False, "axes.spines.right": False,
+    # Titles carry names from files and options: a '$' in a model name must not start TeX math (nor fail on it).
+    "text.parse_math": False,
 }
 NULL_LABEL = "permutation null (mean to +3 sd)"
 RANDOM_LABEL = "random floor √(2/πd)"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from geodrift.render import console
+from rich.text import Text
+
+from geodrift.render import console, lit
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.scan.inventory import FOLDED, SCANNED, TensorRow
 
@@ -15,6 +17,7 @@ def render_inventory(title: str, rows: list[TensorRow], summary: str, wide: bool
                         Col("use", "left", prose=True)])
     for r in rows:
         style = _USE_STYLE.get(r.use, "dim")
-        grid.add(r.name, "×".join(str(d) for d in r.shape) or "scalar", r.dtype, f"[{style}]{r.use}[/{style}]: {r.detail}")
+        grid.add(lit(r.name), "×".join(str(d) for d in r.shape) or "scalar", lit(r.dtype),
+                 Text.assemble(lit(r.use, style), ": ", lit(r.detail)))
     print_grid(grid, wide=wide)
-    console.print(f"[bold]{summary}[/bold]", soft_wrap=True)
+    console.print(lit(summary, "bold"), soft_wrap=True)

@@ -1,7 +1,9 @@
 """Tables that never hide a number: reflowed to the terminal's width, never truncated.
 
-A :class:`Grid` is a table as plain data (columns, rows of rich-markup cells, the leading *key*
-columns that name a row). :func:`print_grid` prints it
+A :class:`Grid` is a table as plain data (columns, rows of cells, the leading *key* columns that
+name a row). A cell is a rich-markup string written by geodrift, or a :class:`rich.text.Text` for
+text that came from a file, a path or an option (:func:`geodrift.render.lit`: printed literally,
+never parsed as markup). Titles, captions and column headers are always printed literally. :func:`print_grid` prints it
 
 - as one table when it fits the console (80 columns when output is piped) or when ``wide`` is
   asked for (``--wide``: the table's full width, whatever the terminal);
@@ -30,9 +32,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from geodrift.literal import visible
 from geodrift.render import console as stdout_console
 
 Justify = Literal["left", "center", "right"]
+Cell = str | Text  # markup written by geodrift, or literal text (from files, paths, options)
 # A prose column is given at least this many cells (or its longest word) before the table splits.
 PROSE_MIN = 16
 
@@ -53,14 +57,14 @@ class Grid:
 
     title: str
     columns: list[Col]
-    rows: list[list[str]] = field(default_factory=list)
+    rows: list[list[Cell]] = field(default_factory=list)
     keys: int = 1
     caption: str | None = None
     lines: bool = False  # a rule between every row (multi-line cells)
     section_ends: set[int] = field(default_factory=set)
 
-    def add(self, *cells: str, end_section: bool = False) -> None:
-        """Append a row (one markup string per column); ``end_section`` draws a rule below it."""
+    def add(self, *cells: Cell, end_section: bool = False) -> None:
+        """Append a row (one markup string or literal Text per column); ``end_section`` draws a rule below it."""
         if len(cells) != len(self.columns):
             raise ValueError(f"{self.title}: row has {len(cells)} cells for {len(self.columns)} columns")
         self.rows.append(list(cells))
@@ -93,10 +97,10 @@ def print_grid(grid: Grid, *, wide: bool = False, console: Console | None = None
 
 def _print_part(out: Console, part: Part) -> None:
     if part.heading:
-        out.print(Text(part.heading, style="italic"))
+        out.print(Text(visible(part.heading), style="italic"))
     out.print(part.table)
     if part.caption:
-        out.print(Text(part.caption, style="dim"))
+        out.print(Text(visible(part.caption), style="dim"))
 
 
 def grid_tables(grid: Grid, width: int | None) -> list[Part]:
@@ -130,25 +134,30 @@ def at_least(base: Console, width: int) -> Iterator[Console]:
     if width <= base.width:
         yield base
         return
-    yield Console(width=width, stderr=base.stderr, force_terminal=base.is_terminal,
+    yield Console(width=width, file=base.file, force_terminal=base.is_terminal,
                   color_system=base.color_system,  # type: ignore[arg-type]
                   no_color=base.no_color, highlight=False)
 
 
 def grid_markdown(grid: Grid) -> list[str]:
     """``grid`` as a Markdown table (markup removed, a cell's lines joined by ``<br>``), title above, caption below."""
-    def cell(markup: str) -> str:
+    def cell(markup: Cell) -> str:
         return plain(markup).replace("|", "\\|").replace("\n", "<br>")
 
-    lines = [f"**{cell(grid.title)}**", "", "| " + " | ".join(cell(c.header) for c in grid.columns) + " |",
+    lines = [f"**{cell(Text(grid.title))}**", "", "| " + " | ".join(cell(Text(c.header)) for c in grid.columns) + " |",
              "|" + "".join("---|" if c.justify == "left" else "---:|" for c in grid.columns)]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in grid.rows]
-    return [*lines, *(["", f"*{cell(grid.caption)}*"] if grid.caption else []), ""]
+    return [*lines, *(["", f"*{cell(Text(grid.caption))}*"] if grid.caption else []), ""]
 
 
-def plain(markup: str) -> str:
-    """The text a cell shows (markup removed)."""
-    return Text.from_markup(markup).plain
+def plain(cell: Cell) -> str:
+    """The text a cell shows (markup removed; a Text as it is).
+
+    Example:
+        >>> plain("[bold]0.42[/bold]"), plain(Text("[bold]"))
+        ('0.42', '[bold]')
+    """
+    return cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain
 
 
 def _part(grid: Grid, columns: list[int], title: str, caption: str | None, natural: list[int],
@@ -156,31 +165,32 @@ def _part(grid: Grid, columns: list[int], title: str, caption: str | None, natur
     # The title goes on the table when it fits its width, else on a line of its own above it; a
     # caption is attached to a whole table, printed below a split one (at the console's width).
     fits = Text(title).cell_len <= _table_width([natural[i] for i in columns])
-    table = Table(title=title if fits else None, caption=caption if attach else None, caption_justify="left",
-                  show_lines=grid.lines, box=box.HEAVY_HEAD)
+    table = Table(title=Text(visible(title), style="table.title") if fits else None,
+                  caption=Text(visible(caption), style="table.caption") if attach and caption else None,
+                  caption_justify="left", show_lines=grid.lines, box=box.HEAVY_HEAD)
     for i in columns:
         col = grid.columns[i]
         if col.prose:
-            table.add_column(col.header, justify=col.justify, style=col.style, overflow="fold")
+            table.add_column(Text(visible(col.header)), justify=col.justify, style=col.style, overflow="fold")
         else:
-            table.add_column(col.header, justify=col.justify, style=col.style, no_wrap=True, overflow="fold",
+            table.add_column(Text(visible(col.header)), justify=col.justify, style=col.style, no_wrap=True, overflow="fold",
                              min_width=natural[i])
     for r, row in enumerate(grid.rows):
         table.add_row(*(row[i] for i in columns), end_section=r in grid.section_ends)
     return Part(table, None if fits else title, None if attach else caption)
 
 
-def _lines(markup: str) -> list[str]:
-    return plain(markup).split("\n")
+def _lines(cell: Cell) -> list[str]:
+    return plain(cell).split("\n")
 
 
 def _natural(grid: Grid, i: int) -> int:
-    cells = [grid.columns[i].header] + [row[i] for row in grid.rows]
+    cells: list[Cell] = [Text(visible(grid.columns[i].header)), *(row[i] for row in grid.rows)]
     return max(Text(line).cell_len for cell in cells for line in _lines(cell))
 
 
 def _longest_word(grid: Grid, i: int) -> int:
-    cells = [grid.columns[i].header] + [row[i] for row in grid.rows]
+    cells: list[Cell] = [Text(visible(grid.columns[i].header)), *(row[i] for row in grid.rows)]
     return max((Text(word).cell_len for cell in cells for word in plain(cell).split()), default=1)
 
 

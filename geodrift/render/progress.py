@@ -23,7 +23,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, RenderableType
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -38,7 +37,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from geodrift.render import err_console
+from geodrift.render import err_console, lit
 
 if TYPE_CHECKING:
     from geodrift.sim.run import StepStatus
@@ -53,7 +52,7 @@ RATE_WINDOW_S = 30.0
 def announce(message: str, *, quiet: bool = False, console: Console | None = None) -> None:
     """Print a start-up message (``… loading the corpus``) on stderr unless ``quiet``."""
     if not quiet:
-        (console or err_console).print(f"[dim]… {message}[/dim]", highlight=False, soft_wrap=True)
+        (console or err_console).print(lit(f"… {message}", "dim"), highlight=False, soft_wrap=True)
 
 
 def clock(seconds: float | None) -> str:
@@ -93,13 +92,25 @@ def rate_text(per_second: float | None, unit: str) -> str:
     return f"{1 / per_second:.1f} s/{unit[:-1] if unit.endswith('s') else unit}"
 
 
+class _TitleColumn(ProgressColumn):
+    # The job's title in bold and what is being worked on, both printed literally (names come from files).
+    def __init__(self, title: str) -> None:
+        super().__init__()
+        self.title = title
+
+    def render(self, task: Task) -> Text:
+        return Text.assemble(lit(self.title, "bold"), " ", lit(task.description))
+
+
 class _BarWithStatus(Progress):
     status: str = ""
 
     def get_renderables(self) -> list[RenderableType]:  # type: ignore[override]
         out: list[RenderableType] = [self.make_tasks_table(self.tasks)]
         if self.status:
-            out.append(Text(self.status, style="dim", overflow="fold"))
+            status = lit(self.status, "dim")
+            status.overflow = "fold"
+            out.append(status)
         return out
 
 
@@ -130,7 +141,7 @@ class JobProgress:
         self._start = self._last_line = time.monotonic()
         if self.live:
             self._bar = _BarWithStatus(
-                TextColumn(f"[bold]{self.title}[/bold] {{task.description}}"), BarColumn(bar_width=24),
+                _TitleColumn(self.title), BarColumn(bar_width=24),
                 MofNCompleteColumn(), TaskProgressColumn(), _RateColumn(self.unit), TimeElapsedColumn(),
                 TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True)
             self._bar.__enter__()
@@ -142,7 +153,7 @@ class JobProgress:
         if self._bar is not None:
             self._bar.__exit__(kind, error, trace)
         elif not self.quiet and self._lines and kind is None:
-            self.console.print(self._plain_line(final=True), highlight=False, soft_wrap=True)
+            self.console.print(lit(self._plain_line(final=True)), highlight=False, soft_wrap=True)
 
     def update(self, completed: int | None = None, advance: int = 0, description: str | None = None,
                total: int | None = None) -> None:
@@ -176,7 +187,7 @@ class JobProgress:
         if now - self._start >= self.every and now - self._last_line >= self.every:
             self._last_line = now
             self._lines += 1
-            self.console.print(self._plain_line(), highlight=False, soft_wrap=True)
+            self.console.print(lit(self._plain_line()), highlight=False, soft_wrap=True)
 
     def rate(self) -> float | None:
         """Units per second over the last :data:`RATE_WINDOW_S` seconds of updates (None until two updates)."""
@@ -214,7 +225,7 @@ def training_reporter(bar: JobProgress) -> Callable[[StepStatus], None]:
             state["last"], state["run"] = 0, run
         state["last"] = status.done
         bar.update(completed=state["base"] + status.done,
-                   description=escape(f"{status.label} seed {','.join(str(s) for s in status.seeds)}"))
+                   description=f"{status.label} seed {','.join(str(s) for s in status.seeds)}")
         now = time.monotonic()
         if now - state["shown"] >= 0.25 or status.done == status.steps:
             state["shown"] = now
@@ -239,7 +250,7 @@ def sweep_reporter(bar: JobProgress) -> Callable[[Any], None]:
         bar.status(f"done {status.done} · running {status.running} · failed {status.failed} of {status.total}")
         latest = status.latest
         if latest is not None and latest.error is not None:
-            bar.console.print(f"[red]run failed[/red] {latest.job.key}: {latest.error}", highlight=False,
-                              soft_wrap=True)
+            bar.console.print(Text.assemble(lit("run failed", "red"), " ", lit(f"{latest.job.key}: {latest.error}")),
+                              highlight=False, soft_wrap=True)
 
     return on_status

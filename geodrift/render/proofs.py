@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
 from geodrift.prove import ProveReport
-from geodrift.render import console
+from geodrift.render import console, lit
 from geodrift.render.layout import Col, Grid, print_grid
 
 _STYLE = {"verified": "green", "unproven": "yellow", "failed": "red"}
@@ -20,11 +22,11 @@ def render_proofs(report: ProveReport, wide: bool = False) -> None:
                  Col("status", "left"), Col("time")], lines=True)
     for r in report.results:
         style = _STYLE.get(r.status, "")
-        sym = r.verdict + (f"\n[dim]{r.reason}[/dim]" if r.reason else "")
-        grid.add(f"[bold]{r.name}[/bold]\n{r.title}", r.method, sym, r.numeric_summary,
-                 f"[{style}]{r.status}[/{style}]", f"{r.symbolic_s + r.numeric_s:.1f} s")
+        sym = Text.assemble(lit(r.verdict), *(("\n", lit(r.reason, "dim")) if r.reason else ()))
+        grid.add(Text.assemble(lit(r.name, "bold"), "\n", lit(r.title)), lit(r.method), sym, lit(r.numeric_summary),
+                 lit(r.status, style), f"{r.symbolic_s + r.numeric_s:.1f} s")
     print_grid(grid, wide=wide)
-    console.print(f"[bold]{summary_line(report)}[/bold]", soft_wrap=True)
+    console.print(lit(summary_line(report), "bold"), soft_wrap=True)
 
 
 def summary_line(report: ProveReport) -> str:

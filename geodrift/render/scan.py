@@ -7,8 +7,10 @@ by columns rather than truncated (``--wide`` prints each whole). Files (CSV) are
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from geodrift.continuity import Report, RoleReport, VectorContinuity
-from geodrift.render import console, fmt
+from geodrift.render import console, fmt, lit
 from geodrift.render.layout import Col, Grid, print_grid
 
 _SPARK = "▁▂▃▄▅▆▇█"
@@ -51,7 +53,7 @@ def scan_grid(report: Report, title: str | None = None) -> Grid:
     )
     for r in report.roles:
         v1, u1 = r.spaces["v"].vectors[0], r.spaces["u"].vectors[0]
-        grid.add(r.label, f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), _cell(v1), _cell(u1),
+        grid.add(lit(r.label), f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), _cell(v1), _cell(u1),
                  _wa(r, "v"), _wa(r, "u"), f"[{_VERDICT_STYLE.get(r.verdict, '')}]{r.verdict}[/]")
     return grid
 
@@ -67,7 +69,7 @@ def profile_grid(report: Report) -> Grid:
     grid = Grid("Depth profile of v1 and u1: |cos(layer l, l+1)| per adjacent pair (▁ = 0, █ = 1)",
                 [Col("Proj", "left", style="bold"), Col("v1", "left"), Col("u1", "left")])
     for r in report.roles:
-        grid.add(r.label, sparkline(r.spaces["v"].vectors[0].per_pair), sparkline(r.spaces["u"].vectors[0].per_pair))
+        grid.add(lit(r.label), sparkline(r.spaces["v"].vectors[0].per_pair), sparkline(r.spaces["u"].vectors[0].per_pair))
     return grid
 
 
@@ -81,7 +83,7 @@ def k_grid(report: Report) -> Grid:
         for s in r.spaces.values():
             cells = [f"{fmt(vc.mean)} [dim]({fmt(vc.null_mean)})[/dim]" for vc in s.vectors]
             cells += [""] * (k - len(cells))
-            grid.add(r.label, s.space, *cells, f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
+            grid.add(lit(r.label), s.space, *cells, f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
     return grid
 
 
@@ -104,11 +106,11 @@ def render_scan(report: Report, detail: bool = True, wide: bool = False, summary
         print_grid(trajectory_grid(report), wide=wide)
     for r in report.roles:
         if r.verdict != "no prediction":
-            console.print(f"[dim]{r.label}: {r.verdict} — criterion: {r.criterion}[/dim]")
+            console.print(lit(f"{r.label}: {r.verdict} — criterion: {r.criterion}", "dim"))
     for note in report.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     if summary:
-        console.print(f"[bold]{summary_line(report)}[/bold]", soft_wrap=True)
+        console.print(lit(summary_line(report), "bold"), soft_wrap=True)
 
 
 def trajectory_grid(report: Report) -> Grid:
@@ -136,7 +138,7 @@ def trajectory_grid(report: Report) -> Grid:
                 lag_cells.append(f"{fmt(t.lag_abs_cos[i])} [dim]({fmt(t.lag_null_mean[i])})[/dim]")
             else:
                 lag_cells.append("—")
-        grid.add(t.label, t.space, f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
+        grid.add(lit(t.label), t.space, f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
                  f"{fmt(t.evr_null_mean)}±{fmt(t.evr_null_std)}", *lag_cells,
                  f"{fmt(t.order_null_mean)}±{fmt(t.order_null_std)} ({_z(t.order_z)})")
     return grid

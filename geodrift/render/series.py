@@ -13,7 +13,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from geodrift.render import console, fmt
+from rich.text import Text
+
+from geodrift.render import console, fmt, lit
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.scan.series import CompareReport, DriftReport
 
@@ -54,7 +56,7 @@ def drift_grid(rep: DriftReport) -> Grid:
                     line += (f"\n{_deg(fmean(r.angle_deg for r in rows))} "
                              f"[dim]({_deg(fmean(r.null_angle_deg for r in rows))})[/dim]")
                 cells.append(line)
-            grid.add(role.label, SPACE_NAMES[space], *cells)
+            grid.add(lit(role.label), SPACE_NAMES[space], *cells)
     return grid
 
 
@@ -76,7 +78,7 @@ def compare_grid(rep: CompareReport) -> Grid:
     for (label, space), rows in groups.items():
         angle = fmean(fmean(r.principal_angles_deg) for r in rows)
         null_angle = math.degrees(math.acos(math.sqrt(min(1.0, fmean(r.overlap_null_mean for r in rows)))))
-        grid.add(label, SPACE_NAMES[space], str(len(rows)),
+        grid.add(lit(label), SPACE_NAMES[space], str(len(rows)),
                  f"{fmt(fmean(r.overlap for r in rows))} [dim]({fmt(fmean(r.overlap_null_mean for r in rows))} · "
                  f"{fmt(rows[0].overlap_random)})[/dim]",
                  f"{_deg(angle)} [dim]({_deg(null_angle)})[/dim]",
@@ -89,22 +91,22 @@ def render_drift(rep: DriftReport, wide: bool = False) -> None:
     """Print the series table, notes, and a one-line summary."""
     print_grid(drift_grid(rep), wide=wide)
     for note in rep.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     last = [r for r in rep.rotation if r.checkpoint == len(rep.checkpoints) - 1]
     moved = fmean(r.angle_deg for r in last) if last else float("nan")
-    console.print(f"[bold]{len(rep.checkpoints)} checkpoints; mean rotation of v1/u1 from #0 to #{len(rep.checkpoints) - 1}: "
-                  f"{_deg(moved)} (unrelated vectors: {_deg(fmean(r.null_angle_deg for r in last) if last else math.nan)})"
-                  "[/bold]", soft_wrap=True)
+    console.print(lit(f"{len(rep.checkpoints)} checkpoints; mean rotation of v1/u1 from #0 to "
+                      f"#{len(rep.checkpoints) - 1}: {_deg(moved)} (unrelated vectors: "
+                      f"{_deg(fmean(r.null_angle_deg for r in last) if last else math.nan)})", "bold"), soft_wrap=True)
 
 
 def render_compare(rep: CompareReport, wide: bool = False) -> None:
     """Print the comparison table, notes, and a one-line summary."""
     print_grid(compare_grid(rep), wide=wide)
     for note in rep.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     above = sum(r.overlap > r.overlap_null_mean + 3 * r.overlap_null_std for r in rep.subspaces)
-    console.print(f"[bold]{above}/{len(rep.subspaces)} (projection, space, layer) subspaces of {rep.b} overlap "
-                  f"{rep.a}'s above their permutation null (+3 sd)[/bold]", soft_wrap=True)
+    console.print(lit(f"{above}/{len(rep.subspaces)} (projection, space, layer) subspaces of {rep.b} overlap "
+                      f"{rep.a}'s above their permutation null (+3 sd)", "bold"), soft_wrap=True)
 
 
 def write_drift_plot(rep: DriftReport, path: str | Path, dpi: int = 300) -> Path:

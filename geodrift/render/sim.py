@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import statistics
 
-from rich.markup import escape
-
 from geodrift.continuity import Report, Stat
-from geodrift.render import console, fmt
+from geodrift.render import console, fmt, lit
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.scan import render_scan, sparkline
 from geodrift.render.verdicts import verdict_grid
@@ -49,7 +47,7 @@ def comparison_grid(rep: Reproduction) -> Grid:
                 + [Col(COLUMN_TITLES.get(c, c)) for c in rep.columns], caption=_caption(rep), lines=True)
     for spec in rep.specs:
         stats, paper = rep.stats.get(spec.label, {}), rep.paper.get(spec.label, {})
-        grid.add(escape(spec.label), *(_cell(stats.get(c), paper.get(c), c) for c in rep.columns))
+        grid.add(lit(spec.label), *(_cell(stats.get(c), paper.get(c), c) for c in rep.columns))
     return grid
 
 
@@ -100,7 +98,7 @@ def reference_grid(rep: Reproduction, reference: Report) -> Grid:
         ref_cell = _with_null([ref.spaces[space].vectors[0].mean], [ref.spaces[space].vectors[0].null_mean]) \
             if ref is not None else "—"
         grid.add(ROLE_LABELS[role], f"{space}1", sim_cell, fmt(PAPER_TABLE2["Llama-3.1-8B"][role]), ref_cell,
-                 ref.verdict if ref is not None else "—")
+                 lit(ref.verdict) if ref is not None else "—")
     return grid
 
 
@@ -135,11 +133,11 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
         print_grid(verdict_grid(rep.verdicts, "Claims (criteria from the noise floors and seed spread, not from the "
                                 "paper's values)"), wide=wide)
     for note in rep.notes:
-        console.print(f"[dim]• {note}[/dim]")
+        console.print(lit(f"• {note}", "dim"))
     walls = [r.timing.get("wall_s", 0.0) / max(1.0, r.timing.get("members", 1.0)) for r in rep.records]
     if walls:
         console.print(f"[dim]• {len(rep.records)} runs, {sum(walls):.1f} s of training wall time in total[/dim]")
     for r in rep.results:
         if r.path is not None:
-            console.print(f"[dim]• run record: {r.path / 'run.json'}[/dim]")
-    console.print(f"[bold]{summary_line(rep)}[/bold]", soft_wrap=True)
+            console.print(lit(f"• run record: {r.path / 'run.json'}", "dim"))
+    console.print(lit(summary_line(rep), "bold"), soft_wrap=True)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rich.markup import escape
-
 from geodrift.continuity.verdicts import Verdict
+from geodrift.render import lit
 from geodrift.render.layout import Col, Grid
 
 VERDICT_STYLE = {"holds": "[green]holds[/green]", "fails": "[red]fails[/red]", "tie": "[yellow]tie[/yellow]",
@@ -19,5 +18,5 @@ def verdict_grid(verdicts: Iterable[Verdict], title: str) -> Grid:
     grid = Grid(title, [Col("claim", "left", prose=True), Col("criterion", "left", prose=True),
                         Col("geodrift measured", "left", prose=True), Col("verdict", "center")], lines=True)
     for v in verdicts:
-        grid.add(escape(v.claim), escape(v.criterion), escape(v.measured), VERDICT_STYLE.get(v.verdict, v.verdict))
+        grid.add(lit(v.claim), lit(v.criterion), lit(v.measured), VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
     return grid

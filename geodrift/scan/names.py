@@ -30,10 +30,12 @@ Norm gains are given as Hugging Face stores them. Gemma's RMSNorm multiplies by 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from geodrift.errors import GeodriftError
 from geodrift.scan.validate import check_file
@@ -64,6 +66,12 @@ GEMMA_FAMILY: frozenset[str] = frozenset({"gemma", "gemma2", "gemma3"})
 GGUF_PERMUTED_QK: frozenset[str] = frozenset({"llama", "mistral"})
 
 
+# A user's --names regex: at most this long, compiled by RE2 into at most this much memory.
+MAX_PATTERN_CHARS = 1000
+MAX_PATTERN_MEMORY = 8 << 20
+MAX_MAPPING_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class NameRule:
     """One regex over tensor names and the canonical kind it yields.
@@ -72,11 +80,14 @@ class NameRule:
         pattern: a full-match regex; its first group, if any, is the layer index.
         kind: the canonical kind (see the module docstring).
         transpose: the stored matrix is ``(d_in, d_out)`` and must be transposed.
+        bounded: a user's rule (``--names``): matched by RE2 in time linear in the name, never by
+            a backtracking engine (see :func:`load_name_mapping`).
     """
 
     pattern: str
     kind: str
     transpose: bool = False
+    bounded: bool = False
 
 
 def _layer_rules(prefix: str, table: list[tuple[str, str]], transpose: bool = False) -> list[NameRule]:
@@ -185,7 +196,10 @@ def load_name_mapping(path: str | Path) -> list[NameRule]:
     """Read a user mapping: a JSON object ``{regex: kind}`` or ``{regex: {"kind": k, "transpose": b}}``.
 
     Each regex must match a whole tensor name; its first group (if any) is the layer index. These
-    rules are tried before the built-in tables, so they can also override them.
+    rules are tried before the built-in tables, so they can also override them. The regexes are
+    RE2 syntax (Python's ``re`` without backreferences and lookarounds; ``\\d`` is ASCII), at most
+    :data:`MAX_PATTERN_CHARS` characters and :data:`MAX_PATTERN_MEMORY` bytes compiled: matching
+    takes time linear in the name, so no pattern can hang the scan (catastrophic backtracking).
 
     Args:
         path: the JSON file (the CLI's ``--names``).
@@ -194,8 +208,8 @@ def load_name_mapping(path: str | Path) -> list[NameRule]:
         The rules, in file order.
 
     Raises:
-        GeodriftError: when the file is missing, not JSON, a regex does not compile or a kind is
-            not in the canonical vocabulary.
+        GeodriftError: when the file is missing, larger than 1 MiB or not JSON, a regex is too long,
+            does not compile or needs a backtracking engine, or a kind is not in the canonical vocabulary.
 
     Example:
         ``{"layers\\\\.(\\\\d+)\\\\.attention\\\\.wq\\\\.weight": "attn_q"}``
@@ -203,7 +217,10 @@ def load_name_mapping(path: str | Path) -> list[NameRule]:
     path = Path(path)
     if not path.exists():
         raise GeodriftError(f"{path}: name mapping file not found; pass an existing JSON file to --names")
-    check_file(path, "--names mapping")  # a FIFO would block the read below
+    size = check_file(path, "--names mapping").st_size  # a FIFO would block the read below
+    if size > MAX_MAPPING_BYTES:
+        raise GeodriftError(f"{path}: a name mapping of {size} bytes is more than the {MAX_MAPPING_BYTES} allowed; "
+                            "write one regex per tensor family, not per tensor")
     try:
         payload = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -224,18 +241,40 @@ def load_name_mapping(path: str | Path) -> list[NameRule]:
             raise GeodriftError(
                 f"{path}: unknown role {kind!r} for {pattern!r}; use one of {', '.join(sorted(KINDS))}"
             )
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise GeodriftError(f"{path}: regex {pattern!r} does not compile ({exc})") from None
-        rules.append(NameRule(pattern, kind, transpose))
+        _bounded_regex(pattern, path)
+        rules.append(NameRule(pattern, kind, transpose, bounded=True))
     return rules
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> Any:
+    import re2
+
+    options = re2.Options()
+    options.max_mem = MAX_PATTERN_MEMORY
+    options.log_errors = False  # RE2 would print its own error on stderr, past the one error line
+    return re2.compile(pattern, options)
+
+
+def _bounded_regex(pattern: str, source: str | Path) -> Any:
+    # RE2: linear-time matching, a bounded program; refuses what needs backtracking (\\1, lookarounds).
+    import re2
+
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise GeodriftError(f"{source}: a regex of {len(pattern)} characters is longer than the "
+                            f"{MAX_PATTERN_CHARS} allowed ({pattern[:40]!r}...); shorten it")
+    try:
+        return _compiled(pattern)
+    except re2.error as exc:
+        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise GeodriftError(f"{source}: regex {pattern!r} does not compile as RE2 ({reason}); --names takes RE2 "
+                            "syntax: no backreferences or lookarounds, programs up to 8 MiB") from None
 
 
 def match_name(name: str, rules: list[NameRule]) -> tuple[CanonicalKey, bool] | None:
     """The canonical key and transpose flag of ``name`` under ``rules`` (first match wins), or None."""
     for rule in rules:
-        m = re.fullmatch(rule.pattern, name)
+        m = _bounded_regex(rule.pattern, "--names").fullmatch(name) if rule.bounded else re.fullmatch(rule.pattern, name)
         if m is None:
             continue
         group = m.group(1) if m.groups() else None

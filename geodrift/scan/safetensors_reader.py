@@ -131,12 +131,17 @@ class SafetensorsCheckpoint(Checkpoint):
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for name in handle.keys():
+                    if name in self._where:
+                        raise GeodriftError(f"{self.label}: tensor {name!r} is in two shards, {self._where[name].name} "
+                                            f"and {file.name}; which copy is meant is unknown - re-download the model")
                     view = handle.get_slice(name)
                     self._shapes[name] = tuple(int(d) for d in view.get_shape())
                     self._dtypes[name] = str(view.get_dtype())
                     self._where[name] = file
         except FileNotFoundError:
             raise GeodriftError(f"{file}: shard not found; re-download the model or fix the index json") from None
+        except GeodriftError:
+            raise
         except Exception as exc:  # SafetensorError: header too large, truncated, invalid JSON ...
             raise GeodriftError(
                 f"{file}: not a readable safetensors file ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
@@ -233,7 +238,18 @@ class StateDictCheckpoint(Checkpoint):
 
     def load(self, name: str) -> torch.Tensor:
         self.shape(name)
-        return self._tensors[name].detach().to("cpu", torch.float32, copy=True)
+        tensor = self._tensors[name].detach()
+        where = f"{self.label}:{name}"
+        if tensor.is_meta:
+            raise GeodriftError(f"{where}: a meta tensor (a shape without data); load the weights before scanning")
+        if tensor.layout != torch.strided:
+            raise GeodriftError(f"{where}: a {str(tensor.layout).removeprefix('torch.')} tensor; pass .to_dense()")
+        if tensor.is_complex() or tensor.dtype == torch.bool:
+            raise GeodriftError(f"{where}: dtype {str(tensor.dtype).removeprefix('torch.')} is not a real weight; "
+                                "pass real-valued (float or integer) weights")
+        if tensor.is_quantized:
+            tensor = tensor.dequantize()
+        return tensor.to("cpu", torch.float32, copy=True)
 
     def dtype(self, name: str) -> str:
         self.shape(name)

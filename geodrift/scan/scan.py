@@ -49,18 +49,25 @@ def parse_roles(text: str | None) -> list[str] | None:
 def parse_layers(text: str | None) -> list[int] | None:
     """``"0-9,20,25-29"`` -> ``[0, ..., 9, 20, 25, ..., 29]`` (None = all).
 
+    The ranges are checked and merged before any is expanded, so the list holds each layer once and
+    never more than :data:`MAX_LAYERS` numbers, however many ranges the text repeats.
+
     Raises:
-        GeodriftError: on a malformed range.
+        GeodriftError: on a malformed range, or one past :data:`MAX_LAYERS`.
+
+    Example:
+        >>> parse_layers("3-5,0,4-6")
+        [0, 3, 4, 5, 6]
     """
     if not text:
         return None
-    layers: list[int] = []
+    ranges: list[tuple[int, int]] = []
     for part in text.split(","):
         lo_text, dash, hi_text = part.strip().partition("-")
         try:
             lo, hi = int(lo_text), int(hi_text) if dash else int(lo_text)
         except ValueError:
-            raise GeodriftError(f"--layers: cannot read {text!r}; write ranges like 0-9,20,25-29") from None
+            raise GeodriftError(f"--layers: cannot read {text[:80]!r}; write ranges like 0-9,20,25-29") from None
         if lo < 0 or hi < lo:
             raise GeodriftError(f"--layers: {part.strip()!r} is not a range of layers (first <= last, both >= 0)")
         if hi >= MAX_LAYERS:
@@ -68,8 +75,14 @@ def parse_layers(text: str | None) -> list[int] | None:
                 f"--layers: {part.strip()!r} goes past layer {MAX_LAYERS - 1}, more than any model has; "
                 "select layers the model has (geodrift inspect MODEL lists them)"
             )
-        layers.extend(range(lo, hi + 1))
-    return sorted(set(layers))
+        ranges.append((lo, hi))
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(set(ranges)):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return [layer for lo, hi in merged for layer in range(lo, hi + 1)]
 
 
 def ov_composite_hook(n_heads: int, n_kv_heads: int) -> Derive:

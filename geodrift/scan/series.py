@@ -19,8 +19,10 @@ from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotati
 from geodrift.errors import GeodriftError
 from geodrift.linalg import SVDTriplets
 from geodrift.scan.api import open_model
+from geodrift.scan.preflight import check_layers, check_plan
 from geodrift.scan.readers import weightset
 from geodrift.scan.scan import heads_of, ov_composite_hook
+from geodrift.weights import WeightSet
 
 Progress = Callable[[str], None]
 
@@ -88,17 +90,68 @@ class CompareReport:
         return out
 
 
+def plan_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", roles: list[str] | None = None,
+                    layers: list[int] | None = None, ov: bool = True, names: str | Path | None = None,
+                    max_memory: int | None = None) -> tuple[WeightSet, tuple[int, int] | None]:
+    """Open one checkpoint's headers: the selected projections and head counts, checked before any tensor is read.
+
+    Args:
+        model, view, roles, layers, ov, names: as :func:`decompose_checkpoint`.
+        spec: the measurement (its ``k`` and null draws enter the memory estimate).
+        max_memory: with a limit (the CLI's ``--max-memory``, bytes), ``--layers`` must name layers the
+            model has, ``--k`` must not exceed a matrix's rank, and the estimate must fit.
+
+    Returns:
+        ``(weights, heads)``: the selection (headers only) and ``(n_heads, n_kv_heads)`` or None.
+
+    Raises:
+        GeodriftError: an unreadable input; with ``max_memory``, one of the checks above.
+    """
+    ckpt = open_model(model, names)
+    full = weightset(ckpt, view=view)
+    ws = full.select(roles, layers)
+    heads = heads_of(ckpt) if ov else None
+    if max_memory is not None:
+        check_layers(layers, sorted({layer for role in full.roles() for layer in full.layers(role)}), ws.origin)
+        check_plan(ws, spec, heads if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None,
+                   max_memory)
+    return ws, heads
+
+
+def check_same_shapes(plans: list[WeightSet], command: str, same_layers: bool) -> None:
+    """Refuse checkpoints whose shared projections differ in shape (or, with ``same_layers``, in layers).
+
+    Raises:
+        GeodriftError: one line naming the projection, both shapes and both checkpoints.
+    """
+    first = plans[0]
+    for other in plans[1:]:
+        for role in sorted(set(first.roles()) & set(other.roles())):
+            a, b = first.shape(role), other.shape(role)
+            if a != b:
+                raise GeodriftError(f"{command}: {role} is {a[0]}x{a[1]} in {first.origin} but {b[0]}x{b[1]} in "
+                                    f"{other.origin}; {command} needs checkpoints of one architecture and width")
+            la, lb = first.layers(role), other.layers(role)
+            if same_layers and la != lb:
+                raise GeodriftError(f"{command}: {role} has layers {_span(la)} in {first.origin} but {_span(lb)} in "
+                                    f"{other.origin}; {command} needs checkpoints of one training run")
+
+
+def _span(layers: list[int]) -> str:
+    return f"{layers[0]}..{layers[-1]} ({len(layers)})" if layers else "none"
+
+
 def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", roles: list[str] | None = None,
                          layers: list[int] | None = None, ov: bool = True, names: str | Path | None = None,
-                         progress: Progress | None = None) -> tuple[Report, Spectra]:
+                         progress: Progress | None = None, max_memory: int | None = None) -> tuple[Report, Spectra]:
     """Read one checkpoint once: its continuity Report and its top-``spec.k`` triplets.
 
     Raises:
-        GeodriftError: any unreadable input, fewer than 2 layers.
+        GeodriftError: any unreadable input, fewer than 2 layers; with ``max_memory``, the checks of
+            :func:`plan_checkpoint`.
     """
-    ckpt = open_model(model, names)
-    ws = weightset(ckpt, view=view).select(roles, layers)
-    heads = heads_of(ckpt) if ov else None
+    ws, heads = plan_checkpoint(model, spec, view=view, roles=roles, layers=layers, ov=ov, names=names,
+                                max_memory=max_memory)
     derive = ov_composite_hook(*heads) if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None
     spectra = decompose(ws, spec, progress, derive)
     report = assemble(spectra, spec, ws.origin, ws.view)
@@ -115,16 +168,23 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
         models: at least 2 checkpoints (paths, modules or state dicts), in training order.
         spec: k, null draws, seed (shared by every checkpoint).
         progress: called after each matrix.
-        options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``.
+        options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
+            ``max_memory``.
 
     Returns:
         DriftReport.
 
     Raises:
-        GeodriftError: fewer than 2 checkpoints, or a checkpoint that cannot be read.
+        GeodriftError: fewer than 2 checkpoints, a checkpoint that cannot be read, checkpoints whose
+            projections differ in shape or layers (checked from the headers, before any SVD).
     """
     if len(models) < 2:
         raise GeodriftError(f"drift: needs at least 2 checkpoints of one training run, got {len(models)}")
+    plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
+    check_same_shapes(plans, "drift", same_layers=True)
+    if not any(len(plans[0].layers(role)) >= 2 for role in plans[0].roles()):
+        raise GeodriftError(f"drift: no projection of {plans[0].origin} has 2 or more selected layers; continuity "
+                            "compares adjacent layers - select at least 2 (--layers)")
     reports, series = [], []
     for model in models:
         report, spectra = decompose_checkpoint(model, spec, progress=progress, **options)
@@ -143,11 +203,17 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         a, b: the models (paths, modules or state dicts).
         spec: ``k`` is the subspace dimension; null draws and seed as the scan's.
         progress: called after each matrix.
-        options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``.
+        options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
+            ``max_memory``.
 
     Returns:
         CompareReport.
+
+    Raises:
+        GeodriftError: an unreadable model, shared projections of different shapes (from the headers,
+            before any SVD), or no projection in common.
     """
+    check_same_shapes([plan_checkpoint(m, spec, **options)[0] for m in (a, b)], "compare", same_layers=False)
     report_a, spectra_a = decompose_checkpoint(a, spec, progress=progress, **options)
     report_b, spectra_b = decompose_checkpoint(b, spec, progress=progress, **options)
     rows = subspace_comparison(spectra_a, spectra_b, spec.k, spec.null_draws, spec.seed)

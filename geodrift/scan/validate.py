@@ -62,16 +62,23 @@ def read_weight_map(index: Path, folder: Path) -> dict[str, str]:
 
 
 def check_tensor_names(label: str, names: list[str]) -> None:
-    """Refuse tensor names that are not printable text: the header is corrupt (not a --names problem).
+    """Refuse tensor names that are not printable text, or that occur twice: the header is corrupt (not a
+    --names problem). A duplicated name is never resolved by picking one of the copies in silence.
 
     Raises:
-        GeodriftError: naming the first such name.
+        GeodriftError: naming the first such name (and, for a duplicate, the positions of both copies).
     """
-    for name in names:
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
         if not name or "\ufffd" in name or not name.isprintable():
             raise GeodriftError(
                 f"{label}: tensor name {name!r} is not text; the header is corrupt - re-download or re-convert the file"
             )
+        if name in seen:
+            raise GeodriftError(
+                f"{label}: tensor name {name!r} occurs twice (tensors #{seen[name]} and #{index} of the header); "
+                "which copy is meant is unknown - re-convert the file")
+        seen[name] = index
 
 
 def check_counts(label: str, config: dict[str, Any], sources: dict[str, str]) -> None:

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from geodrift.atomic import document, payload_of, write_json, write_with
+from geodrift.atomic import document, payload_of, write_json, write_stream
 from geodrift.errors import GeodriftError
 from geodrift.provenance import git_revision, library_versions
 
@@ -136,7 +136,7 @@ def load_records(out: str | Path) -> list[RunRecord]:
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """Atomically ``torch.save`` a resumable state (tensors, numbers, strings, lists, dicts)."""
-    write_with(path, lambda tmp: torch.save(state, tmp))
+    write_stream(path, lambda file: torch.save(state, file))
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -23,12 +23,12 @@ counts, and the configurations; the sweep is their product (configuration x data
     model = { activation = "none" }
 
 Or ``preset = "table1"`` instead of (or besides) ``configs``: that preset's rows. With more than one
-data set or step count, each label gets `` [data]`` / `` N steps`` appended.
+data set or step count, each label gets `` [data]`` / `` N steps`` appended. The whole file is
+checked before any run starts (:mod:`geodrift.sweep.grid_check`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from geodrift.sim.config import (
     LlamaConfig,
     MLPConfig,
     RunSpec,
+    TextData,
     TrackConfig,
     TrainConfig,
     ablate,
@@ -48,6 +49,14 @@ from geodrift.sim.experiment import Experiment
 from geodrift.sim.presets import data_label, preset
 from geodrift.sim.record import slug
 from geodrift.sim.simulator import simulator
+from geodrift.sweep.grid_check import (
+    MAX_JOBS,
+    check_data,
+    check_field,
+    check_seeds,
+    check_size,
+    read_grid_file,
+)
 
 _GRID_KEYS = {"sim", "name", "seeds", "data", "steps", "configs", "preset"}
 _CONFIG_KEYS = {"label", "base", "model", "train", "track", "ablations", "data"}
@@ -90,23 +99,8 @@ def load_grid(path: str | Path) -> Grid:
         GeodriftError: unreadable file, unknown keys or fields, bad values, duplicate labels.
     """
     path = Path(path)
-    where = f"--grid {path}"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise GeodriftError(f"{where}: cannot read the grid file ({error.strerror or error})") from None
-    try:
-        if path.suffix == ".toml":
-            import tomllib
-
-            payload: Any = tomllib.loads(text)
-        elif path.suffix == ".json":
-            payload = json.loads(text)
-        else:
-            raise GeodriftError(f"{where}: a grid file ends in .toml or .json")
-    except (ValueError, ImportError) as error:  # tomllib.TOMLDecodeError and JSONDecodeError are ValueErrors
-        raise GeodriftError(f"{where}: not a valid {path.suffix[1:].upper()} file ({error})") from None
-    return grid_from_dict(payload, where)
+    where = f"GRID {path}"
+    return grid_from_dict(read_grid_file(path, where), where)
 
 
 def grid_from_dict(payload: Any, where: str = "grid") -> Grid:
@@ -119,17 +113,23 @@ def grid_from_dict(payload: Any, where: str = "grid") -> Grid:
     sim = payload.get("sim", "mlp")
     if sim not in SIMULATORS:
         raise GeodriftError(f"{where}: sim = {sim!r}; use mlp or transformer")
-    name = str(payload.get("name", "grid"))
-    seeds = _int_list(payload.get("seeds", [42]), f"{where}: seeds")
-    base: list[RunSpec] = preset(sim, payload["preset"]) if "preset" in payload else []
+    name = check_field("name", payload.get("name", "grid"), "str", f"{where}:")
+    seeds = check_seeds(payload.get("seeds", [42]), f"{where}: seeds")
+    base: list[RunSpec] = _preset(sim, payload["preset"], f"{where}: preset") if "preset" in payload else []
     configs = payload.get("configs", [])
     if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
         raise GeodriftError(f"{where}: configs must be a list of tables ([[configs]])")
     base += [_config_spec(sim, c, f"{where}: configs[{i}]") for i, c in enumerate(configs)]
     if not base:
         raise GeodriftError(f"{where}: no configuration; add [[configs]] tables or preset = NAME")
-    datas = _str_list(payload["data"], f"{where}: data") if "data" in payload else None
-    steps = _int_list(payload["steps"], f"{where}: steps") if "steps" in payload else None
+    datas = [check_data(sim, d, f"{where}: data") for d in _str_list(payload["data"], f"{where}: data")] \
+        if "data" in payload else None
+    steps = [check_field("steps", n, "int", f"{where}:") for n in _int_list(payload["steps"], f"{where}: steps")] \
+        if "steps" in payload else None
+    runs = len(base) * len(datas or [None]) * len(steps or [None]) * len(seeds)
+    if runs > MAX_JOBS:
+        raise GeodriftError(f"{where}: {runs} runs (configurations x data x steps x seeds) is more than the "
+                            f"{MAX_JOBS} a sweep takes; split the grid")
     specs = []
     for spec in base:
         for d in ([None] if datas is None else datas):
@@ -142,6 +142,9 @@ def grid_from_dict(payload: Any, where: str = "grid") -> Grid:
                     train = replace(train, steps=n)
                     label = f"{label} {n} steps" if steps is not None and len(steps) > 1 else label
                 specs.append(RunSpec(sim, label, spec.model, data, train, spec.track))
+    for spec in specs:
+        vocab = spec.data.vocab if isinstance(spec.data, TextData) and spec.data.tokenizer == "bpe" else 256
+        check_size(spec.model, vocab, f"{where}: {spec.label!r}")
     labels = [s.label for s in specs]
     duplicated = sorted({lab for lab in labels if labels.count(lab) > 1})
     if duplicated:
@@ -153,20 +156,23 @@ def _config_spec(sim: str, entry: dict[str, Any], where: str) -> RunSpec:
     unknown = set(entry) - _CONFIG_KEYS
     if unknown:
         raise GeodriftError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(_CONFIG_KEYS))}")
-    start = preset(sim, entry["base"])[0] if "base" in entry else simulator(sim).default_spec()
+    start = _preset(sim, entry["base"], f"{where}.base")[0] if "base" in entry else simulator(sim).default_spec()
     model = _replace(start.model, entry.get("model", {}), f"{where}.model")
     ablations = _str_list(entry.get("ablations", []), f"{where}.ablations")
     if ablations:
-        model = ablate(model, ablations)
+        try:
+            model = ablate(model, ablations)
+        except GeodriftError as error:
+            raise GeodriftError(f"{where}.ablations: {error}") from None
     train: TrainConfig = _replace(start.train, entry.get("train", {}), f"{where}.train")
     track: TrackConfig = _replace(start.track, entry.get("track", {}), f"{where}.track")
     default = model.name() if isinstance(model, MLPConfig) else start.label
-    label = str(entry.get("label", default))
+    label = check_field("label", entry.get("label", default), "str", where)
     if "label" not in entry and isinstance(model, LlamaConfig) and (entry.get("model") or ablations):
         label = f"{start.label}+{'+'.join([*ablations, *(f'{k}={v}' for k, v in entry.get('model', {}).items())])}"
     data = start.data
     if "data" in entry:
-        name = _str_list(entry["data"], f"{where}.data")[0]
+        name = check_data(sim, _str_list(entry["data"], f"{where}.data")[0], f"{where}.data")
         data = ImageData(name) if isinstance(data, ImageData) else replace(data, corpus=name)
     return RunSpec(sim, label, model, data, train, track)
 
@@ -174,15 +180,30 @@ def _config_spec(sim: str, entry: dict[str, Any], where: str) -> RunSpec:
 def _replace(obj: Any, values: Any, where: str) -> Any:
     if not isinstance(values, dict):
         raise GeodriftError(f"{where}: expected a table of field = value")
-    names = {f.name for f in fields(obj)}
-    unknown = set(values) - names
+    types = {f.name: str(f.type) for f in fields(obj)}
+    unknown = set(values) - set(types)
     if unknown:
-        raise GeodriftError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(names))}")
-    if "ema_betas" in values:
-        values = {**values, "ema_betas": tuple(values["ema_betas"])}
+        raise GeodriftError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; use {', '.join(sorted(types))}")
+    values = {key: check_field(key, value, types[key], where) for key, value in values.items()}
+    if "activation" in values and isinstance(obj, MLPConfig):
+        from geodrift.lm.activations import get_activation
+
+        try:
+            get_activation(values["activation"])
+        except GeodriftError as error:
+            raise GeodriftError(f"{where}.activation: {error}") from None
     try:
         return replace(obj, **values)
-    except TypeError as error:
+    except (TypeError, GeodriftError) as error:
+        raise GeodriftError(f"{where}: {error}") from None
+
+
+def _preset(sim: str, name: Any, where: str) -> list[RunSpec]:
+    if not isinstance(name, str):
+        raise GeodriftError(f"{where}: expected a preset name, got {name!r}")
+    try:
+        return preset(sim, name)
+    except GeodriftError as error:
         raise GeodriftError(f"{where}: {error}") from None
 
 
