@@ -23,7 +23,8 @@ Layers = Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,2
 View = Annotated[str, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")]
 NullDraws = Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the permutation nulls.")]
-Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role.")]
+Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "
+                                            "roles named as in --roles.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the full report as JSON on stdout.")]
 JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Also write the JSON report here.")]
 Ov = Annotated[bool, typer.Option("--ov/--no-ov", help="Also measure the OV composite W_O W_V per layer.")]

@@ -17,3 +17,11 @@ def fmt(value: float, digits: int = 3) -> str:
     if value != value:
         return "—"
     return f"{value:.{digits}f}"
+
+
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float]) -> str:
+    """Unicode sparkline of values in [0, 1] (one character per adjacent-layer pair; NaN as a space)."""
+    return "".join(_SPARK[min(len(_SPARK) - 1, max(0, int(v * len(_SPARK))))] if v == v else " " for v in values)
