@@ -255,3 +255,10 @@ def test_an_unknown_architecture_maps_with_names_in_the_vocabulary_of_roles(tmp_
     assert torch.equal(ws[("expert_up.3", 2)], state["blocks.2.moe.up_all"][3])  # read from the stack's own rows
     assert torch.equal(ws[("expert_gate.1", 0)], state["blocks.0.moe.experts.1.fc_in"])
     np.testing.assert_array_equal(ws[("attn_k", 1)].numpy(), state["blocks.1.attn.wk"].numpy())
+
+
+def test_compress_refuses_a_mixture_of_experts_that_calls_itself_llama(mixtral) -> None:
+    from geodrift.compress.model import open_llama
+
+    with pytest.raises(GeodriftError, match=r"'llama' \(a mixture of experts\) has no forward implementation in geodrift; compress runs llama, mistral"):
+        open_llama(mixtral["gguf"])
