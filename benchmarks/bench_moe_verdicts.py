@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--null-draws", type=int, default=100)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    started = time.time()
+    started, revision = time.time(), _revision()
     rows: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -142,7 +142,7 @@ def main() -> None:
         "",
         "Command: `nice -n 10 .venv/bin/python benchmarks/bench_moe_verdicts.py "
         f"--seeds {args.seeds} --null-draws {args.null_draws}{' --out ' + str(args.out) if args.out else ''}`",
-        f"(geodrift {geodrift.__version__}, git {_revision()}, {platform.machine()}, torch {torch.__version__}; "
+        f"(geodrift {geodrift.__version__}, git {revision}, {platform.machine()}, torch {torch.__version__}; "
         f"{time.time() - started:.0f} s). Shape: {SHAPE['layers']} layers, width {SHAPE['hidden']}, "
         f"{SHAPE['experts']} experts of width {SHAPE['ff']}; seeds 0..{args.seeds - 1}; the scan's defaults otherwise (k 8).",
         "",

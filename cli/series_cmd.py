@@ -18,7 +18,8 @@ from geodrift.cli.options import Dpi, Quiet, Wide
 
 app = typer.Typer()
 
-Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down (default all).")]
+Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down; in a mixture "
+                                            "of experts also router, expert_gate, experts (default all).")]
 Layers = Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")]
 View = Annotated[str, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")]
 NullDraws = Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")]

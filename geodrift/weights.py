@@ -182,8 +182,8 @@ def expand_roles(requested: list[str], present: list[str]) -> list[str]:
 
 
 # Where each projection lives inside one Hugging Face Llama decoder layer (``model.layers.{l}.<path>``).
-# The scan's name tables (geodrift.scan.names) and the simulator's Llama (geodrift.lm.llama) both
-# derive their names from this one table.
+# The simulator's Llama (geodrift.lm.llama) takes its names from this table; the scan reads the same
+# names through gguf.TensorNameMap (geodrift.scan.names); tests/test_names.py checks they agree.
 HF_LLAMA_PROJECTIONS: dict[str, str] = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_o": "self_attn.o_proj", "mlp_gate": "mlp.gate_proj", "mlp_up": "mlp.up_proj",

@@ -14,6 +14,7 @@ from _checkpoints import hf_config, llama_state, write_gguf, write_hf_folder
 from safetensors.torch import save_file
 
 from geodrift.errors import GeodriftError
+from geodrift.scan.mapping import load_name_mapping, match_name
 from geodrift.scan.names import (
     ARCHITECTURES,
     GEODRIFT_ROWS,
@@ -22,8 +23,6 @@ from geodrift.scan.names import (
     gguf_table,
     guess_hf_architecture,
     hf_table,
-    load_name_mapping,
-    match_name,
 )
 from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint, weightset
 
@@ -327,3 +326,10 @@ def test_a_names_mapping_takes_the_roles_vocabulary_and_the_old_spelling(tmp_pat
     assert match_name("blocks.4.moe.gate", rules) == (("router", 4), False)
     assert match_name("blocks.4.moe.6.w2", rules) == (("expert_down.6", 4), False)  # second group: the expert
     assert match_name("blocks.4.moe.stacked_w1", rules) == (("expert_gate", 4), True)  # every expert, stacked
+
+
+def test_the_simulators_llama_names_are_the_ones_the_library_reads() -> None:
+    from geodrift.weights import HF_LLAMA_PROJECTIONS
+
+    for role, path in HF_LLAMA_PROJECTIONS.items():
+        assert hf_table("llama").match(f"model.layers.3.{path}.weight") == ((role, 3), False)

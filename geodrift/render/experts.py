@@ -4,7 +4,8 @@ The router and the shared expert are rows of the main scan table (``geodrift.ren
 module prints what has one row per expert or per layer:
 
 - **experts across depth**: one row per expert family (Gate, Up, Down) summarising its experts,
-  then (``--detail``) one row per expert, each cell ``mean |cos| (null mean) z`` of v1 and u1;
+  then (``--detail``, up to 16 experts unless ``--wide``) one row per expert and family, each cell
+  ``mean |cos| (null mean) z`` of v1 and u1;
 - **experts within a layer**: one row per family and space, the mean over layers of the experts'
   adjacent ``|cos|`` with its null, and the per-layer profile; "no prediction" (the theory is
   about depth; ``geodrift.scan.experts``).
@@ -24,6 +25,8 @@ from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.weights import EXPERT_ROLES, ROLE_LABELS, split_across_experts_role, split_expert_role
 
 _VERDICT_STYLE = {"holds": "bold green", "fails": "bold red"}
+# Above this many experts per family the per-expert rows are left to --wide, --json and --csv.
+EXPERT_ROWS_MAX = 16
 
 
 def without_experts(report: Report) -> Report:
@@ -146,8 +149,11 @@ def render_experts(report: Report, detail: bool = True, wide: bool = False) -> N
         return
     if families:
         print_grid(family_grid(report), wide=wide)
-        if detail:
+        count = max(len(roles) for roles in families.values())
+        if detail and (count <= EXPERT_ROWS_MAX or wide):
             print_grid(expert_grid(report), wide=wide)
+        elif detail:
+            console.print(f"[dim]{count} experts per family: one row per expert with --wide, or in --json / --csv[/dim]")
         criterion = next(r.criterion for roles in families.values() for r in roles)
         console.print(f"[dim]experts: criterion as for the dense MLP, e.g. Gate: {criterion}[/dim]")
     if report.across_experts:

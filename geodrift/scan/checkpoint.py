@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.names import CanonicalKey, NameRule, NameTable, match_name
+from geodrift.scan.mapping import NameRule, match_name
+from geodrift.scan.names import CanonicalKey, NameTable
 from geodrift.weights import EXPERT_ROLES, expert_role
 
 

@@ -31,12 +31,12 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes
 from geodrift.scan.gguf_header import TensorInfo, read_gguf_header
+from geodrift.scan.mapping import NameRule
 from geodrift.scan.names import (
     GEMMA_FAMILY,
     GGUF_IGNORED,
     GGUF_PERMUTED_QK,
     NORM_KINDS,
-    NameRule,
     gguf_table,
     normalise_model_type,
 )

@@ -40,7 +40,8 @@ from geodrift.scan.checkpoint import Checkpoint, Part
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scan.fold import INPUT_SIDE, folded_loader
 from geodrift.scan.gguf_reader import GGUFCheckpoint
-from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey, NameRule, load_name_mapping
+from geodrift.scan.mapping import NameRule, load_name_mapping
+from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey
 from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
 from geodrift.scan.validate import check_file, read_weight_map
 from geodrift.weights import (

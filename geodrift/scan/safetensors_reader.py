@@ -24,10 +24,10 @@ import torch
 
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes
+from geodrift.scan.mapping import NameRule
 from geodrift.scan.names import (
     HF_IGNORED,
     LIBRARY_ARCH,
-    NameRule,
     guess_hf_architecture,
     hf_table,
     normalise_model_type,
