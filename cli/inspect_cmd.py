@@ -21,8 +21,9 @@ app = typer.Typer()
 def inspect_command(
     model: Annotated[str | None, typer.Argument(help="A .gguf file, a .safetensors file or a Hugging Face model "
                                                 "folder. Default: the embedded SmolLM2-135M-Instruct (Q4_1 GGUF).")] = None,
-    names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role to try "
-                                               "(tensors it leaves out are listed as unmapped).")] = None,
+    names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role (named "
+                                               "as in scan --roles) to try (tensors it leaves out are listed as "
+                                               "unmapped).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the inventory as JSON on stdout.")] = False,
     wide: Wide = False,
 ) -> None:

@@ -18,15 +18,17 @@ app = typer.Typer()
 def scan_command(
     model: Annotated[str | None, typer.Argument(help="A .gguf file, a .safetensors file or a Hugging Face model "
                                                 "folder. Default: the embedded SmolLM2-135M-Instruct (Q4_1 GGUF).")] = None,
-    roles: Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down "
-                                              "(default all).")] = None,
+    roles: Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down; in a "
+                                              "mixture of experts also router, expert_gate (every expert's), "
+                                              "expert_gate.3, experts, shared_gate (default all).")] = None,
     layers: Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")] = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K).")] = 8,
     view: Annotated[choices.View, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")
                     ] = choices.View.raw,
     null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
-    names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role.")] = None,
+    names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "
+                                               "roles named as in --roles.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the full report as JSON on stdout.")] = False,
     json_out: Annotated[Path | None, typer.Option("--json-out", help="Also write the JSON report here.")] = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write the summary (projection × space × k) to "
@@ -34,8 +36,9 @@ def scan_command(
                                                  "beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the figure of continuity vs depth per "
                                               "projection, and the trajectory-shape figure (|cos| vs layer "
-                                              "distance, 3-PC EVR) as NAME_trajectory.EXT beside it; the suffix "
-                                              "gives the format: .png, .pdf or .svg.")] = None,
+                                              "distance, 3-PC EVR) as NAME_trajectory.EXT beside it (and, for a "
+                                              "mixture of experts, the experts' figure as NAME_experts.EXT); the "
+                                              "suffix gives the format: .png, .pdf or .svg.")] = None,
     detail: Annotated[bool, typer.Option("--detail/--brief", help="Also show the k = 1..K table.")] = True,
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
@@ -80,6 +83,10 @@ def scan_command(
         written.append(write_plot(report, plot, dpi))
         if report.trajectory:
             written.append(write_trajectory_plot(report, trajectory_plot_path(plot), dpi))
+        if report.across_experts:
+            from geodrift.render.experts_plot import experts_plot_path, write_experts_plot
+
+            written.append(write_experts_plot(report, experts_plot_path(plot), dpi))
     if as_json:
         sys.stdout.write(to_json(document("continuity_report", report.to_dict())) + "\n")
     else:

@@ -19,12 +19,14 @@ from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
 app = typer.Typer()
 
-Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down (default all).")]
+Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down; in a mixture "
+                                            "of experts also router, expert_gate, experts (default all).")]
 Layers = Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")]
 View = Annotated[choices.View, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")]
 NullDraws = Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the permutation nulls.")]
-Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role.")]
+Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "
+                                            "roles named as in --roles.")]
 Json = Annotated[bool, typer.Option("--json", help="Print the full report as JSON on stdout.")]
 JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Also write the JSON report here.")]
 Ov = Annotated[bool, typer.Option("--ov/--no-ov", help="Also measure the OV composite W_O W_V per layer.")]

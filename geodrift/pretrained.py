@@ -61,10 +61,13 @@ def open_llama(path: str | Path | None) -> Checkpoint:
         'llama'
     """
     ckpt = open_checkpoint(path)
-    if ckpt.architecture not in SUPPORTED_ARCHITECTURES:
+    # A mixture of experts converted to GGUF says "llama" (llama.cpp runs Mixtral as llama with experts).
+    moe = any(kind == "router" for kind, _ in ckpt.plan)
+    if ckpt.architecture not in SUPPORTED_ARCHITECTURES or moe:
         raise GeodriftError(
-            f"MODEL {ckpt.label}: architecture {ckpt.architecture!r} has no forward implementation in geodrift; "
-            f"compress runs {', '.join(SUPPORTED_ARCHITECTURES)} checkpoints (GGUF, safetensors or HF folder)")
+            f"MODEL {ckpt.label}: architecture {ckpt.architecture!r}{' (a mixture of experts)' if moe else ''} has "
+            f"no forward implementation in geodrift; compress runs {', '.join(SUPPORTED_ARCHITECTURES)} checkpoints "
+            "(GGUF, safetensors or HF folder)")
     return ckpt
 
 

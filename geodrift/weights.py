@@ -20,12 +20,19 @@ TRANSFORMER_ROLES: tuple[str, ...] = (
     "attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down",
 )
 MLP_ROLES: tuple[str, ...] = ("mlp_in", "block")
-ROLES: tuple[str, ...] = TRANSFORMER_ROLES + MLP_ROLES
+# Mixture-of-experts projections (geodrift.scan.experts): the router ``(n_experts, d_model)``, the
+# shared expert's MLP (Qwen2-MoE, DeepSeek) and, per expert ``e``, the roles ``expert_gate.e``,
+# ``expert_up.e`` and ``expert_down.e`` (``EXPERT_ROLES`` names the families).
+MOE_ROLES: tuple[str, ...] = ("router", "shared_gate", "shared_up", "shared_down")
+EXPERT_ROLES: tuple[str, ...] = ("expert_gate", "expert_up", "expert_down")
+ROLES: tuple[str, ...] = TRANSFORMER_ROLES + MOE_ROLES + MLP_ROLES
 
 # Short labels used in tables and the paper's names for the projections.
 ROLE_LABELS: dict[str, str] = {
     "attn_q": "Q", "attn_k": "K", "attn_v": "V", "attn_o": "O",
     "mlp_gate": "Gate", "mlp_up": "Up", "mlp_down": "Down",
+    "router": "Router", "shared_gate": "Shared Gate", "shared_up": "Shared Up", "shared_down": "Shared Down",
+    "expert_gate": "Gate", "expert_up": "Up", "expert_down": "Down",
     "mlp_in": "MLP in", "block": "Block",
     "attn_ov": "OV",
 }
@@ -33,17 +40,150 @@ ROLE_LABELS: dict[str, str] = {
 # The theory's prediction (paper section 5): which space of each projection should be continuous.
 # "v" = input space (reads the residual stream, followed by a nonlinearity), "u" = output space
 # (writes to the stream after a nonlinearity), None = neither (V has no adjacent symmetry breaker).
+# The MoE rows apply the same read/write rule to projections the paper did not measure (docs/models.md):
+# the router reads the stream and is followed by softmax/top-k (like Q, K); each expert, and the shared
+# expert, is a SwiGLU MLP (Gate, Up read; Down writes after the activation).
 PREDICTED_SPACE: dict[str, str | None] = {
     "attn_q": "v", "attn_k": "v", "mlp_gate": "v", "mlp_up": "v",
     "attn_o": "u", "mlp_down": "u",
     "attn_v": None,
     # The OV composite W_O W_V writes through O, so it inherits O's output-space continuity.
     "attn_ov": "u",
+    "router": "v", "shared_gate": "v", "shared_up": "v", "shared_down": "u",
+    "expert_gate": "v", "expert_up": "v", "expert_down": "u",
 }
 
+# One vocabulary for ``--roles`` and ``--names``: the short names the tables print (q, gate, router ...)
+# and, as aliases kept from earlier versions, the canonical names (attn_q, mlp_gate ...).
+ROLE_NAMES: dict[str, str] = {
+    "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_o", "gate": "mlp_gate", "up": "mlp_up",
+    "down": "mlp_down", **{role: role for role in MOE_ROLES + EXPERT_ROLES},
+}
+# ``--roles experts`` selects every per-expert role.
+EXPERTS_GROUP = "experts"
+
+
+def expert_role(family: str, expert: int) -> str:
+    """The role of one expert's projection: ``expert_role("expert_gate", 3) == "expert_gate.3"``."""
+    return f"{family}.{expert}"
+
+
+def split_expert_role(role: str) -> tuple[str, int] | None:
+    """``"expert_gate.3" -> ("expert_gate", 3)``; None for any other role.
+
+    Example:
+        >>> split_expert_role("expert_down.12"), split_expert_role("attn_q")
+        (('expert_down', 12), None)
+    """
+    family, dot, index = role.partition(".")
+    if dot and family in EXPERT_ROLES and index.isdecimal():
+        return family, int(index)
+    return None
+
+
+def across_experts_role(family: str, layer: int) -> str:
+    """The experts of one layer compared with each other: ``across_experts_role("expert_gate", 3) == "expert_gate@3"``."""
+    return f"{family}@{layer}"
+
+
+def split_across_experts_role(role: str) -> tuple[str, int] | None:
+    """``"expert_gate@3" -> ("expert_gate", 3)``; None for any other role."""
+    family, at, layer = role.partition("@")
+    if at and family in EXPERT_ROLES and layer.isdecimal():
+        return family, int(layer)
+    return None
+
+
+def base_role(role: str) -> str:
+    """The family of a per-expert role (``expert_gate.3 -> expert_gate``); any other role unchanged."""
+    split = split_expert_role(role)
+    return split[0] if split else role
+
+
+def is_role(role: str) -> bool:
+    """True for a role a WeightSet may hold (``ROLES``, or one expert's projection)."""
+    return role in ROLES or split_expert_role(role) is not None
+
+
+def role_label(role: str) -> str:
+    """The table label: ``Q``, ``Router``, ``Gate e3`` (expert 3's Gate), ``Gate L3`` (layer 3's experts)."""
+    split = split_expert_role(role)
+    if split:
+        return f"{ROLE_LABELS[split[0]]} e{split[1]}"
+    across = split_across_experts_role(role)
+    if across:
+        return f"{ROLE_LABELS[across[0]]} L{across[1]}"
+    return ROLE_LABELS.get(role, role)
+
+
+def predicted_space(role: str) -> tuple[bool, str | None]:
+    """``(has_prediction, space)`` of ``role``: the theory's continuous space (``v``, ``u`` or None = neither).
+
+    The experts of one layer compared with each other (``expert_gate@3``) have no prediction: the
+    theory is about depth, and experts sit side by side.
+
+    Example:
+        >>> predicted_space("expert_down.5"), predicted_space("attn_v"), predicted_space("unknown")
+        ((True, 'u'), (True, None), (False, None))
+    """
+    base = base_role(role)
+    return base in PREDICTED_SPACE, PREDICTED_SPACE.get(base)
+
+
+def role_sort_key(role: str) -> tuple[int, int]:
+    """Block order (``ROLE_LABELS`` order), experts by index within their family; unknown roles last."""
+    order = list(ROLE_LABELS)
+    split = split_expert_role(role) or split_across_experts_role(role)
+    family, index = split if split else (role, -1)
+    return (order.index(family) if family in order else len(order), index)
+
+
+def canonical_role(name: str) -> str | None:
+    """The canonical role of a ``--roles``/``--names`` name (``q``, ``attn_q``, ``expert_gate.3``), or None.
+
+    Example:
+        >>> canonical_role("Gate"), canonical_role("attn_q"), canonical_role("expert_up.2"), canonical_role("x")
+        ('mlp_gate', 'attn_q', 'expert_up.2', None)
+    """
+    key = name.strip().lower()
+    if key in ROLE_NAMES:
+        return ROLE_NAMES[key]
+    if key in TRANSFORMER_ROLES or split_expert_role(key) is not None:
+        return key
+    return None
+
+
+def summarise_roles(roles: list[str]) -> str:
+    """Roles for a message, each expert family shown once: ``attn_q, router, expert_gate.0-7``."""
+    shown: list[str] = []
+    for role in roles:
+        split = split_expert_role(role)
+        if split is None:
+            shown.append(role)
+            continue
+        experts = sorted(e for r in roles if (s := split_expert_role(r)) and s[0] == split[0] for e in [s[1]])
+        text = f"{split[0]}.{experts[0]}-{experts[-1]}" if len(experts) > 1 else role
+        if text not in shown:
+            shown.append(text)
+    return ", ".join(shown)
+
+
+def expand_roles(requested: list[str], present: list[str]) -> list[str]:
+    """Requested roles with the families (``expert_gate``, ``experts``) expanded to the present experts."""
+    out: list[str] = []
+    for role in requested:
+        if role == EXPERTS_GROUP:
+            out += [r for r in present if split_expert_role(r)]
+        elif role in EXPERT_ROLES:
+            out += [r for r in present if base_role(r) == role and r != role]
+        else:
+            out.append(role)
+    return list(dict.fromkeys(out))
+
+
 # Where each projection lives inside one Hugging Face Llama decoder layer (``model.layers.{l}.<path>``).
-# The scan's name tables (geodrift.scan.names) and the simulator's Llama (geodrift.lm.llama) both
-# derive their names from this one table.
+# The simulator's Llama (geodrift.lm.llama) takes its names from this table; the scan reads the same
+# names through gguf.TensorNameMap (geodrift.scan.names); tests/test_names.py checks they agree.
 HF_LLAMA_PROJECTIONS: dict[str, str] = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_o": "self_attn.o_proj", "mlp_gate": "mlp.gate_proj", "mlp_up": "mlp.up_proj",
@@ -93,9 +233,10 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
 
     def __post_init__(self) -> None:
         for (role, layer), entry in self.entries.items():
-            if role not in ROLES:
+            if not is_role(role):
                 raise GeodriftError(
-                    f"{entry.source}: unknown role {role!r}; known roles are {', '.join(ROLES)}"
+                    f"{entry.source}: unknown role {role!r}; known roles are {', '.join(ROLES)} "
+                    f"and {', '.join(f + '.N' for f in EXPERT_ROLES)} (expert N)"
                 )
             if len(entry.shape) != 2:
                 raise GeodriftError(
@@ -147,8 +288,7 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
 
     def roles(self) -> list[str]:
         """Roles present, in canonical order."""
-        present = {role for role, _ in self.entries}
-        return [r for r in ROLES if r in present]
+        return sorted({role for role, _ in self.entries}, key=role_sort_key)
 
     def layers(self, role: str) -> list[int]:
         """Sorted layer indices present for ``role``."""
@@ -165,11 +305,13 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
             GeodriftError: when a requested role or layer is absent.
         """
         if roles is not None:
-            missing = [r for r in roles if r not in self.roles()]
+            held = self.roles()
+            missing = [r for r in roles if not set(expand_roles([r], held)) & set(held)]
             if missing:
                 raise GeodriftError(
-                    f"--roles: {', '.join(missing)} not in {self.origin} (present: {', '.join(self.roles())})"
+                    f"--roles: {', '.join(missing)} not in {self.origin} (present: {summarise_roles(held)})"
                 )
+            roles = expand_roles(roles, held)
         if layers is not None:
             present = {layer for _, layer in self.entries}
             missing_layers = [str(x) for x in layers if x not in present]
@@ -207,7 +349,6 @@ def _constant(tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
     return lambda: tensor.detach().to(torch.float32)
 
 
-def _key_order(key: WeightKey) -> tuple[int, int]:
+def _key_order(key: WeightKey) -> tuple[int, int, int]:
     role, layer = key
-    index = ROLES.index(role) if role in ROLES else len(ROLES)
-    return (index, layer)
+    return (*role_sort_key(role), layer)

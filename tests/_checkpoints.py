@@ -205,3 +205,34 @@ def llama_raw_gguf(path: Path, n_layers: int = 2, d: int = 32, n_heads: int = 4,
             values = np.random.default_rng(i).standard_normal(math.prod(dims)).astype(np.float32)
             tensors.append((name, dims, 0, values.tobytes()))
     return write_raw_gguf(path, default if kvs is None else kvs, tensors)
+
+
+def mixtral_state(n_layers: int = 3, d: int = 32, n_heads: int = 4, n_kv: int = 2, d_ff: int = 48, n_experts: int = 4,
+                  vocab: int = 50, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A Hugging Face Mixtral state dict (transformers' names: block_sparse_moe.gate, experts.E.w1/w2/w3)."""
+    state = {k: v for k, v in llama_state(n_layers, d, n_heads, n_kv, d_ff, vocab, seed).items() if ".mlp." not in k}
+    g = torch.Generator().manual_seed(seed + 1)
+    for i in range(n_layers):
+        p = f"model.layers.{i}.block_sparse_moe."
+        state[p + "gate.weight"] = torch.randn(n_experts, d, generator=g)
+        for e in range(n_experts):
+            state[p + f"experts.{e}.w1.weight"] = torch.randn(d_ff, d, generator=g)
+            state[p + f"experts.{e}.w2.weight"] = torch.randn(d, d_ff, generator=g)
+            state[p + f"experts.{e}.w3.weight"] = torch.randn(d_ff, d, generator=g)
+    return state
+
+
+def mixtral_gguf_tensors(state: dict[str, torch.Tensor], n_heads: int, n_kv: int) -> dict[str, np.ndarray]:
+    """A Mixtral state dict as llama.cpp's converter writes it: arch llama, Q/K permuted, experts stacked
+    into ``blk.N.ffn_{gate,up,down}_exps.weight`` ``(n_experts, d_out, d_in)``, the router ``ffn_gate_inp``."""
+    dense = {k: v for k, v in state.items() if ".block_sparse_moe." not in k}
+    out = hf_to_gguf_tensors(dense, "llama", n_heads, n_kv)
+    layers = sorted({int(k.split(".")[2]) for k in state if ".block_sparse_moe." in k})
+    for i in layers:
+        p = f"model.layers.{i}.block_sparse_moe."
+        out[f"blk.{i}.ffn_gate_inp.weight"] = state[p + "gate.weight"].float().numpy()
+        experts = sorted({int(k.split(".")[5]) for k in state if k.startswith(p + "experts.")})
+        for ours, theirs in (("ffn_gate_exps", "w1"), ("ffn_down_exps", "w2"), ("ffn_up_exps", "w3")):
+            out[f"blk.{i}.{ours}.weight"] = torch.stack(
+                [state[p + f"experts.{e}.{theirs}.weight"] for e in experts]).float().numpy()
+    return out

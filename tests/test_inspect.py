@@ -87,3 +87,15 @@ def test_inspect_cli_prints_json_and_a_table_that_fits_80_columns(tmp_path: Path
     assert result.exit_code == 0, result.output
     assert "…" not in result.stdout and "model.layers.1.self_attn.q_proj.weight" in result.stdout
     assert result.stdout.rstrip().splitlines()[-1].startswith(f"{folder} (hf-folder, llama):")
+
+
+def test_inspect_lists_tensors_grouped_by_role_in_layer_number_order():
+    rows = inventory(open_checkpoint(None))
+    names = [r.name for r in rows]
+    assert names.index("blk.2.attn_q.weight") < names.index("blk.10.attn_q.weight")  # numbers, not text
+    groups = [r.kind for r in rows]
+    assert groups == sorted(groups, key=groups.index)  # each role's rows are contiguous
+    q = [r.layer for r in rows if r.kind == "attn_q"]
+    assert q == list(range(30))
+    assert [r.kind for r in rows][:2] == ["embed", "attn_q"]
+    assert groups.index("attn_q") < groups.index("attn_k") < groups.index("mlp_down") < groups.index("norm_attn")

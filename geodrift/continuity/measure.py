@@ -39,7 +39,7 @@ from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ah
 from geodrift.continuity.verdicts import projection_verdict, relative_verdicts
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
-from geodrift.weights import PREDICTED_SPACE, ROLE_LABELS, WeightKey, WeightSet
+from geodrift.weights import WeightKey, WeightSet, predicted_space, role_label, role_sort_key
 
 SPACES = ("v", "u")
 # Up to this many vectors per space, one permutation sample serves both the Eq. 1 and Eq. 2 nulls.
@@ -116,7 +116,7 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
     A tracker that also needs the singular vectors themselves calls the two halves.
     """
     bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
-    roles = sorted({role for role, _ in spectra}, key=_role_order)
+    roles = sorted({role for role, _ in spectra}, key=role_sort_key)
     reports, notes = [], []
     # One thread: the null gathers are many small cache-sized ops, and on a busy 2-core machine each
     # two-thread parallel region waits for a descheduled thread (measured 20x slower at load 17).
@@ -246,8 +246,8 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
     undefined = degenerate.undefined_vectors(sigma, shape)  # (L, K): zero/rank-deficient -> NaN pairs
     spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank, undefined) for s in SPACES}
     lower, upper = metrics.effective_rank_bounds(sigma, fro, min(shape))
-    predicted = PREDICTED_SPACE.get(role)
-    if role in PREDICTED_SPACE:
+    known, predicted = predicted_space(role)
+    if known:
         verdict, criterion = projection_verdict(predicted, spaces["v"].vectors[0], spaces["u"].vectors[0])
     else:
         verdict, criterion = "no prediction", "the theory makes no per-space prediction for this role"
@@ -255,7 +255,7 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
     for t in triplets:
         methods[t.method] = methods.get(t.method, 0) + 1
     return RoleReport(
-        role=role, label=ROLE_LABELS.get(role, role), shape=shape, layers=layers, k=k, spaces=spaces,
+        role=role, label=role_label(role), shape=shape, layers=layers, k=k, spaces=spaces,
         erank_lower=lower.tolist(), erank_upper=upper.tolist(), predicted_space=predicted,
         verdict=verdict, criterion=criterion, max_residual=max(t.residual for t in triplets),
         methods=methods,
@@ -330,8 +330,3 @@ def _exact_route(spec: MeasureSpec, shape: tuple[int, ...] | torch.Size) -> bool
 def _keep(spec: MeasureSpec, shape: tuple[int, ...] | torch.Size) -> int:
     rank = min(shape[0], shape[1])
     return rank if spec.full_spectrum else min(spec.k, rank)
-
-
-def _role_order(role: str) -> int:
-    order = list(ROLE_LABELS)
-    return order.index(role) if role in order else len(order)

@@ -94,6 +94,9 @@ class Report:
     roles: list[RoleReport]
     notes: list[str] = field(default_factory=list)
     trajectory: list[TrajectoryShape] = field(default_factory=list)  # App. A.2, per role and space (scan)
+    # Mixture of experts: each layer's experts compared with one another (geodrift.scan.experts); a
+    # RoleReport per expert family and layer whose ``layers`` are the experts, in index order.
+    across_experts: list[RoleReport] = field(default_factory=list)
 
     def role(self, name: str) -> RoleReport | None:
         """The report of role ``name``, or None when it was not measured."""
@@ -112,20 +115,18 @@ class Report:
         """
         try:
             payload = payload_of(payload)
-            roles = []
-            for r in payload["roles"]:
-                spaces = {name: SpaceContinuity(**{**s, "vectors": [VectorContinuity(**v) for v in s["vectors"]]})
-                          for name, s in r["spaces"].items()}
-                roles.append(RoleReport(**{**r, "spaces": spaces, "shape": tuple(r["shape"])}))
+            roles = [_role_from_dict(r) for r in payload["roles"]]
+            across = [_role_from_dict(r) for r in payload.get("across_experts", [])]
             trajectory = [TrajectoryShape(**t) for t in payload.get("trajectory", [])]
-            return cls(**{**payload, "roles": roles, "trajectory": trajectory})
+            return cls(**{**payload, "roles": roles, "trajectory": trajectory, "across_experts": across})
         except (KeyError, TypeError) as error:
             raise GeodriftError(f"not a geodrift continuity report ({error}); re-create it with this version") from None
 
     def rows(self) -> list[dict[str, Any]]:
-        """Flat rows (one per role, space and k) for CSV output."""
+        """Flat rows (one per role, space and k) for CSV output; experts compared within a layer
+        (``across_experts``) follow, their ``layers`` column counting the experts."""
         out = []
-        for r in self.roles:
+        for r in self.roles + self.across_experts:
             for s in r.spaces.values():
                 for vc in s.vectors:
                     out.append({
@@ -214,3 +215,9 @@ class Report:
                 out.append((r.role, "erank", None, None, layer, value))
             out.append((r.role, "erank", None, None, None, sum(r.erank_lower) / len(r.erank_lower)))
         return out
+
+
+def _role_from_dict(r: dict[str, Any]) -> RoleReport:
+    spaces = {name: SpaceContinuity(**{**s, "vectors": [VectorContinuity(**v) for v in s["vectors"]]})
+              for name, s in r["spaces"].items()}
+    return RoleReport(**{**r, "spaces": spaces, "shape": tuple(r["shape"])})

@@ -31,3 +31,11 @@ def lit(text: object, style: str = "") -> Text:
         'model.layers.0.[/bold]'
     """
     return Text(visible(str(text)), style=style)
+
+
+_SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float]) -> str:
+    """Unicode sparkline of values in [0, 1] (one character per adjacent-layer pair; NaN as a space)."""
+    return "".join(_SPARK[min(len(_SPARK) - 1, max(0, int(v * len(_SPARK))))] if v == v else " " for v in values)

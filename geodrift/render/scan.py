@@ -10,16 +10,10 @@ from __future__ import annotations
 from rich.text import Text
 
 from geodrift.continuity import Report, RoleReport, VectorContinuity
-from geodrift.render import console, fmt, lit
+from geodrift.render import console, fmt, lit, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
 
-_SPARK = "▁▂▃▄▅▆▇█"
 _VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "no prediction": "dim"}
-
-
-def sparkline(values: list[float]) -> str:
-    """Unicode sparkline of values in [0, 1] (one character per adjacent-layer pair)."""
-    return "".join(_SPARK[min(len(_SPARK) - 1, max(0, int(v * len(_SPARK))))] if v == v else " " for v in values)
 
 
 def _cell(vc: VectorContinuity) -> str:
@@ -97,7 +91,13 @@ def summary_line(report: Report) -> str:
 
 
 def render_scan(report: Report, detail: bool = True, wide: bool = False, summary: bool = True) -> None:
-    """Print the scan report to the terminal (tables reflowed to fit unless ``wide``), then its summary line."""
+    """Print the scan report to the terminal (tables reflowed to fit unless ``wide``), then its summary line.
+
+    A mixture of experts' per-expert roles get tables of their own (``geodrift.render.experts``).
+    """
+    from geodrift.render.experts import render_experts, without_experts
+
+    report, full = without_experts(report), report
     print_grid(scan_grid(report), wide=wide)
     print_grid(profile_grid(report), wide=wide)
     if detail:
@@ -107,6 +107,7 @@ def render_scan(report: Report, detail: bool = True, wide: bool = False, summary
     for r in report.roles:
         if r.verdict != "no prediction":
             console.print(lit(f"{r.label}: {r.verdict} — criterion: {r.criterion}", "dim"))
+    render_experts(full, detail=detail, wide=wide)
     for note in report.notes:
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     if summary:

@@ -24,6 +24,7 @@ from geodrift.render.figures import (
     save_figure,
     style,
 )
+from geodrift.weights import split_expert_role
 
 SPACE_COLORS = {"v": "tab:blue", "u": "tab:orange"}
 SPACE_NAMES = {"v": "v1 (input space)", "u": "u1 (output space)"}
@@ -32,13 +33,16 @@ SPACE_NAMES = {"v": "v1 (input space)", "u": "u1 (output space)"}
 def write_plot(report: Report, path: str | Path, dpi: int = 300, title: str | None = None) -> Path:
     """Write the depth-profile figure of ``report`` to ``path`` (.png, .pdf or .svg).
 
+    A mixture of experts' per-expert roles are left to ``geodrift.render.experts_plot``.
+
     Raises:
         GeodriftError: an unsupported suffix or dpi.
     """
+    roles = [r for r in report.roles if split_expert_role(r.role) is None]
     with style():
         cols = 2
-        fig, axes = panels(len(report.roles), cols=cols, sharex=False)
-        for ax, role in zip(axes, report.roles, strict=True):
+        fig, axes = panels(len(roles), cols=cols, sharex=False)
+        for ax, role in zip(axes, roles, strict=True):
             _panel(ax, role)
         label_outer(fig, axes, cols, "layer l (pair l, l+1)", "|cos| (Eq. 1)")
         fig.suptitle(title or f"{report.origin}, {report.view} weights")

@@ -23,7 +23,7 @@ from typing import Any
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.names import NameRule, load_name_mapping
+from geodrift.scan.mapping import NameRule, load_name_mapping
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.scan.safetensors_reader import StateDictCheckpoint
 from geodrift.scan.scan import heads_of, parse_layers, parse_roles
@@ -83,7 +83,8 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     Args:
         model: None (the embedded SmolLM2-135M-Instruct), a path, an ``nn.Module`` or a state dict
             (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``).
-        roles: ``"q,k,gate"``, ``["q", "attn_k"]`` (short or canonical names; None = all).
+        roles: ``"q,k,gate"``, ``["q", "attn_k"]``, ``"router,experts"`` (the ``--roles`` names,
+            ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
         k, null_draws, seed, full_spectrum: as :class:`geodrift.continuity.MeasureSpec`.
         view: ``"raw"`` or ``"folded"`` (norm gains folded into the projections).
@@ -94,7 +95,8 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
 
     Returns:
         ScanReport (``geodrift.continuity.Report``): ``.roles``, ``.trajectory``, ``.to_dict()``,
-        ``.to_frame()``.
+        ``.to_frame()``; for a mixture of experts, each expert's roles among ``.roles`` and the
+        experts of each layer compared in ``.across_experts`` (docs/models.md).
 
     Raises:
         GeodriftError: any unreadable input or out-of-range option, checked before the work starts.

@@ -1,9 +1,10 @@
 """The Checkpoint base class and the canonical plan every reader shares.
 
-A reader subclass implements ``tensor_names``, ``shape`` and ``load`` for one file format; this
-module turns its names into canonical keys (``geodrift.scan.names``) and builds the *plan*: for
-every canonical key, which file tensor it comes from, whether to transpose it and which rows of
-a fused tensor it takes. See ``geodrift.scan.readers`` for the public functions.
+A reader subclass implements ``tensor_names``, ``shape`` and ``load`` (and, for stacked experts,
+``load_expert``) for one file format; this module turns its names into canonical keys
+(``geodrift.scan.names``) and builds the *plan*: for every canonical key, which file tensor it
+comes from, whether to transpose it, which rows of a fused tensor and which expert of a stacked
+``(n_experts, d_out, d_in)`` tensor it takes. See ``geodrift.scan.readers`` for the public functions.
 """
 
 from __future__ import annotations
@@ -15,16 +16,21 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.names import CanonicalKey, NameRule, match_name
+from geodrift.scan.mapping import NameRule, match_name
+from geodrift.scan.names import CanonicalKey, NameTable
+from geodrift.weights import EXPERT_ROLES, expert_role
 
 
 @dataclass(frozen=True)
 class Part:
-    """Where one canonical tensor lives: a file tensor, an optional transpose, an optional row slice."""
+    """Where one canonical tensor lives: a file tensor, an optional transpose, an optional row slice,
+    and for a stacked ``(n_experts, d_out, d_in)`` tensor the expert it takes (transpose and rows
+    then apply to that expert's matrix)."""
 
     name: str
     transpose: bool = False
     rows: tuple[int, int] | None = None
+    expert: int | None = None
 
 
 class Checkpoint:
@@ -68,6 +74,17 @@ class Checkpoint:
         """
         raise NotImplementedError
 
+    def load_expert(self, name: str, expert: int) -> torch.Tensor:
+        """Expert ``expert``'s matrix of a stacked ``(n_experts, d_out, d_in)`` tensor, float32.
+
+        Readers override it to read that expert's bytes only; this default reads the whole stack.
+
+        Raises:
+            GeodriftError: an unknown name, a tensor that is not 3-D, or an expert out of range.
+        """
+        check_expert(self.label, name, self.shape(name), expert)
+        return self.load(name)[expert].clone()
+
     def check_readable(self, name: str) -> None:
         """Raise GeodriftError now if ``load(name)`` is bound to fail for a reason known from the header
         (e.g. a GGUF quantization type the installed gguf package cannot dequantize)."""
@@ -90,16 +107,20 @@ class Checkpoint:
         """How ``name`` is stored (``F32``, ``BF16``, ``Q4_1`` ...), from the header."""
         return "?"
 
-    def _build_plan(self, rules: list[NameRule], ignored: Any, lenient: bool = False) -> None:
-        # Map every name, then expand fused tensors into their roles. Names no rule matches are
-        # refused with the built-in tables alone; with a user mapping (``lenient``) they are left
-        # unmapped (``skipped``), so a mapping need only name what should be scanned.
+    def _build_plan(self, rules: list[NameRule], table: NameTable | None, ignored: Any, lenient: bool = False) -> None:
+        # Map every name (the user's rules first, then the built-in table), then expand fused and
+        # stacked tensors into their roles. Names nothing matches are refused with the built-in
+        # table alone; with a user mapping (``lenient``) they are left unmapped (``skipped``), so a
+        # mapping need only name what should be scanned.
         kinds: dict[str, CanonicalKey] = {}
+        owner: dict[CanonicalKey, str] = {}
         transposed: dict[str, bool] = {}
         unknown: list[str] = []
         self.skipped: dict[str, str] = {}
         for name in self.tensor_names():
             hit = match_name(name, rules)
+            if hit is None and table is not None:
+                hit = table.match(name)
             if hit is None:
                 if ignored.fullmatch(name) is not None:
                     self.skipped[name] = "a buffer without weights (built-in ignore list)"
@@ -112,12 +133,14 @@ class Checkpoint:
             if key[0] == "ignore":
                 self.skipped[name] = "ignored by a --names rule"
                 continue
-            if key in kinds.values():
-                other = next(n for n, k in kinds.items() if k == key)
+            if key in owner:
                 raise GeodriftError(
-                    f"{self.label}: tensors {other!r} and {name!r} both map to {key}; "
+                    f"{self.label}: tensors {owner[key]!r} and {name!r} both map to {key}; "
                     "fix the name mapping (--names) so each role/layer has one tensor"
+                    + (" (an expert family takes the expert index from the rule's second group)"
+                       if key[0] in EXPERT_ROLES else "")
                 )
+            owner[key] = name
             kinds[name] = key
             transposed[name] = transpose
         if unknown:
@@ -137,6 +160,9 @@ class Checkpoint:
                 bounds = [(0, q_rows), (q_rows, q_rows + kv_rows), (q_rows + kv_rows, total)]
                 for role, rows in zip(("attn_q", "attn_k", "attn_v"), bounds, strict=True):
                     plan[(role + suffix, layer)] = Part(name, transposed[name], rows)
+            elif kind in EXPERT_ROLES:
+                for expert in range(self._stacked_experts(name, kind)):
+                    plan[(expert_role(kind, expert), layer)] = Part(name, transposed[name], expert=expert)
             elif kind == "mlp_gate_up":
                 total = self._fused_rows(name, transposed[name])
                 if total % 2:
@@ -146,6 +172,16 @@ class Checkpoint:
             else:
                 plan[(kind, layer)] = Part(name, transposed[name])
         self.plan = plan
+
+    def _stacked_experts(self, name: str, kind: str) -> int:
+        shape = self.shape(name)
+        if len(shape) != 3 or 0 in shape:
+            raise GeodriftError(
+                f"{self.label}:{name}: maps to {kind} (every expert stacked) but has shape {tuple(shape)}, not "
+                f"(n_experts, d_out, d_in); for one expert per tensor capture its index as the --names rule's "
+                "second group"
+            )
+        return shape[0]
 
     def _fused_rows(self, name: str, transpose: bool) -> int:
         shape = self.shape(name)
@@ -178,11 +214,26 @@ class Checkpoint:
         """The shape ``load_canonical`` returns for ``key``, from the header alone."""
         part = self.plan[key]
         shape = self.shape(part.name)
+        if part.expert is not None:
+            shape = shape[1:]
         if part.transpose:
             shape = tuple(reversed(shape))
         if part.rows is not None:
             shape = (part.rows[1] - part.rows[0],) + tuple(shape[1:])
         return tuple(shape)
+
+
+def check_expert(label: str, name: str, shape: tuple[int, ...], expert: int) -> None:
+    """Refuse reading expert ``expert`` of a tensor that is not a stack of that many experts.
+
+    Raises:
+        GeodriftError: naming the tensor, its shape and the expert asked for.
+    """
+    if len(shape) != 3 or not 0 <= expert < shape[0]:
+        raise GeodriftError(
+            f"{label}:{name}: has shape {tuple(shape)}, not (n_experts, d_out, d_in) with an expert {expert}; "
+            "check the name mapping"
+        )
 
 
 def infer_config_from_shapes(ckpt: Checkpoint, config: dict[str, Any]) -> dict[str, Any]:

@@ -27,13 +27,20 @@ import torch
 
 from geodrift.errors import GeodriftError
 from geodrift.scan.checkpoint import Checkpoint
+from geodrift.weights import base_role
 
 # role -> (norm key kind, side): "in" multiplies columns (W diag g), "out" multiplies rows (diag g W).
+# A mixture-of-experts block reads the MLP's input norm in its router and every expert; expert roles
+# ("expert_gate.3") fold as their family.
 INPUT_SIDE: dict[str, str] = {
     "attn_q": "norm_attn", "attn_k": "norm_attn", "attn_v": "norm_attn",
-    "mlp_gate": "norm_mlp", "mlp_up": "norm_mlp",
+    "mlp_gate": "norm_mlp", "mlp_up": "norm_mlp", "router": "norm_mlp", "shared_gate": "norm_mlp",
+    "shared_up": "norm_mlp", "expert_gate": "norm_mlp", "expert_up": "norm_mlp",
 }
-OUTPUT_SIDE: dict[str, str] = {"attn_o": "norm_attn_post", "mlp_down": "norm_mlp_post"}
+OUTPUT_SIDE: dict[str, str] = {
+    "attn_o": "norm_attn_post", "mlp_down": "norm_mlp_post", "shared_down": "norm_mlp_post",
+    "expert_down": "norm_mlp_post",
+}
 
 
 def fold_plan(ckpt: Checkpoint, role: str, layer: int) -> list[tuple[str, str]]:
@@ -42,6 +49,7 @@ def fold_plan(ckpt: Checkpoint, role: str, layer: int) -> list[tuple[str, str]]:
     Only norms the checkpoint actually has are listed (O and Down fold nothing outside gemma2/3).
     """
     plan = []
+    role = base_role(role)
     if role in INPUT_SIDE and (INPUT_SIDE[role], layer) in ckpt.plan:
         plan.append((INPUT_SIDE[role], "in"))
     if role in OUTPUT_SIDE and (OUTPUT_SIDE[role], layer) in ckpt.plan:

@@ -29,15 +29,15 @@ import numpy as np
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
+from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes
 from geodrift.scan.gguf_header import TensorInfo, read_gguf_header
+from geodrift.scan.mapping import NameRule
 from geodrift.scan.names import (
     GEMMA_FAMILY,
     GGUF_IGNORED,
     GGUF_PERMUTED_QK,
     NORM_KINDS,
-    NameRule,
-    gguf_rules,
+    gguf_table,
     normalise_model_type,
 )
 from geodrift.scan.validate import check_checkpoint, check_counts, check_projections, check_tensor_names
@@ -72,7 +72,7 @@ _METADATA_KEYS = {
     "n_layers": "block_count", "d_model": "embedding_length", "d_ff": "feed_forward_length",
     "n_heads": "attention.head_count", "n_kv_heads": "attention.head_count_kv",
     "head_dim": "attention.key_length", "rope_theta": "rope.freq_base",
-    "vocab_size": "vocab_size", "context_length": "context_length",
+    "vocab_size": "vocab_size", "context_length": "context_length", "n_experts": "expert_count",
 }
 
 
@@ -123,7 +123,7 @@ class GGUFCheckpoint(Checkpoint):
                                      f"{arch_name}.attention.head_count)")
         check_counts(self.label, self.config, sources)
         user = list(rules or [])
-        self._build_plan(user + gguf_rules(self.architecture), GGUF_IGNORED, lenient=bool(user))
+        self._build_plan(user, gguf_table(self.architecture), GGUF_IGNORED, lenient=bool(user))
         check_projections(self)
         infer_config_from_shapes(self, self.config)
         check_checkpoint(self, sources)
@@ -246,9 +246,24 @@ class GGUFCheckpoint(Checkpoint):
         )
 
     def load(self, name: str) -> torch.Tensor:
+        return self._undo_converter(name, self._read(name, self._tensor(name)))
+
+    def load_expert(self, name: str, expert: int) -> torch.Tensor:
+        """Expert ``expert`` of a stacked ``(n_experts, d_out, d_in)`` tensor: only its bytes are mapped.
+
+        Each expert's matrix is a contiguous ``1/n_experts`` of the tensor's bytes (quantization blocks
+        run along the rows, and the expert index is the slowest dimension).
+        """
+        entry = self._tensor(name)
+        check_expert(self.label, name, entry.shape, expert)
+        size = entry.n_bytes // entry.shape[0]
+        one = _Entry(entry.shape[1:], entry.qtype, entry.offset + expert * size, size, entry.item_dtype,
+                     entry.item_shape[1:])
+        return self._undo_converter(name, self._read(name, one))
+
+    def _read(self, name: str, entry: _Entry) -> torch.Tensor:
         from gguf import quants
 
-        entry = self._tensor(name)
         qtype = entry.qtype
         # Map only this tensor's bytes; the mapping is dropped before returning.
         mapped = np.memmap(self.path, dtype=np.uint8, mode="r", offset=entry.offset, shape=(entry.n_bytes,))
@@ -264,8 +279,7 @@ class GGUFCheckpoint(Checkpoint):
             del stored
         finally:
             del mapped
-        tensor = torch.from_numpy(np.ascontiguousarray(values)).reshape(entry.shape)
-        return self._undo_converter(name, tensor)
+        return torch.from_numpy(np.ascontiguousarray(values)).reshape(entry.shape)
 
     def _undo_converter(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         kind = self.kinds_by_name.get(name, ("", None))[0] if hasattr(self, "kinds_by_name") else ""

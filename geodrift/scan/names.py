@@ -1,4 +1,9 @@
-"""Name tables: every checkpoint tensor name -> one canonical key ``(kind, layer)``.
+"""Names: every checkpoint tensor name -> one canonical key ``(kind, layer)``, through ``gguf.TensorNameMap``.
+
+The names come from llama.cpp's own tables in the ``gguf`` package: ``gguf.TensorNameMap`` (the
+Hugging Face names of each architecture, as ``convert_hf_to_gguf.py`` reads them) and
+``gguf.TENSOR_NAMES`` (the GGUF names). geodrift adds only :data:`GEODRIFT_ROWS`, where the library
+is wrong or missing for what geodrift needs; ``tests/test_names.py`` says why for each.
 
 The canonical vocabulary (Hugging Face transformers' layout; projections are ``(d_out, d_in)``):
 
@@ -6,6 +11,10 @@ The canonical vocabulary (Hugging Face transformers' layout; projections are ``(
 key                                    meaning
 =====================================  ===========================================================
 ``(role, layer)``                      a projection, role in ``geodrift.weights.TRANSFORMER_ROLES``
+``("router", layer)``                  a mixture-of-experts router ``(n_experts, d_model)``
+``("expert_gate.E", layer)`` ...       expert E's Gate/Up/Down (``geodrift.weights.EXPERT_ROLES``)
+``("shared_gate", layer)`` ...         the shared expert's Gate/Up/Down (Qwen2-MoE)
+``("shared_router", layer)``           the shared expert's one-row gate ``(1, d_model)`` (not scanned)
 ``(role + "_bias", layer)``            its bias, when the model has one (qwen2 q/k/v, gpt2 all)
 ``("norm_attn", layer)``               the attention block's input norm gain (``input_layernorm``)
 ``("norm_mlp", layer)``                the MLP block's input norm gain
@@ -19,10 +28,14 @@ key                                    meaning
 ``<norm> + "_bias"``                   LayerNorm biases (gpt2)
 =====================================  ===========================================================
 
-Fused tensors map to a *fused* kind that the reader splits: ``attn_qkv`` (rows ``[q; k; v]``,
-phi3 ``qkv_proj``, gpt2 ``c_attn``, GGUF ``attn_qkv``) and ``mlp_gate_up`` (rows ``[gate; up]``,
-phi3 ``gate_up_proj`` and phi3's GGUF ``ffn_up``). A :class:`NameRule` also says whether the
-stored matrix must be transposed (gpt2's Conv1D stores ``(d_in, d_out)``).
+*Stacked* and *fused* tensors map to a kind that the reader splits (``geodrift.scan.checkpoint``):
+``attn_qkv`` (rows ``[q; k; v]``: phi3 ``qkv_proj``, gpt2 ``c_attn``, GGUF ``attn_qkv``),
+``mlp_gate_up`` (rows ``[gate; up]``: phi3 ``gate_up_proj`` and phi3's GGUF ``ffn_up``) and the
+bare expert families ``expert_gate``/``expert_up``/``expert_down`` of a 3-D tensor
+``(n_experts, d_out, d_in)`` (GGUF ``ffn_gate_exps`` ...). A match also says whether the stored
+matrix must be transposed (gpt2's Conv1D stores ``(d_in, d_out)``).
+
+A user's ``--names`` mapping (``geodrift.scan.mapping``) is tried before these tables.
 
 Norm gains are given as Hugging Face stores them. Gemma's RMSNorm multiplies by ``(1 + w)``;
 ``geodrift.scan.readers.norm_gain`` returns that effective gain.
@@ -31,21 +44,24 @@ Norm gains are given as Hugging Face stores them. Gemma's RMSNorm multiplies by 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.validate import check_file
-from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES
+from geodrift.weights import EXPERT_ROLES, MOE_ROLES, TRANSFORMER_ROLES, expert_role
 
 CanonicalKey = tuple[str, int | None]
 
-ARCHITECTURES: tuple[str, ...] = (
-    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2",
-)
+# geodrift's architectures -> the gguf.MODEL_ARCH whose TensorNameMap holds their Hugging Face names.
+# (Mixtral is llama's map: llama.cpp converts it as "llama" with expert tensors.)
+LIBRARY_ARCH: dict[str, str] = {
+    "llama": "LLAMA", "mistral": "LLAMA", "mixtral": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3",
+    "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE", "olmoe": "OLMOE", "gemma": "GEMMA",
+    "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "gpt2": "GPT2",
+}
+ARCHITECTURES: tuple[str, ...] = tuple(LIBRARY_ARCH)
+MOE_ARCHITECTURES: frozenset[str] = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"})
 FUSED_KINDS: tuple[str, ...] = ("attn_qkv", "mlp_gate_up", "attn_qkv_bias")
 NORM_KINDS: tuple[str, ...] = (
     "norm_attn", "norm_mlp", "norm_attn_post", "norm_mlp_post", "norm_q", "norm_k", "norm_final",
@@ -54,6 +70,7 @@ GLOBAL_KINDS: tuple[str, ...] = ("embed", "pos_embed", "lm_head", "norm_final", 
 KINDS: frozenset[str] = frozenset(
     list(TRANSFORMER_ROLES)
     + [r + "_bias" for r in TRANSFORMER_ROLES]
+    + list(MOE_ROLES) + list(EXPERT_ROLES) + ["shared_router"]
     + list(NORM_KINDS)
     + [n + "_bias" for n in NORM_KINDS]
     + list(GLOBAL_KINDS)
@@ -65,226 +82,195 @@ GEMMA_FAMILY: frozenset[str] = frozenset({"gemma", "gemma2", "gemma3"})
 # GGUF architectures whose Q/K rows llama.cpp's converter permuted (LlamaModel.permute).
 GGUF_PERMUTED_QK: frozenset[str] = frozenset({"llama", "mistral"})
 
-
-# A user's --names regex: at most this long, compiled by RE2 into at most this much memory.
-MAX_PATTERN_CHARS = 1000
-MAX_PATTERN_MEMORY = 8 << 20
-MAX_MAPPING_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class NameRule:
-    """One regex over tensor names and the canonical kind it yields.
-
-    Attributes:
-        pattern: a full-match regex; its first group, if any, is the layer index.
-        kind: the canonical kind (see the module docstring).
-        transpose: the stored matrix is ``(d_in, d_out)`` and must be transposed.
-        bounded: a user's rule (``--names``): matched by RE2 in time linear in the name, never by
-            a backtracking engine (see :func:`load_name_mapping`).
-    """
-
-    pattern: str
-    kind: str
-    transpose: bool = False
-    bounded: bool = False
-
-
-def _layer_rules(prefix: str, table: list[tuple[str, str]], transpose: bool = False) -> list[NameRule]:
-    return [NameRule(prefix + r"(\d+)\." + re.escape(suffix), kind, transpose) for suffix, kind in table]
-
-
-# Hugging Face prefixes seen for decoder layers (plain, CausalLM, multimodal language_model).
-_HF_PREFIX = r"(?:model\.|model\.language_model\.|language_model\.model\.)?layers\."
-_HF_GLOBAL = r"(?:model\.|model\.language_model\.|language_model\.model\.)?"
-
-_LLAMA_LAYER = (
-    [(f"{path}.weight", role) for role, path in HF_LLAMA_PROJECTIONS.items()]
-    + [(f"{HF_LLAMA_PROJECTIONS[r]}.bias", f"{r}_bias") for r in ("attn_q", "attn_k", "attn_v", "attn_o")]
-    + [("input_layernorm.weight", "norm_attn"),
-       ("self_attn.q_norm.weight", "norm_q"), ("self_attn.k_norm.weight", "norm_k")]
-)
-_HF_GLOBALS = [
-    NameRule(_HF_GLOBAL + r"embed_tokens\.weight", "embed"),
-    NameRule(_HF_GLOBAL + r"norm\.weight", "norm_final"),
-    NameRule(r"lm_head\.weight", "lm_head"),
-]
-_LLAMA = _layer_rules(_HF_PREFIX, _LLAMA_LAYER + [("post_attention_layernorm.weight", "norm_mlp")])
-_GEMMA2 = _layer_rules(
-    _HF_PREFIX,
-    _LLAMA_LAYER
-    + [
-        ("post_attention_layernorm.weight", "norm_attn_post"),
-        ("pre_feedforward_layernorm.weight", "norm_mlp"),
-        ("post_feedforward_layernorm.weight", "norm_mlp_post"),
-    ],
-)
-_PHI3 = _LLAMA + _layer_rules(
-    _HF_PREFIX, [("self_attn.qkv_proj.weight", "attn_qkv"), ("mlp.gate_up_proj.weight", "mlp_gate_up")]
-)
-_GPT2_PREFIX = r"(?:transformer\.)?h\."
-_GPT2 = (
-    _layer_rules(
-        _GPT2_PREFIX,
-        [("attn.c_attn.weight", "attn_qkv"), ("attn.c_proj.weight", "attn_o"),
-         ("mlp.c_fc.weight", "mlp_up"), ("mlp.c_proj.weight", "mlp_down")],
-        transpose=True,
-    )
-    + _layer_rules(
-        _GPT2_PREFIX,
-        [("attn.c_attn.bias", "attn_qkv_bias"), ("attn.c_proj.bias", "attn_o_bias"),
-         ("mlp.c_fc.bias", "mlp_up_bias"), ("mlp.c_proj.bias", "mlp_down_bias"),
-         ("ln_1.weight", "norm_attn"), ("ln_1.bias", "norm_attn_bias"),
-         ("ln_2.weight", "norm_mlp"), ("ln_2.bias", "norm_mlp_bias")],
-    )
-    + [
-        NameRule(r"(?:transformer\.)?wte\.weight", "embed"),
-        NameRule(r"(?:transformer\.)?wpe\.weight", "pos_embed"),
-        NameRule(r"(?:transformer\.)?ln_f\.weight", "norm_final"),
-        NameRule(r"(?:transformer\.)?ln_f\.bias", "norm_final_bias"),
-        NameRule(r"lm_head\.weight", "lm_head"),
-    ]
-)
-
-HF_TABLES: dict[str, list[NameRule]] = {
-    "llama": _LLAMA + _HF_GLOBALS,
-    "mistral": _LLAMA + _HF_GLOBALS,
-    "qwen2": _LLAMA + _HF_GLOBALS,
-    "qwen3": _LLAMA + _HF_GLOBALS,
-    "gemma": _LLAMA + _HF_GLOBALS,
-    "gemma2": _GEMMA2 + _HF_GLOBALS,
-    "gemma3": _GEMMA2 + _HF_GLOBALS,
-    "phi3": _PHI3 + _HF_GLOBALS,
-    "gpt2": _GPT2,
+# gguf.MODEL_TENSOR member -> geodrift kind (tensors not listed here are not geodrift's business).
+KIND_OF_TENSOR: dict[str, str] = {
+    "ATTN_Q": "attn_q", "ATTN_K": "attn_k", "ATTN_V": "attn_v", "ATTN_OUT": "attn_o", "ATTN_QKV": "attn_qkv",
+    "FFN_GATE": "mlp_gate", "FFN_UP": "mlp_up", "FFN_DOWN": "mlp_down",
+    "ATTN_NORM": "norm_attn", "FFN_NORM": "norm_mlp", "FFN_PRE_NORM": "norm_mlp",
+    "ATTN_POST_NORM": "norm_attn_post", "FFN_POST_NORM": "norm_mlp_post",
+    "ATTN_Q_NORM": "norm_q", "ATTN_K_NORM": "norm_k",
+    "TOKEN_EMBD": "embed", "POS_EMBD": "pos_embed", "OUTPUT": "lm_head", "OUTPUT_NORM": "norm_final",
+    "FFN_GATE_INP": "router", "FFN_GATE_EXP": "expert_gate", "FFN_UP_EXP": "expert_up",
+    "FFN_DOWN_EXP": "expert_down", "FFN_GATE_SHEXP": "shared_gate", "FFN_UP_SHEXP": "shared_up",
+    "FFN_DOWN_SHEXP": "shared_down", "FFN_GATE_INP_SHEXP": "shared_router",
 }
+
+# Where the library is wrong or missing for geodrift (each row has a test in tests/test_names.py):
+GEODRIFT_ROWS: dict[str, str] = {
+    "prefixes": "multimodal and bare prefixes (model.language_model., language_model.model., layers.) "
+                "are read as model. - the library lists only the text models' own prefix",
+    "own_names": "an architecture's map in the library also lists other families' names (gpt2's h.N.mlp.c_fc, "
+                 "llama-pth's layers.N.attention.wq, internlm2's ... in llama's) whose layouts differ (Conv1D "
+                 "orientation, rotary row order); geodrift reads transformers' own modules (model.layers.N. "
+                 "self_attn/mlp/block_sparse_moe/*layernorm, gpt2's h.N.), so a mislabelled file is refused",
+    "lm_head": "gemma/gemma2 lm_head.weight is the output head - llama.cpp ties it, so the library's "
+               "gemma tables have no output tensor",
+    "fused": "fused tensors are split only in the layouts geodrift knows: [q; k; v] of phi3's qkv_proj and "
+             "gpt2's c_attn, [gate; up] of phi3's gate_up_proj (which the library calls ffn_up, like phi3's GGUF "
+             "ffn_up); the library also maps other fused names (persimmon's query_key_value, glm4's "
+             "gate_up_proj) whose rows interleave differently, so those are refused",
+    "conv1d": "gpt2's Conv1D weights (c_attn, c_proj, c_fc) are stored (d_in, d_out) - a name map says "
+              "nothing about orientation",
+    "llama_layout": "self_attn.q_norm/k_norm (in every llama-family architecture) and phi3's unfused "
+                    "mlp.gate_proj are read as before the library, whose llama, mistral, qwen2, gemma and phi3 "
+                    "maps lack them",
+    "experts": "Hugging Face stores experts one by one (experts.3.w1); the library knows only the stacked "
+               "name llama.cpp's converter writes (experts.w1), so the expert index is taken out first",
+}
+_MULTIMODAL_PREFIX = re.compile(r"^(?:model\.language_model\.|language_model\.model\.)")
+_BARE_PREFIX = re.compile(r"^(?=layers\.\d|embed_tokens$|norm$)")
+# The architecture's own layout (GEODRIFT_ROWS["own_names"]), after the prefixes are normalised.
+_OWN_NAMES = re.compile(r"model\.layers\.\d+\.(?:(?:self_attn|mlp|block_sparse_moe)\..+|\w*layernorm)"
+                        r"|model\.embed_tokens|model\.norm|lm_head")
+_QKV_OWN = re.compile(r".*\.(?:self_attn\.qkv_proj|attn\.c_attn)")
+_GPT2_NAMES = re.compile(r"(?:transformer\.)?(?:h\.\d+\..+|wte|wpe|ln_f)|lm_head")
+_CONV1D = re.compile(r"(?:^|\.)(?:attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight$")
+_LLAMA_LAYOUT = re.compile(r"model\.layers\.(\d+)\.(self_attn\.q_norm|self_attn\.k_norm|mlp\.gate_proj)\.weight")
+_LLAMA_LAYOUT_KINDS = {"self_attn.q_norm": "norm_q", "self_attn.k_norm": "norm_k", "mlp.gate_proj": "mlp_gate"}
+_SUFFIXES = (".weight", ".bias")
+
 # Tensors that are buffers or carry no weight information; silently skipped.
 HF_IGNORED = re.compile(
     r".*(?:rotary_emb\.inv_freq|attn\.bias|attn\.masked_bias)$|^(?:vision_tower|multi_modal_projector|"
     r"model\.vision_tower|model\.multi_modal_projector)\..*"
 )
-
-_GGUF_LAYER = [
-    ("attn_q.weight", "attn_q"), ("attn_k.weight", "attn_k"), ("attn_v.weight", "attn_v"),
-    ("attn_output.weight", "attn_o"), ("attn_qkv.weight", "attn_qkv"),
-    ("attn_q.bias", "attn_q_bias"), ("attn_k.bias", "attn_k_bias"), ("attn_v.bias", "attn_v_bias"),
-    ("attn_output.bias", "attn_o_bias"), ("attn_qkv.bias", "attn_qkv_bias"),
-    ("ffn_gate.weight", "mlp_gate"), ("ffn_up.weight", "mlp_up"), ("ffn_down.weight", "mlp_down"),
-    ("ffn_up.bias", "mlp_up_bias"), ("ffn_down.bias", "mlp_down_bias"),
-    ("attn_norm.weight", "norm_attn"), ("attn_norm.bias", "norm_attn_bias"),
-    ("ffn_norm.weight", "norm_mlp"), ("ffn_norm.bias", "norm_mlp_bias"),
-    ("post_attention_norm.weight", "norm_attn_post"), ("post_ffw_norm.weight", "norm_mlp_post"),
-    ("attn_q_norm.weight", "norm_q"), ("attn_k_norm.weight", "norm_k"),
-]
-GGUF_TABLE: list[NameRule] = _layer_rules(r"blk\.", _GGUF_LAYER) + [
-    NameRule(r"token_embd\.weight", "embed"),
-    NameRule(r"position_embd\.weight", "pos_embed"),
-    NameRule(r"output_norm\.weight", "norm_final"),
-    NameRule(r"output_norm\.bias", "norm_final_bias"),
-    NameRule(r"output\.weight", "lm_head"),
-]
 GGUF_IGNORED = re.compile(r"rope_freqs\.weight|rope_factors_(?:long|short)\.weight")
 
 
-def gguf_rules(architecture: str) -> list[NameRule]:
-    """GGUF names for ``architecture``; phi3 stores gate and up fused in ``ffn_up`` (rows [gate; up])."""
-    if architecture == "phi3":
-        return [NameRule(r"blk\.(\d+)\.ffn_up\.weight", "mlp_gate_up")] + GGUF_TABLE
-    return GGUF_TABLE
-
-
-def load_name_mapping(path: str | Path) -> list[NameRule]:
-    """Read a user mapping: a JSON object ``{regex: kind}`` or ``{regex: {"kind": k, "transpose": b}}``.
-
-    Each regex must match a whole tensor name; its first group (if any) is the layer index. These
-    rules are tried before the built-in tables, so they can also override them. The regexes are
-    RE2 syntax (Python's ``re`` without backreferences and lookarounds; ``\\d`` is ASCII), at most
-    :data:`MAX_PATTERN_CHARS` characters and :data:`MAX_PATTERN_MEMORY` bytes compiled: matching
-    takes time linear in the name, so no pattern can hang the scan (catastrophic backtracking).
-
-    Args:
-        path: the JSON file (the CLI's ``--names``).
-
-    Returns:
-        The rules, in file order.
-
-    Raises:
-        GeodriftError: when the file is missing, larger than 1 MiB or not JSON, a regex is too long,
-            does not compile or needs a backtracking engine, or a kind is not in the canonical vocabulary.
+@dataclass(frozen=True)
+class NameTable:
+    """The built-in names of one architecture in one format (``"hf"`` or ``"gguf"``).
 
     Example:
-        ``{"layers\\\\.(\\\\d+)\\\\.attention\\\\.wq\\\\.weight": "attn_q"}``
+        >>> NameTable("mixtral", "hf").match("model.layers.2.block_sparse_moe.experts.5.w3.weight")
+        (('expert_up.5', 2), False)
+        >>> NameTable("llama", "gguf").match("blk.2.ffn_down_exps.weight")
+        (('expert_down', 2), False)
     """
-    path = Path(path)
-    if not path.exists():
-        raise GeodriftError(f"{path}: name mapping file not found; pass an existing JSON file to --names")
-    size = check_file(path, "--names mapping").st_size  # a FIFO would block the read below
-    if size > MAX_MAPPING_BYTES:
-        raise GeodriftError(f"{path}: a name mapping of {size} bytes is more than the {MAX_MAPPING_BYTES} allowed; "
-                            "write one regex per tensor family, not per tensor")
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GeodriftError(f"{path}: name mapping file not found; pass an existing JSON file to --names") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GeodriftError(f"{path}: not a readable JSON name mapping ({exc}); write {{\"regex\": \"role\"}}") from None
-    if not isinstance(payload, dict) or not payload:
-        raise GeodriftError(f"{path}: a name mapping is a non-empty JSON object {{\"regex\": \"role\"}}")
-    rules = []
-    for pattern, value in payload.items():
-        named = value.get("kind", value.get("role")) if isinstance(value, dict) else value
-        if isinstance(named, str):
-            kind = named
-            transpose = bool(value.get("transpose", False)) if isinstance(value, dict) else False
-        else:
-            raise GeodriftError(f"{path}: value for {pattern!r} must be a role name or {{\"kind\": ..., \"transpose\": ...}}")
-        if kind not in KINDS:
-            raise GeodriftError(
-                f"{path}: unknown role {kind!r} for {pattern!r}; use one of {', '.join(sorted(KINDS))}"
-            )
-        _bounded_regex(pattern, path)
-        rules.append(NameRule(pattern, kind, transpose, bounded=True))
-    return rules
+
+    architecture: str
+    fmt: str
+
+    def match(self, name: str) -> tuple[CanonicalKey, bool] | None:
+        """The canonical key and transpose flag of ``name``, or None when the tables do not know it."""
+        if self.fmt == "gguf":
+            return _gguf_match(name, self.architecture)
+        return _hf_match(name, self.architecture)
+
+
+def hf_table(architecture: str) -> NameTable | None:
+    """The Hugging Face names of ``architecture`` (None for an architecture without built-in names)."""
+    return NameTable(architecture, "hf") if architecture in LIBRARY_ARCH else None
+
+
+def gguf_table(architecture: str) -> NameTable:
+    """The GGUF names (llama.cpp's, the same for every architecture; phi3's ``ffn_up`` is fused)."""
+    return NameTable(architecture, "gguf")
+
+
+def _split_suffix(name: str) -> tuple[str, str]:
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)], suffix
+    return name, ""
+
+
+def _with_suffix(kind: str, suffix: str) -> str:
+    return kind + "_bias" if suffix == ".bias" else kind
+
+
+@functools.cache
+def _gguf_templates() -> list[tuple[re.Pattern[str], str]]:
+    # gguf.TENSOR_NAMES ("blk.{bid}.attn_q", ...) as full-match regexes, for the kinds geodrift reads.
+    from gguf.constants import TENSOR_NAMES
+
+    out = []
+    for tensor, template in TENSOR_NAMES.items():
+        kind = KIND_OF_TENSOR.get(tensor.name)
+        if kind is not None:
+            out.append((re.compile(re.escape(template).replace(r"\{bid\}", r"(\d+)")), kind))
+    return out
 
 
 @functools.lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> Any:
-    import re2
-
-    options = re2.Options()
-    options.max_mem = MAX_PATTERN_MEMORY
-    options.log_errors = False  # RE2 would print its own error on stderr, past the one error line
-    return re2.compile(pattern, options)
-
-
-def _bounded_regex(pattern: str, source: str | Path) -> Any:
-    # RE2: linear-time matching, a bounded program; refuses what needs backtracking (\\1, lookarounds).
-    import re2
-
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise GeodriftError(f"{source}: a regex of {len(pattern)} characters is longer than the "
-                            f"{MAX_PATTERN_CHARS} allowed ({pattern[:40]!r}...); shorten it")
-    try:
-        return _compiled(pattern)
-    except re2.error as exc:
-        reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise GeodriftError(f"{source}: regex {pattern!r} does not compile as RE2 ({reason}); --names takes RE2 "
-                            "syntax: no backreferences or lookarounds, programs up to 8 MiB") from None
-
-
-def match_name(name: str, rules: list[NameRule]) -> tuple[CanonicalKey, bool] | None:
-    """The canonical key and transpose flag of ``name`` under ``rules`` (first match wins), or None."""
-    for rule in rules:
-        m = _bounded_regex(rule.pattern, "--names").fullmatch(name) if rule.bounded else re.fullmatch(rule.pattern, name)
+def _gguf_match(name: str, architecture: str) -> tuple[CanonicalKey, bool] | None:
+    base, suffix = _split_suffix(name)
+    if not suffix:
+        return None
+    for pattern, kind in _gguf_templates():
+        m = pattern.fullmatch(base)
         if m is None:
             continue
-        group = m.group(1) if m.groups() else None
-        if group is not None and not group.isdecimal():
-            raise GeodriftError(
-                f"name rule {rule.pattern!r} captures {group!r} from tensor {name!r} as the layer index, which "
-                "is not an integer; make the rule's first group match the layer number, e.g. (\\d+)"
-            )
-        layer = int(group) if group is not None else None
-        return (rule.kind, layer), rule.transpose
+        if kind == "mlp_up" and architecture == "phi3" and suffix == ".weight":
+            kind = "mlp_gate_up"  # GEODRIFT_ROWS["fused"]
+        return (_with_suffix(kind, suffix), int(m.group(1)) if m.groups() else None), False
+    return None
+
+
+@functools.cache
+def _library_map(architecture: str) -> Any:
+    # One block is enough: the layer number is put back by _hf_match (a map of n blocks is n times larger).
+    import gguf
+
+    return gguf.get_tensor_name_map(gguf.MODEL_ARCH[LIBRARY_ARCH[architecture]], 1)
+
+
+@functools.lru_cache(maxsize=8192)
+def _hf_match(name: str, architecture: str) -> tuple[CanonicalKey, bool] | None:
+    base, suffix = _split_suffix(name)
+    if not suffix:
+        return None
+    base = _BARE_PREFIX.sub("model.", _MULTIMODAL_PREFIX.sub("model.", base))  # GEODRIFT_ROWS["prefixes"]
+    if (_GPT2_NAMES if architecture == "gpt2" else _OWN_NAMES).fullmatch(base) is None:
+        return None
+    parts = base.split(".")
+    expert = None
+    if "experts" in parts:  # GEODRIFT_ROWS["experts"]
+        at = parts.index("experts") + 1
+        if at < len(parts) and parts[at].isdecimal():
+            expert = int(parts.pop(at))
+    hit = _library_lookup(parts, architecture)
+    if hit is None:
+        return _geodrift_row(base, suffix, architecture)
+    kind, layer = hit
+    if base.endswith(".gate_up_proj"):  # GEODRIFT_ROWS["fused"]: the library calls it ffn_up
+        if architecture != "phi3":
+            return None
+        kind = "mlp_gate_up"
+    if kind == "attn_qkv" and _QKV_OWN.fullmatch(base) is None:
+        return None
+    if expert is not None:
+        if kind not in EXPERT_ROLES:
+            return None
+        kind = expert_role(kind, expert)
+    transpose = architecture == "gpt2" and suffix == ".weight" and _CONV1D.search(name) is not None
+    return (_with_suffix(kind, suffix), layer), transpose  # transpose: GEODRIFT_ROWS["conv1d"]
+
+
+def _library_lookup(parts: list[str], architecture: str) -> tuple[str, int | None] | None:
+    # Each numeric part in turn is tried as the block number (the map holds block 0); then none is.
+    mapping = _library_map(architecture)
+    for i, part in enumerate(parts):
+        if part.isdecimal():
+            hit = mapping.get_type_and_name(".".join(parts[:i] + ["0"] + parts[i + 1:]))
+            if hit is not None and hit[1].startswith("blk.0."):
+                kind = KIND_OF_TENSOR.get(hit[0].name)
+                return (kind, int(part)) if kind is not None else None
+    hit = mapping.get_type_and_name(".".join(parts))
+    if hit is None or hit[1].startswith("blk."):
+        return None
+    kind = KIND_OF_TENSOR.get(hit[0].name)
+    return (kind, None) if kind is not None else None
+
+
+def _geodrift_row(base: str, suffix: str, architecture: str) -> tuple[CanonicalKey, bool] | None:
+    # The names the library does not have (GEODRIFT_ROWS "lm_head", "llama_layout").
+    name = base + suffix
+    if name == "lm_head.weight":
+        return ("lm_head", None), False
+    m = _LLAMA_LAYOUT.fullmatch(name)
+    if m is not None and architecture != "gpt2":
+        return (_LLAMA_LAYOUT_KINDS[m.group(2)], int(m.group(1))), False
     return None
 
 
@@ -292,11 +278,16 @@ def guess_hf_architecture(names: list[str]) -> str:
     """Guess the architecture of a Hugging Face state dict from its tensor names alone.
 
     gemma and llama share every name; without a ``config.json`` a gemma file reads as llama
-    (only the folded view differs: gemma's ``(1 + w)`` gain). Pass ``architecture=`` to override.
+    (only the folded view differs: gemma's ``(1 + w)`` gain), and an OLMoE file reads as
+    qwen3_moe (the same names). Pass ``architecture=`` to override.
     """
     joined = "\n".join(names)
     if re.search(r"(?m)^(?:transformer\.)?h\.\d+\.attn\.c_attn\.", joined):
         return "gpt2"
+    if "block_sparse_moe." in joined:
+        return "mixtral"
+    if ".mlp.experts." in joined:
+        return "qwen3_moe" if "self_attn.q_norm" in joined else "qwen2_moe"
     if "qkv_proj" in joined or "gate_up_proj" in joined:
         return "phi3"
     if "pre_feedforward_layernorm" in joined:
@@ -316,13 +307,13 @@ def normalise_model_type(model_type: str, source: str | None = None) -> str:
         source: where it was read (``"model/config.json model_type"``), named in the message.
 
     Raises:
-        GeodriftError: for an architecture without a name table.
+        GeodriftError: for an architecture without built-in names.
     """
-    aliases = {"gemma3_text": "gemma3", "phi3small": "phi3", "qwen2_moe": "qwen2"}
+    aliases = {"gemma3_text": "gemma3", "phi3small": "phi3", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
     arch = aliases.get(model_type, model_type)
     if arch not in ARCHITECTURES:
         raise GeodriftError(
-            f"{source + ': ' if source else ''}architecture {model_type!r} has no built-in name table (known: {', '.join(ARCHITECTURES)}); "
-            "pass --names mapping.json ({\"regex\": \"role\"}) to map its tensors"
+            f"{source + ': ' if source else ''}architecture {model_type!r} has no built-in names (known: {', '.join(ARCHITECTURES)}); "
+            "pass --names mapping.json ({\"regex\": \"role\"}, roles as in --roles) to map its tensors"
         )
     return arch

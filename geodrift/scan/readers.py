@@ -16,13 +16,14 @@ Public API::
     canonical_shape(ckpt, key) # its shape, from headers only
     all_finite(tensor)         # the cheap NaN/Inf check every load runs
     norm_gain(ckpt, key)       # a norm's effective multiplicative gain (gemma: 1 + w)
-    weightset(ckpt, view)      # WeightSet of the 7 projections, "raw" or "folded" (geodrift.scan.fold)
+    weightset(ckpt, view)      # WeightSet of the projections (7 per layer; MoE: router, experts), raw or folded
     validate_for_continuity(ws)  # >= 2 layers per role; the scan calls it after --roles/--layers
 
 Canonical keys are listed in ``geodrift.scan.names``. ``load_canonical`` is what a model
 implementation calls (``geodrift.pretrained.llama_from_checkpoint``): projections come as ``nn.Linear.weight``
 ``(d_out, d_in)`` with Q/K rows in Hugging Face's rotary order (llama.cpp's permutation undone),
-fused qkv/gate_up split, gpt2's Conv1D transposed; norms as Hugging Face stores them; and
+fused qkv/gate_up split, stacked experts sliced, gpt2's Conv1D transposed; norms as Hugging Face
+stores them; and
 ``("lm_head", None)`` falls back to the embedding when the embeddings are tied.
 """
 
@@ -39,10 +40,19 @@ from geodrift.scan.checkpoint import Checkpoint, Part
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scan.fold import INPUT_SIDE, folded_loader
 from geodrift.scan.gguf_reader import GGUFCheckpoint
-from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey, NameRule, load_name_mapping
+from geodrift.scan.mapping import NameRule, load_name_mapping
+from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey
 from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
 from geodrift.scan.validate import check_file, read_weight_map
-from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet, all_finite
+from geodrift.weights import (
+    MOE_ROLES,
+    TRANSFORMER_ROLES,
+    WeightEntry,
+    WeightSet,
+    all_finite,
+    base_role,
+    split_expert_role,
+)
 
 __all__ = [
     "Checkpoint", "open_checkpoint", "canonical_tensors", "canonical_keys", "canonical_shape", "load_canonical",
@@ -50,6 +60,8 @@ __all__ = [
 ]
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+# Roles a checkpoint holds (besides each expert's: "expert_gate.3" ...).
+_CHECKPOINT_ROLES = frozenset(TRANSFORMER_ROLES + MOE_ROLES)
 
 
 def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] | None = None,
@@ -189,7 +201,7 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
         torch.Size([192, 576])
     """
     part = _part(ckpt, key)
-    tensor = ckpt.load(part.name)
+    tensor = ckpt.load(part.name) if part.expert is None else ckpt.load_expert(part.name, part.expert)
     if part.transpose:
         tensor = tensor.T
     if part.rows is not None:
@@ -222,7 +234,8 @@ def norm_gain(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
 
 
 def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
-    """The checkpoint's projections (Q, K, V, O, Gate, Up, Down per layer) as a lazy WeightSet.
+    """The checkpoint's projections as a lazy WeightSet: Q, K, V, O, Gate, Up, Down per layer and, in a
+    mixture-of-experts model, the router, each expert's Gate/Up/Down and the shared expert's.
 
     Args:
         ckpt: an open checkpoint.
@@ -246,13 +259,14 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
         raise GeodriftError(f"--view: unknown view {view!r}; use raw or folded")
     entries: dict[tuple[str, int], WeightEntry] = {}
     for (role, layer), part in ckpt.plan.items():
-        if role not in TRANSFORMER_ROLES or layer is None:
+        if layer is None or (role not in _CHECKPOINT_ROLES and split_expert_role(role) is None):
             continue
         shape = ckpt.canonical_shape((role, layer))
         ckpt.check_readable(part.name)
         if len(shape) != 2:
             raise GeodriftError(f"{ckpt.label}:{part.name}: expected a 2-D weight matrix, got shape {shape}")
-        source = f"{ckpt.label}:{part.name}" + (f"[rows {part.rows[0]}:{part.rows[1]}]" if part.rows else "")
+        source = (f"{ckpt.label}:{part.name}" + (f"[expert {part.expert}]" if part.expert is not None else "")
+                  + (f"[rows {part.rows[0]}:{part.rows[1]}]" if part.rows else ""))
         if view == "folded":
             _check_foldable(ckpt, role, layer)
             loader = folded_loader(ckpt, role, layer, _raw_loader(ckpt, role, layer),
@@ -291,7 +305,7 @@ def validate_for_continuity(ws: WeightSet) -> None:
 def _check_foldable(ckpt: Checkpoint, role: str, layer: int) -> None:
     # A reading projection without its input norm would be "folded" with nothing: refuse rather than
     # label raw weights as folded (a --names mapping may leave the norms unmapped).
-    kind = INPUT_SIDE.get(role)
+    kind = INPUT_SIDE.get(base_role(role))
     if kind is not None and (kind, layer) not in ckpt.plan:
         raise GeodriftError(
             f"{ckpt.label}: --view folded needs the {kind} gain of layer {layer} for {role}, but no tensor maps to it; "

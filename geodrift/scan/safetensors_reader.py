@@ -23,8 +23,15 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint, infer_config_from_shapes
-from geodrift.scan.names import HF_IGNORED, HF_TABLES, NameRule, guess_hf_architecture, normalise_model_type
+from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes
+from geodrift.scan.mapping import NameRule
+from geodrift.scan.names import (
+    HF_IGNORED,
+    LIBRARY_ARCH,
+    guess_hf_architecture,
+    hf_table,
+    normalise_model_type,
+)
 from geodrift.scan.state_dict import unwrap_state_dict
 from geodrift.scan.validate import (
     check_checkpoint,
@@ -64,6 +71,7 @@ HF_CONFIG_KEYS = {
     "head_dim": ("head_dim",), "d_ff": ("intermediate_size", "n_inner"), "vocab_size": ("vocab_size",),
     "rope_theta": ("rope_theta",), "norm_eps": ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps"),
     "tie_embeddings": ("tie_word_embeddings",), "context_length": ("max_position_embeddings", "n_positions"),
+    "n_experts": ("num_local_experts", "num_experts"),
 }
 
 
@@ -174,6 +182,14 @@ class SafetensorsCheckpoint(Checkpoint):
             GeodriftError: an unknown name, or a shard that is gone, truncated, corrupt or replaced
                 since open (a one-line message naming the file and tensor).
         """
+        return self._read(name, None)
+
+    def load_expert(self, name: str, expert: int) -> torch.Tensor:
+        """Expert ``expert`` of a stacked ``(n_experts, d_out, d_in)`` tensor, reading only its rows."""
+        check_expert(self.label, name, self.shape(name), expert)
+        return self._read(name, expert)
+
+    def _read(self, name: str, expert: int | None) -> torch.Tensor:
         from safetensors import SafetensorError, safe_open
 
         file = self._where.get(name)
@@ -188,11 +204,14 @@ class SafetensorsCheckpoint(Checkpoint):
                     raise ValueError(f"shape {shape} is not the {expected} read at open")
                 if not shape:
                     return handle.get_tensor(name).to(torch.float32)
+                if expert is not None:
+                    shape = shape[1:]
                 out = torch.empty(shape, dtype=torch.float32)
                 step = max(1, _CHUNK_BYTES // (4 * max(1, math.prod(shape[1:]))))
                 for start in range(0, shape[0], step):
                     stop = min(start + step, shape[0])
-                    out[start:stop] = view[start:stop]  # stored dtype -> float32, one chunk at a time
+                    # stored dtype -> float32, one chunk at a time
+                    out[start:stop] = view[start:stop] if expert is None else view[expert, start:stop]
         except FileNotFoundError:
             raise GeodriftError(f"{file}: shard not found (removed since open); re-download the model") from None
         except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as exc:
@@ -250,6 +269,10 @@ class StateDictCheckpoint(Checkpoint):
         if tensor.is_quantized:
             tensor = tensor.dequantize()
         return tensor.to("cpu", torch.float32, copy=True)
+
+    def load_expert(self, name: str, expert: int) -> torch.Tensor:
+        check_expert(self.label, name, self.shape(name), expert)
+        return self._tensors[name][expert].detach().to("cpu", torch.float32, copy=True)
 
     def dtype(self, name: str) -> str:
         self.shape(name)
@@ -318,7 +341,7 @@ def _configure(ckpt: Checkpoint, raw: dict[str, Any], rules: list[NameRule] | No
     if architecture is not None:
         arch = architecture
     elif isinstance(model_type, str):
-        arch = model_type if rules and model_type not in HF_TABLES else normalise_model_type(
+        arch = model_type if rules and model_type not in LIBRARY_ARCH else normalise_model_type(
             model_type, f"{config_path or ckpt.label} model_type")
     else:
         arch = guess_hf_architecture(ckpt.tensor_names())
@@ -327,7 +350,7 @@ def _configure(ckpt: Checkpoint, raw: dict[str, Any], rules: list[NameRule] | No
     if arch == "gpt2" or arch in ("gemma", "gemma2", "gemma3"):
         config.setdefault("tie_embeddings", True)  # these configs default to tied embeddings
     ckpt.config = config
-    ckpt._build_plan(list(rules or []) + HF_TABLES.get(arch, []), HF_IGNORED, lenient=bool(rules))
+    ckpt._build_plan(list(rules or []), hf_table(arch), HF_IGNORED, lenient=bool(rules))
     check_projections(ckpt)
     infer_config_from_shapes(ckpt, config)
     if arch == "gpt2" and "d_model" in config:

@@ -13,20 +13,20 @@ from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct
 from geodrift.scan.checkpoint import Checkpoint
+from geodrift.scan.experts import depth_spectra, measure_across_experts
 from geodrift.scan.preflight import check_layers
 from geodrift.scan.readers import open_checkpoint, weightset
-from geodrift.weights import TRANSFORMER_ROLES, WeightSet
+from geodrift.weights import EXPERTS_GROUP, ROLE_NAMES, TRANSFORMER_ROLES, WeightSet, canonical_role
 
 # --layers is expanded only below this bound (a model's depth is checked after it is opened).
 MAX_LAYERS = 100_000
-ROLE_ALIASES = {
-    "q": "attn_q", "k": "attn_k", "v": "attn_v", "o": "attn_o",
-    "gate": "mlp_gate", "up": "mlp_up", "down": "mlp_down",
-}
 
 
 def parse_roles(text: str | None) -> list[str] | None:
-    """``"q,k,gate"`` or ``"attn_q,mlp_up"`` -> canonical roles (None = all).
+    """``"q,k,gate"``, ``"attn_q,mlp_up"`` or ``"router,expert_gate,experts"`` -> canonical roles (None = all).
+
+    The names are ``geodrift.weights.ROLE_NAMES`` (the same vocabulary as ``--names``): an expert
+    family (``expert_gate``) stands for every expert's, ``expert_gate.3`` for one, ``experts`` for all.
 
     Raises:
         GeodriftError: on an unknown name.
@@ -35,12 +35,11 @@ def parse_roles(text: str | None) -> list[str] | None:
         return None
     roles = []
     for item in text.split(","):
-        name = item.strip().lower()
-        role = ROLE_ALIASES.get(name, name)
-        if role not in TRANSFORMER_ROLES:
+        role = EXPERTS_GROUP if item.strip().lower() == EXPERTS_GROUP else canonical_role(item)
+        if role is None:
             raise GeodriftError(
-                f"--roles: unknown projection {item!r}; use any of {', '.join(ROLE_ALIASES)} "
-                f"(or {', '.join(TRANSFORMER_ROLES)})"
+                f"--roles: unknown projection {item!r}; use any of {', '.join(ROLE_NAMES)}, {EXPERTS_GROUP} "
+                f"or expert_gate.N (or {', '.join(TRANSFORMER_ROLES)})"
             )
         roles.append(role)
     return roles
@@ -165,7 +164,9 @@ def scan(
     Returns:
         The continuity Report, with the trajectory shape (App. A.2: 3-PC explained variance and
         ``|cos|`` decay with layer distance, each beside its random and permutation floors) of v1
-        and u1 of every projection with at least 3 layers in ``report.trajectory``.
+        and u1 of every projection with at least 3 layers (the per-expert ones aside) in
+        ``report.trajectory``, and in a mixture of experts each layer's experts compared with one
+        another in ``report.across_experts`` (``geodrift.scan.experts``).
 
     Raises:
         GeodriftError: fewer than 2 layers, NaN/Inf in a tensor.
@@ -184,5 +185,7 @@ def scan(
         derive = ov_composite_hook(*heads)
     spectra = decompose(ws, spec, progress, derive)
     report = assemble(spectra, spec, ws.origin, ws.view)
-    report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed)
+    report.trajectory = trajectory_shapes(depth_spectra(spectra), spec.null_draws, spec.seed)
+    report.across_experts, notes = measure_across_experts(spectra, spec, ws.origin, ws.view)
+    report.notes += notes
     return report

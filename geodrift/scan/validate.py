@@ -23,6 +23,7 @@ from typing import Any
 
 from geodrift.checks import check_file
 from geodrift.errors import GeodriftError
+from geodrift.weights import MOE_ROLES, split_expert_role
 
 __all__ = ["check_file", "read_weight_map", "check_tensor_names", "check_counts", "check_shapes",
            "check_projections", "check_checkpoint"]
@@ -160,7 +161,7 @@ def check_projections(ckpt: Any) -> None:
         GeodriftError: naming the tensor and its shape.
     """
     for key, part in ckpt.plan.items():
-        if key[0] in _PROJECTIONS and key[1] is not None:
+        if (key[0] in _PROJECTIONS or key[0] in MOE_ROLES or split_expert_role(key[0])) and key[1] is not None:
             shape = ckpt.canonical_shape(key)
             if len(shape) != 2 or 0 in shape:
                 raise GeodriftError(
