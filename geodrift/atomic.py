@@ -27,7 +27,7 @@ from typing import Any
 from geodrift.errors import GeodriftError
 
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 # Top-level keys of a document that are about the file, not the payload (see :func:`payload_of`).
 ENVELOPE_KEYS = ("schema_version", "kind", "nonfinite")
 NONFINITE_NOTE = (
@@ -199,7 +199,7 @@ def document(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
 
     Example:
         >>> document("proofs", {"seed": 0})
-        {'schema_version': '1.0', 'kind': 'proofs', 'seed': 0}
+        {'schema_version': '1.1', 'kind': 'proofs', 'seed': 0}
     """
     clash = [k for k in ENVELOPE_KEYS if k in payload]
     if clash:

@@ -150,7 +150,8 @@ def _leaves(x: object, path: str = "") -> list[tuple[str, object]]:
 
 
 SIMILARITIES = {"per_pair", "mean", "median", "null_mean", "null_std", "sigma2_wa", "sigma2_wa_upper",
-                "sigma2_wa_per_pair", "sigma2_null_mean", "sigma2_null_std", "subspace_overlap", "max_residual"}
+                "sigma2_wa_per_pair", "sigma2_null_mean", "sigma2_null_std", "subspace_overlap", "max_residual",
+                "per_pair_null_mean", "per_pair_null_std"}
 
 
 def test_scan_of_the_embedded_model_matches_the_golden_report():

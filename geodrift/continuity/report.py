@@ -60,7 +60,12 @@ class SpaceContinuity:
 
 @dataclass(frozen=True)
 class RoleReport:
-    """Everything measured for one projection across its layers."""
+    """Everything measured for one projection across its layers.
+
+    Two verdicts (``geodrift.continuity.verdicts``): ``verdict`` is the *shared frame* (Eq. 1 beyond the
+    permutation null in the predicted space: the paper's claim), ``path_verdict`` the *depth path*
+    (nearby layers agree more than far ones); each with its criterion in words.
+    """
 
     role: str
     label: str
@@ -75,6 +80,8 @@ class RoleReport:
     criterion: str
     max_residual: float
     methods: dict[str, int]
+    path_verdict: str  # "holds", "fails", "n/a", "no prediction" or "undefined"
+    path_criterion: str
 
 
 @dataclass
@@ -137,6 +144,7 @@ class Report:
                         "sigma2_null_mean": s.sigma2_null_mean,
                         "subspace_overlap": s.subspace_overlap, "subspace_baseline": s.subspace_baseline,
                         "predicted_space": r.predicted_space or "none", "verdict": r.verdict,
+                        "path_verdict": r.path_verdict,
                     })
         return out
 

@@ -9,7 +9,6 @@ import torch
 
 from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.measure import Derive
-from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct
 from geodrift.scan.checkpoint import Checkpoint
@@ -152,7 +151,8 @@ def scan(
     Returns:
         The continuity Report, with the trajectory shape (App. A.2: 3-PC explained variance and
         ``|cos|`` decay with layer distance, each beside its random and permutation floors) of v1
-        and u1 of every projection with at least 3 layers in ``report.trajectory``.
+        and u1 of every projection with at least 3 layers in ``report.trajectory``, and both verdicts
+        per projection (shared frame: ``verdict``; depth path: ``path_verdict``).
 
     Raises:
         GeodriftError: fewer than 2 layers, NaN/Inf in a tensor.
@@ -169,7 +169,4 @@ def scan(
     derive = None
     if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
         derive = ov_composite_hook(*heads)
-    spectra = decompose(ws, spec, progress, derive)
-    report = assemble(spectra, spec, ws.origin, ws.view)
-    report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed)
-    return report
+    return assemble(decompose(ws, spec, progress, derive), spec, ws.origin, ws.view, trajectory=True)
