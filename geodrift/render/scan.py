@@ -10,7 +10,13 @@ from __future__ import annotations
 from rich.markup import escape
 
 from geodrift.continuity import Report, RoleReport, VectorContinuity
-from geodrift.continuity.verdicts import FRAME_NOTE, NEITHER_PATH_CRITERION, PATH_CRITERION, depth_path, is_continuity
+from geodrift.continuity.verdicts import (
+    FRAME_NOTE,
+    NEITHER_PATH_CRITERION,
+    PATH_CRITERION,
+    depth_path,
+    is_continuity,
+)
 from geodrift.render import console, fmt
 from geodrift.render.layout import Col, Grid, print_grid
 
