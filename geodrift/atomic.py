@@ -81,8 +81,8 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     GeodriftError that names ``target`` - the user's path - never the temporary file.
 
     Example:
-        >>> with atomic_path("out.png") as tmp:  # doctest: +SKIP
-        ...     figure.savefig(tmp, format="png")
+        >>> with atomic_path("out.txt") as tmp:  # doctest: +SKIP
+        ...     _ = tmp.write_text("complete or absent")
     """
     target = Path(target)
     try:

@@ -186,8 +186,14 @@ class Report:
             GeodriftError: when pandas is not installed (``pip install 'geodrift[frame]'``).
 
         Example:
-            >>> frame = report.to_frame()  # doctest: +SKIP
-            >>> frame.groupby(["projection", "space"]).abs_cos.mean()  # doctest: +SKIP
+            >>> import torch
+            >>> from geodrift.continuity import MeasureSpec, measure
+            >>> from geodrift.weights import WeightSet
+            >>> g = torch.Generator().manual_seed(0)
+            >>> ws = WeightSet.from_tensors({("block", i): torch.randn(6, 6, generator=g) for i in range(3)})
+            >>> frame = measure(ws, MeasureSpec(k=1, null_draws=4)).to_frame()
+            >>> frame.groupby(["projection", "space"]).abs_cos.count().tolist()  # 2 adjacent pairs per space
+            [2, 2]
         """
         try:
             import pandas as pd

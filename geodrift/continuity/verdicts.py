@@ -194,10 +194,14 @@ def depth_path(t: TrajectoryShape) -> bool | None:
     Example:
         >>> import torch
         >>> from geodrift.continuity.trajectory import trajectory_shape
-        >>> angles = torch.linspace(0, 1.5, 12)  # twelve layers along an arc
-        >>> arc = torch.stack([angles.cos(), angles.sin(), torch.zeros(12)], 1)
-        >>> depth_path(trajectory_shape(arc, "attn_q", "Q", "v", 20, torch.Generator().manual_seed(0)))
+        >>> g = torch.Generator().manual_seed(0)
+        >>> plane = torch.linalg.qr(torch.randn(64, 2, generator=g)).Q.T  # a random 2-plane of R^64
+        >>> angles = torch.linspace(0, 1.5, 12)  # twelve layers along an arc in it
+        >>> arc = torch.stack([angles.cos(), angles.sin()], 1) @ plane
+        >>> depth_path(trajectory_shape(arc, "attn_q", "Q", "v", 20, g))
         True
+        >>> depth_path(trajectory_shape(arc[torch.randperm(12, generator=g)], "attn_q", "Q", "v", 20, g))
+        False
     """
     if t.layers < PATH_MIN_LAYERS or not t.lag_abs_cos or math.isnan(t.lag_abs_cos[0]) or math.isnan(t.order_p):
         return None

@@ -5,8 +5,8 @@ write or check a ``--names`` mapping. Reads headers only (no tensor data).
 
 Example:
     >>> from geodrift.scan.readers import open_checkpoint
-    >>> rows = inventory(open_checkpoint(None))  # doctest: +SKIP
-    >>> rows[0].name, rows[0].use  # doctest: +SKIP
+    >>> rows = inventory(open_checkpoint(None))
+    >>> rows[0].name, rows[0].use
     ('token_embd.weight', 'not scanned')
 """
 
