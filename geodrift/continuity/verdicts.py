@@ -223,6 +223,10 @@ def path_verdict(predicted: str | None, shapes: dict[str, TrajectoryShape]) -> t
     Returns:
         ``("holds" | "fails" | "n/a", criterion)``: ``n/a`` when the predicted space was not measured or
         has too few layers (:data:`PATH_MIN_LAYERS`).
+
+    Example:
+        >>> path_verdict("u", {})[0]  # the output space's trajectory was not measured
+        'n/a'
     """
     if predicted not in ("v", "u"):
         return _neither_path(shapes, {"v": [], "u": []})
@@ -251,7 +255,13 @@ def _neither_path(shapes: dict[str, TrajectoryShape], peers: dict[str, list[floa
 
 
 def is_continuity(role: RoleReport) -> bool:
-    """Whether a projection shows the paper's continuity: predicted continuous in a space, frame and path hold."""
+    """Whether a projection shows the paper's continuity: predicted continuous in a space, frame and path hold.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> is_continuity(S(predicted_space="v", verdict="holds", path_verdict="fails"))  # a frame, no path
+        False
+    """
     return role.predicted_space in ("v", "u") and role.verdict == "holds" and role.path_verdict == "holds"
 
 
@@ -266,6 +276,15 @@ def path_verdicts(roles: list[RoleReport], trajectory: list[TrajectoryShape]) ->
         The same list, each role replaced (``dataclasses.replace``) with its path verdict: ``no prediction``
         and ``undefined`` follow the frame verdict; V (neither) is decided against its peers'
         layer-order z, as :func:`relative_verdicts` decides its frame.
+
+    Example:
+        >>> import torch
+        >>> from geodrift.continuity import MeasureSpec, measure
+        >>> from geodrift.weights import WeightSet
+        >>> g = torch.Generator().manual_seed(0)
+        >>> ws = WeightSet.from_tensors({("attn_q", i): torch.randn(8, 8, generator=g) for i in range(8)})
+        >>> [r.path_verdict for r in measure(ws, MeasureSpec(k=1, null_draws=10), trajectory=True).roles]
+        ['fails']
     """
     shapes: dict[str, dict[str, TrajectoryShape]] = {}
     for t in trajectory:
