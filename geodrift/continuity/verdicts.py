@@ -52,7 +52,7 @@ NEITHER_CRITERION = (
 # The shared-frame criterion is Eq. 1's: what the paper claims, and all it claims, per projection.
 FRAME_NOTE = ("the frame verdict tests Eq. 1, which is what the paper claims; a frame every layer shares satisfies it "
               "in any layer order, so only the path verdict speaks for depth")
-# A depth path. (a) The depth order's lag-1 |cos| against every (or 20,000 random) layer orders of the same
+# A depth path. (a) The depth order's lag-1 |cos| against all (or up to 200,000 random) layer orders of the same
 # vectors: a permutation p-value at the level of a one-sided z of 3 under a normal null (0.00135; the
 # frame's level). (b) The lag-1 excess over the coordinate-permutation null beats the excess at the far lags
 # (k >= L/2, pairs pooled) by DECAY_SD null sd: it rules out a raw |cos| that decays only because the

@@ -180,7 +180,7 @@ def trajectory_grid(report: Report) -> Grid:
                  "layer-order null: lag-1 |cos| of the same vectors with the layers in random order, and the z of "
                  "the observed lag 1 against it (high: nearby layers agree more than far ones; ≈ 0: a frame every "
                  "layer shares) and p, the share of layer orders that reach it (every order up to 8 layers, else "
-                 "20,000 random ones). path: whether this space shows a depth path (path criterion below)."),
+                 "random ones until 100 reach it, at most 200,000). path: whether this space shows a depth path (path criterion below)."),
     )
     for t in report.trajectory:
         lag_cells = []
