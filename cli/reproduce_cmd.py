@@ -55,9 +55,20 @@ def reproduce_command(
     written = write_report(rep, out, dpi)
     sims = [s for s in rep.sections if s.kind == "sim"]
     announce(f"wrote {written[0]} ({len(written)} files)", quiet=quiet)
-    typer.echo(f"geodrift reproduce ({mode}): {_holding(rep.sections, 'sim')} simulator claims hold, "
-               f"{_holding(rep.sections, 'compress')} compression claims; {len(sims)} simulator sections in "
+    typer.echo(f"geodrift reproduce ({mode}): {_scan_holding(rep.sections)}{_holding(rep.sections, 'sim')} simulator "
+               f"claims hold, {_holding(rep.sections, 'compress')} compression claims; {len(sims)} simulator sections in "
                f"{(time.perf_counter() - t0) / 60:.1f} min; report {written[0]}")
+
+
+def _scan_holding(sections: list[Any]) -> str:
+    # The embedded scan's two verdicts per projection: shared frame (Eq. 1) and depth path.
+    roles = [r for s in sections if s.kind == "scan" and s.result is not None for r in s.result.roles
+             if r.verdict in ("holds", "fails")]
+    if not roles:
+        return ""
+    paths = [r for r in roles if r.path_verdict in ("holds", "fails")]
+    return (f"scan: frame {sum(r.verdict == 'holds' for r in roles)}/{len(roles)}, path "
+            f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold; ")
 
 
 def _holding(sections: list[Any], kind: str) -> str:

@@ -110,8 +110,8 @@ def effective_rank(sigma: torch.Tensor) -> torch.Tensor:
         ``(...)``: 1 for rank one, ``K`` for a flat spectrum.
 
     Example:
-        >>> effective_rank(torch.ones(4))
-        tensor(4.0000)
+        >>> round(float(effective_rank(torch.ones(4))), 4)
+        4.0
     """
     energy = sigma.double().pow(2)
     p = energy / energy.sum(-1, keepdim=True).clamp_min(1e-300)

@@ -51,7 +51,7 @@ def message(signum: int) -> str:
     """The one line printed for ``signum``, with the resume hint when one is registered.
 
     Example:
-        >>> message(signal.SIGINT)  # doctest: +SKIP
+        >>> message(signal.SIGINT)
         'interrupted'
     """
     text = "interrupted" if signum == signal.SIGINT else f"interrupted ({signal.Signals(signum).name})"

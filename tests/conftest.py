@@ -1,4 +1,10 @@
-"""Test configuration: hypothesis profiles ('default' fast, 'ci' derandomized when env CI is set)."""
+"""Test configuration: Hypothesis profiles.
+
+- ``default``: fast, unseeded (each run draws new examples; a failure is a bug found, not a flake);
+- ``ci`` (env ``CI`` set): derandomized, so CI runs are reproducible;
+- ``thorough`` (env ``GEODRIFT_HYPOTHESIS=thorough``): every property test with a 40x example budget
+  (1,000 where a test sets none), unseeded - the long job of docs/testing.md.
+"""
 
 from __future__ import annotations
 
@@ -15,4 +21,6 @@ settings.register_profile("default", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("ci", max_examples=50, deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("ci" if os.environ.get("CI") else "default")
+settings.register_profile("thorough", max_examples=1000, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("GEODRIFT_HYPOTHESIS") or ("ci" if os.environ.get("CI") else "default"))

@@ -8,12 +8,25 @@ shrink towards the identity), optionally times a reflection.
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import hypothesis.extra.numpy as hnp
 import hypothesis.strategies as st
 import numpy as np
 import torch
+from hypothesis import settings
 
 DIMS = st.integers(min_value=2, max_value=12)
+# A test's own example budget grows by this factor under the `thorough` profile (tests/conftest.py).
+THOROUGH_FACTOR = 40
+
+
+def examples(max_examples: int, **options: Any) -> settings:
+    """``@settings(max_examples=..., **options)`` for a test with a budget of its own (an expensive example),
+    multiplied by :data:`THOROUGH_FACTOR` under ``GEODRIFT_HYPOTHESIS=thorough``."""
+    scale = THOROUGH_FACTOR if os.environ.get("GEODRIFT_HYPOTHESIS") == "thorough" else 1
+    return settings(max_examples=max_examples * scale, **options)
 ENTRIES = st.floats(min_value=-4.0, max_value=4.0, allow_nan=False, allow_infinity=False, allow_subnormal=False)
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from _fuzz import Outcomes, mutants, remove_case, run_case, seed_files
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from strategies import examples
 
 from geodrift.errors import GeodriftError
 from geodrift.scan.readers import open_checkpoint, weightset
@@ -61,7 +62,7 @@ def test_mutated_files_give_a_report_or_a_one_line_error_and_nothing_else(seeds:
     assert outcomes.counts["error"] > 0 and outcomes.counts["report"] > 0  # both kinds of file were made
 
 
-@settings(max_examples=30, deadline=None)
+@examples(30, deadline=None)
 @given(data=st.data())
 def test_any_truncation_of_a_valid_file_is_a_one_line_error(seeds: list[Path], tmp_path_factory, data) -> None:
     path = data.draw(st.sampled_from(seeds), label="seed")

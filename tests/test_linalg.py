@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from strategies import arrays
+from strategies import arrays, examples
 
 from geodrift.linalg import MatrixProduct, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 
@@ -20,7 +20,7 @@ def _low_rank_plus_noise(m: int, n: int, seed: int, spectrum: torch.Tensor | Non
 
 
 @given(st.integers(70, 200), st.integers(70, 200), st.integers(1, 3), arrays(st.just((4,)), st.floats(0.5, 10.0)))
-@settings(max_examples=15, deadline=None)
+@examples(15, deadline=None)
 def test_lanczos_triplets_match_full_svd(m, n, k, spectrum):
     # The bases are a fixed draw; the property quantifies over the spectrum (gaps can be small).
     W = _low_rank_plus_noise(m, n, 0, spectrum.float().sort(descending=True).values)

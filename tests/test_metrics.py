@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from strategies import arrays, orthogonal_matrices, vector_stacks
+from strategies import arrays, examples, orthogonal_matrices, vector_stacks
 
 from geodrift import metrics
 
@@ -89,7 +89,7 @@ def test_effective_rank_of_rank_one_is_one_and_flat_spectrum_is_n():
 
 
 @given(arrays(st.tuples(st.integers(4, 30)), st.floats(1e-3, 10.0)), st.integers(1, 3))
-@settings(max_examples=30)
+@examples(30)
 def test_effective_rank_bounds_contain_the_exact_value(spectrum, k):
     sigma, n = spectrum.sort(descending=True).values, spectrum.shape[0]
     exact = float(metrics.effective_rank(sigma))

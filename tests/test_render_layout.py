@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sim_helpers import smoke_result, smoke_spec
+from strategies import examples
 from typer.testing import CliRunner
 
 from geodrift.cli.main import app
@@ -66,7 +67,7 @@ def test_scan_at_80_columns_prints_every_value_whole(scan_report: Report, monkey
     assert result.exit_code == 0, result.output
     _assert_whole(result.stdout, 80, _numbers(scan_report))
     assert "(part 1 of" in result.stdout  # the wide table really was split, not squeezed
-    assert result.stdout.rstrip().splitlines()[-1].startswith(f"{len(scan_report.roles)}/")  # the summary line
+    assert result.stdout.rstrip().splitlines()[-1].startswith(f"frame {len(scan_report.roles)}/")  # the summary line
 
 
 def test_scan_piped_to_another_program_prints_every_value_whole(scan_report: Report):
@@ -106,7 +107,7 @@ def test_prove_table_at_80_columns_is_not_elided(monkeypatch):
     assert result.stdout.rstrip().splitlines()[-1].startswith("1/1 claims verified")
 
 
-@settings(max_examples=40, deadline=None)
+@examples(40, deadline=None)
 @given(width=st.integers(40, 160), n_cols=st.integers(1, 12), cell=st.integers(1, 18),
        prose=st.booleans())
 def test_a_grid_is_split_to_fit_any_width_and_keeps_every_cell(width: int, n_cols: int, cell: int, prose: bool):

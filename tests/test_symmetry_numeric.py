@@ -14,8 +14,8 @@ import math
 import hypothesis.strategies as st
 import pytest
 import torch
-from hypothesis import given, settings
-from strategies import DIMS, ENTRIES, arrays, matrices, orthogonal_matrices, skew_matrices
+from hypothesis import given
+from strategies import DIMS, ENTRIES, arrays, examples, matrices, orthogonal_matrices, skew_matrices
 
 from geodrift.continuity import MeasureSpec, measure
 from geodrift.prove.gauge import (
@@ -115,7 +115,7 @@ def test_simulator_mlp_keeps_the_gauge_with_a_linear_or_radial_activation(name: 
 
 
 @given(st.sampled_from(MLP_ELEMENTWISE), PLANES, ANGLES)
-@settings(max_examples=40)
+@examples(40)
 def test_simulator_mlp_breaks_the_gauge_with_an_elementwise_activation(name: str, plane: tuple[int, int],
                                                                        angle: float) -> None:
     before, after = _conjugated_output(name, _plane_rotation(8, *plane, angle), _INPUTS)
@@ -133,14 +133,14 @@ def _llama_change(name: str, rotations: torch.Tensor) -> float:
 
 # toy_llama: 2 layers, 2 key-value heads of size 4.
 @given(st.sampled_from(V_EQUIVARIANT), st.lists(orthogonal_matrices(st.just(4)), min_size=4, max_size=4))
-@settings(max_examples=15)
+@examples(15)
 def test_simulator_llama_keeps_the_value_head_gauge_with_a_linear_or_radial_v(name: str, rs: list) -> None:
     assert _llama_change(name, torch.stack(rs).reshape(2, 2, 4, 4)) < 1e-10
 
 
 @given(st.sampled_from(V_ELEMENTWISE), st.tuples(st.integers(0, 3), st.integers(0, 3)).filter(lambda ij: ij[0] != ij[1]),
        ANGLES)
-@settings(max_examples=15)
+@examples(15)
 def test_simulator_llama_breaks_the_value_head_gauge_with_an_elementwise_v(name: str, plane: tuple[int, int],
                                                                            angle: float) -> None:
     r = _plane_rotation(4, *plane, angle)
@@ -163,7 +163,7 @@ _BEFORE = measure(WeightSet.from_tensors(_LAYERS), _SPEC).roles[0]
 
 
 @given(orthogonal_matrices(st.just(24)))
-@settings(max_examples=10)
+@examples(10)
 def test_one_rotation_shared_by_every_layer_leaves_continuity_unchanged(r: torch.Tensor) -> None:
     rotated = {key: r @ w @ r.T for key, w in _LAYERS.items()}
     after = measure(WeightSet.from_tensors(rotated), _SPEC).roles[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -87,3 +88,27 @@ def test_the_trajectory_survives_the_report_json_round_trip():
     report = Report("x", "raw", 1, 10, 0, [], [], [t])
     again = Report.from_dict(report.to_dict())
     assert again.trajectory == [t] and again.trajectory[0].order_z == pytest.approx(t.order_z)
+
+
+def test_orthogonal_neighbours_no_longer_let_the_svd_signs_change_the_explained_variance():
+    # Hypothesis's counterexample of issue 20: every vector orthogonal to its predecessor, so Eq. 6 alone
+    # left each sign to the input (0.909 instead of 1.0 for one of the sign patterns).
+    e = torch.eye(4, dtype=torch.float64)
+    stack = torch.stack([e[2], e[3], e[0], e[1], e[0]])
+    values = {round(float(pca_explained_variance(stack * torch.tensor(signs).unsqueeze(1))), 9)
+              for signs in itertools.product([-1.0, 1.0], repeat=5)}
+    assert len(values) == 1
+    rotation = torch.linalg.qr(torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))).Q
+    assert float(pca_explained_variance(stack @ rotation.T)) == pytest.approx(values.pop(), abs=1e-6)
+
+
+def test_a_layer_linking_two_orthogonal_groups_aligns_them_as_wholes():
+    # x_1 is orthogonal to x_0 (a group of its own); x_2 leans on both, so it fixes x_0's sign relative to x_1:
+    # the aligned stack's inner products do not depend on any input sign.
+    e = torch.eye(3, dtype=torch.float64)
+    stack = torch.stack([e[0], e[1], (e[0] + e[1] + e[2]) / 3 ** 0.5, e[2]])
+    grams = set()
+    for signs in itertools.product([-1.0, 1.0], repeat=4):
+        aligned = sign_align(stack * torch.tensor(signs).unsqueeze(1))
+        grams.add(tuple(torch.round(aligned @ aligned.T, decimals=9).flatten().tolist()))
+    assert len(grams) == 1 and min(grams.pop()) >= 0  # every pair agrees in sign after alignment

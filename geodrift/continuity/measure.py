@@ -36,7 +36,8 @@ from geodrift.checks import check_seed
 from geodrift.continuity import degenerate
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead, single_threaded_blas
-from geodrift.continuity.verdicts import projection_verdict, relative_verdicts
+from geodrift.continuity.trajectory import trajectory_shapes
+from geodrift.continuity.verdicts import path_verdicts, projection_verdict, relative_verdicts
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import WeightKey, WeightSet, predicted_space, role_label, role_sort_key
@@ -87,7 +88,7 @@ class MeasureSpec:
 
 
 def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None] | None = None,
-            derive: Derive | None = None) -> Report:
+            derive: Derive | None = None, trajectory: bool = False) -> Report:
     """Continuity report of every role in ``ws`` (roles with one layer are skipped with a note).
 
     Args:
@@ -97,6 +98,7 @@ def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None]
         derive: hook called with every loaded matrix; returns derived matrices, dense or as a
             :class:`geodrift.linalg.MatrixProduct` of two factors (e.g. the OV composite once a layer's
             V and O have both been seen), that are measured too.
+        trajectory: also measure the trajectory shape and judge the depth path (see :func:`assemble`).
 
     Returns:
         Report.
@@ -107,13 +109,17 @@ def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None]
         >>> measure(ws, MeasureSpec(k=2, null_draws=10)).roles[0].label
         'Block'
     """
-    return assemble(decompose(ws, spec, progress, derive), spec, ws.origin, ws.view)
+    return assemble(decompose(ws, spec, progress, derive), spec, ws.origin, ws.view, trajectory=trajectory)
 
 
-def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: str, view: str) -> Report:
+def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: str, view: str, *,
+             trajectory: bool = False) -> Report:
     """The Report of already-decomposed matrices (:func:`decompose`'s output); ``measure`` = both.
 
-    A tracker that also needs the singular vectors themselves calls the two halves.
+    A tracker that also needs the singular vectors themselves calls the two halves. With
+    ``trajectory``, ``report.trajectory`` holds App. A.2's trajectory shape of every role with at least 3
+    layers and each role gets its depth-path verdict (``geodrift.continuity.verdicts.path_verdicts``);
+    without it (tracking during training) ``path_verdict`` is ``n/a``.
     """
     bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
     roles = sorted({role for role, _ in spectra}, key=role_sort_key)
@@ -135,7 +141,11 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
                 notes.append(undefined_note)
             if reports[-1].k < spec.k:
                 notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
-    return Report(origin, view, spec.k, spec.null_draws, spec.seed, relative_verdicts(reports), notes)
+    report = Report(origin, view, spec.k, spec.null_draws, spec.seed, relative_verdicts(reports), notes)
+    if trajectory:
+        report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed)
+        report.roles = path_verdicts(report.roles, report.trajectory)
+    return report
 
 
 def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] | None = None,
@@ -258,7 +268,7 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
         role=role, label=role_label(role), shape=shape, layers=layers, k=k, spaces=spaces,
         erank_lower=lower.tolist(), erank_upper=upper.tolist(), predicted_space=predicted,
         verdict=verdict, criterion=criterion, max_residual=max(t.residual for t in triplets),
-        methods=methods,
+        methods=methods, path_verdict="n/a", path_criterion="depth path not measured (no trajectory shape)",
     )
 
 

@@ -60,7 +60,12 @@ class SpaceContinuity:
 
 @dataclass(frozen=True)
 class RoleReport:
-    """Everything measured for one projection across its layers."""
+    """Everything measured for one projection across its layers.
+
+    Two verdicts (``geodrift.continuity.verdicts``): ``verdict`` is the *shared frame* (Eq. 1 beyond the
+    permutation null in the predicted space: the paper's claim), ``path_verdict`` the *depth path*
+    (nearby layers agree more than far ones); each with its criterion in words.
+    """
 
     role: str
     label: str
@@ -75,6 +80,8 @@ class RoleReport:
     criterion: str
     max_residual: float
     methods: dict[str, int]
+    path_verdict: str  # "holds", "fails", "n/a", "no prediction" or "undefined"
+    path_criterion: str
 
 
 @dataclass
@@ -138,6 +145,7 @@ class Report:
                         "sigma2_null_mean": s.sigma2_null_mean,
                         "subspace_overlap": s.subspace_overlap, "subspace_baseline": s.subspace_baseline,
                         "predicted_space": r.predicted_space or "none", "verdict": r.verdict,
+                        "path_verdict": r.path_verdict,
                     })
         return out
 
@@ -179,8 +187,14 @@ class Report:
             GeodriftError: when pandas is not installed (``pip install 'geodrift[frame]'``).
 
         Example:
-            >>> frame = report.to_frame()  # doctest: +SKIP
-            >>> frame.groupby(["projection", "space"]).abs_cos.mean()  # doctest: +SKIP
+            >>> import torch
+            >>> from geodrift.continuity import MeasureSpec, measure
+            >>> from geodrift.weights import WeightSet
+            >>> g = torch.Generator().manual_seed(0)
+            >>> ws = WeightSet.from_tensors({("block", i): torch.randn(6, 6, generator=g) for i in range(3)})
+            >>> frame = measure(ws, MeasureSpec(k=1, null_draws=4)).to_frame()
+            >>> frame.groupby(["projection", "space"]).abs_cos.count().tolist()  # 2 adjacent pairs per space
+            [2, 2]
         """
         try:
             import pandas as pd

@@ -2,9 +2,19 @@
 
 Two families share the same primitives and the same printed form (:class:`Verdict`):
 
-- **per projection** (:func:`projection_verdict`): the theory's predicted space of a projection
-  (Q, K, Gate, Up -> ``v``; O, Down, OV -> ``u``; V -> neither) tested against each space's own
-  permutation null. Used by ``geodrift scan`` and by the transformer simulator's final report.
+- **per projection**, two verdicts for the theory's predicted space of a projection (Q, K, Gate,
+  Up -> ``v``; O, Down, OV -> ``u``; V -> neither):
+
+  - *shared frame* (:func:`projection_verdict`): adjacent layers' first vectors agree beyond each
+    space's own permutation null (Eq. 1, the paper's metric and claim). A direction every layer
+    shares satisfies it in any layer order, so on its own it says nothing about depth.
+  - *depth path* (:func:`path_verdict`): nearby layers agree more than far ones - the depth order
+    beats the layer-order null (a permutation p-value) and the ``|cos|`` excess over its
+    permutation null decays with layer distance (:data:`PATH_CRITERION`). A layer-shuffled model
+    gets "path holds" at a rate of at most :data:`ORDER_ALPHA` per projection.
+
+  "Continuity" in the paper's sense is where both hold. Used by ``geodrift scan``, ``drift``,
+  ``reproduce`` and the simulators' final reports.
 - **per claim** (:class:`Judge`): a simulator reproduction's claims over seeds, from three
   primitives derived from the noise floor of Eq. 1 and the seed spread, never from the paper's
   values: ``coherent(x)`` (above ``floor + 5 noise`` and, where recorded, its null excess above
@@ -19,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from geodrift.continuity.report import RoleReport
+from geodrift.continuity.trajectory import TrajectoryShape
 
 # A projection's space counts as continuous when its v1/u1 continuity beats the permutation null
 # by this many null standard deviations (a one-sided test at about 1e-3 under a normal null).
@@ -37,6 +48,29 @@ NEITHER_CRITERION = (
     f"neither v1 nor u1 is continuous: in each space V's first vector is within {Z_SIGNIFICANT:g} null std of its "
     "null, or its excess over the null is below that of every peer measured (v1: Q, K, Gate, Up, the other readers "
     "of the residual stream; u1: O, Down, the writers)"
+)
+# The shared-frame criterion is Eq. 1's: what the paper claims, and all it claims, per projection.
+FRAME_NOTE = ("the frame verdict tests Eq. 1, which is what the paper claims; a frame every layer shares satisfies it "
+              "in any layer order, so only the path verdict speaks for depth")
+# A depth path. (a) The depth order's lag-1 |cos| against all (or up to 200,000 random) layer orders of the same
+# vectors: a permutation p-value at the level of a one-sided z of 3 under a normal null (0.00135; the
+# frame's level). (b) The lag-1 excess over the coordinate-permutation null beats the excess at the far lags
+# (k >= L/2, pairs pooled) by DECAY_SD null sd: it rules out a raw |cos| that decays only because the
+# vectors' coordinate profiles change smoothly with depth (SmolLM2's Gate u1: order z 3.2, excess 0 at every
+# lag). benchmarks/RESULTS_verdicts.md calibrates both on random-init, layer-shuffled and trained models.
+ORDER_ALPHA = 0.00135
+DECAY_SD = 3.0
+# The layer-order p-value cannot reach ORDER_ALPHA below this many layers (its least value is 2 / L!).
+PATH_MIN_LAYERS = next(n for n in range(2, 100) if 2 / math.factorial(n) <= ORDER_ALPHA)
+PATH_CRITERION = (
+    f"depth path: nearby layers agree more than far ones - (a) the depth order's mean adjacent |cos| is reached "
+    f"by at most {ORDER_ALPHA:g} of all layer orders of the same vectors (permutation p-value; the tail of "
+    f"z = {Z_SIGNIFICANT:g}), and (b) its excess over the permutation null exceeds the excess at the far lags "
+    f"(k >= L/2) by more than {DECAY_SD:g} null std; needs at least {PATH_MIN_LAYERS} layers"
+)
+NEITHER_PATH_CRITERION = (
+    "no depth path in v1 or u1: in each space V's first vectors show no depth path (criterion as for the "
+    "predicted spaces), or a weaker one (lower layer-order z) than every peer measured (as for the frame)"
 )
 
 
@@ -144,6 +178,128 @@ def relative_verdicts(roles: list[RoleReport]) -> list[RoleReport]:
             verdict, criterion = neither_verdict(r.spaces["v"].vectors[0], r.spaces["u"].vectors[0], peers)
             r = replace(r, verdict=verdict, criterion=criterion)
         out.append(r)
+    return out
+
+
+def depth_path(t: TrajectoryShape) -> bool | None:
+    """Whether one stack of first vectors runs along a path in depth (:data:`PATH_CRITERION`).
+
+    Args:
+        t: the stack's trajectory shape (order p-value, lag ``|cos|`` and their nulls).
+
+    Returns:
+        True or False; None when the stack has fewer than :data:`PATH_MIN_LAYERS` layers (no layer
+        order can then be significant) or no defined first vectors.
+
+    Example:
+        >>> import torch
+        >>> from geodrift.continuity.trajectory import trajectory_shape
+        >>> g = torch.Generator().manual_seed(0)
+        >>> plane = torch.linalg.qr(torch.randn(64, 2, generator=g)).Q.T  # a random 2-plane of R^64
+        >>> angles = torch.linspace(0, 1.5, 12)  # twelve layers along an arc in it
+        >>> arc = torch.stack([angles.cos(), angles.sin()], 1) @ plane
+        >>> depth_path(trajectory_shape(arc, "attn_q", "Q", "v", 20, g))
+        True
+        >>> depth_path(trajectory_shape(arc[torch.randperm(12, generator=g)], "attn_q", "Q", "v", 20, g))
+        False
+    """
+    if t.layers < PATH_MIN_LAYERS or not t.lag_abs_cos or math.isnan(t.lag_abs_cos[0]) or math.isnan(t.order_p):
+        return None
+    far = [i for i, k in enumerate(t.lags) if 2 * k >= t.layers] or [len(t.lags) - 1]
+    pairs = [t.layers - t.lags[i] for i in far]
+    far_excess = sum(n * (t.lag_abs_cos[i] - t.lag_null_mean[i]) for n, i in zip(pairs, far, strict=True)) / sum(pairs)
+    far_std = math.sqrt(sum((n * t.lag_null_std[i]) ** 2 for n, i in zip(pairs, far, strict=True))) / sum(pairs)
+    decay = (t.lag_abs_cos[0] - t.lag_null_mean[0]) - far_excess
+    return t.order_p <= ORDER_ALPHA and decay > DECAY_SD * math.hypot(t.lag_null_std[0], far_std)
+
+
+def path_verdict(predicted: str | None, shapes: dict[str, TrajectoryShape]) -> tuple[str, str]:
+    """``(verdict, criterion)`` of the depth-path prediction for one projection.
+
+    Args:
+        predicted: ``"v"``, ``"u"`` or None (neither space: decided against peers by :func:`path_verdicts`).
+        shapes: space -> the trajectory shape of that space's first vectors (``v``, ``u``).
+
+    Returns:
+        ``("holds" | "fails" | "n/a", criterion)``: ``n/a`` when the predicted space was not measured or
+        has too few layers (:data:`PATH_MIN_LAYERS`).
+
+    Example:
+        >>> path_verdict("u", {})[0]  # the output space's trajectory was not measured
+        'n/a'
+    """
+    if predicted not in ("v", "u"):
+        return _neither_path(shapes, {"v": [], "u": []})
+    shape = shapes.get(predicted)
+    found = depth_path(shape) if shape is not None else None
+    criterion = f"{predicted}1 shows a {PATH_CRITERION}"
+    if found is None:
+        return "n/a", criterion
+    return ("holds" if found else "fails"), criterion
+
+
+def _neither_path(shapes: dict[str, TrajectoryShape], peers: dict[str, list[float]]) -> tuple[str, str]:
+    # V: in each space no depth path, or a weaker one (lower order z) than every peer measured.
+    found = {space: depth_path(t) for space, t in shapes.items()}
+    if not found or all(f is None for f in found.values()):
+        return "n/a", NEITHER_PATH_CRITERION
+    outcome = "holds"
+    for space, has_path in found.items():
+        if not has_path:
+            continue
+        if not peers.get(space):
+            outcome = "n/a" if outcome == "holds" else outcome
+        elif shapes[space].order_z >= min(peers[space]):
+            outcome = "fails"
+    return outcome, NEITHER_PATH_CRITERION
+
+
+def is_continuity(role: RoleReport) -> bool:
+    """Whether a projection shows the paper's continuity: predicted continuous in a space, frame and path hold.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> is_continuity(S(predicted_space="v", verdict="holds", path_verdict="fails"))  # a frame, no path
+        False
+    """
+    return role.predicted_space in ("v", "u") and role.verdict == "holds" and role.path_verdict == "holds"
+
+
+def path_verdicts(roles: list[RoleReport], trajectory: list[TrajectoryShape]) -> list[RoleReport]:
+    """The roles with their depth-path verdicts (``path_verdict``, ``path_criterion``) from the trajectory.
+
+    Args:
+        roles: the RoleReports of one measurement (frame verdicts decided).
+        trajectory: its trajectory shapes (:func:`geodrift.continuity.trajectory.trajectory_shapes`).
+
+    Returns:
+        The same list, each role replaced (``dataclasses.replace``) with its path verdict: ``no prediction``
+        and ``undefined`` follow the frame verdict; V (neither) is decided against its peers'
+        layer-order z, as :func:`relative_verdicts` decides its frame.
+
+    Example:
+        >>> import torch
+        >>> from geodrift.continuity import MeasureSpec, measure
+        >>> from geodrift.weights import WeightSet
+        >>> g = torch.Generator().manual_seed(0)
+        >>> ws = WeightSet.from_tensors({("attn_q", i): torch.randn(8, 8, generator=g) for i in range(8)})
+        >>> [r.path_verdict for r in measure(ws, MeasureSpec(k=1, null_draws=10), trajectory=True).roles]
+        ['fails']
+    """
+    shapes: dict[str, dict[str, TrajectoryShape]] = {}
+    for t in trajectory:
+        shapes.setdefault(t.role, {})[t.space] = t
+    out = []
+    for r in roles:
+        if r.verdict in ("no prediction", "undefined"):
+            verdict, criterion = r.verdict, r.criterion
+        elif r.role == "attn_v" and r.predicted_space is None:
+            peers = {space: [shapes[p][space].order_z for p in names if space in shapes.get(p, {})]
+                     for space, names in NEITHER_PEERS.items()}
+            verdict, criterion = _neither_path(shapes.get(r.role, {}), peers)
+        else:
+            verdict, criterion = path_verdict(r.predicted_space, shapes.get(r.role, {}))
+        out.append(replace(r, path_verdict=verdict, path_criterion=criterion))
     return out
 
 

@@ -134,7 +134,7 @@ def load_corpus(path: str | Path | None = None, max_chars: int | None = None) ->
 
     Example:
         >>> c = load_corpus()  # doctest: +SKIP
-        >>> len(c.train) > 10 * len(c.valid) / 2
+        >>> len(c.train) > 10 * len(c.valid) / 2  # doctest: +SKIP
         True
     """
     if path is None:

@@ -137,11 +137,17 @@ def _verdicts(s: Section) -> list[tuple[str, str, str, str]]:
                  + f" (alone at {s.result.alone_ratio:.0%} removed)", v.verdict) for v in s.result.verdicts]
     if isinstance(s.result, Report):
         out = []
+        shapes = {(t.role, t.space): t for t in s.result.trajectory}
         for r in s.result.roles:
             v, u = r.spaces["v"].vectors[0], r.spaces["u"].vectors[0]
-            out.append((f"{r.label}: continuous in {r.predicted_space or 'neither'} space", r.criterion,
+            where = f"{r.predicted_space or 'neither'} space"
+            out.append((f"{r.label}: a frame shared across layers in {where} (Eq. 1, the paper's claim)", r.criterion,
                         f"v1 {v.mean:.3f} (null {v.null_mean:.3f}), u1 {u.mean:.3f} (null {u.null_mean:.3f})",
                         r.verdict))
+            order = ", ".join(f"{space}1 layer-order z {t.order_z:.1f} (p {t.order_p:.2g})" for space in ("v", "u")
+                              if (t := shapes.get((r.role, space))) is not None)
+            out.append((f"{r.label}: a depth path in {where}", r.path_criterion, order or "not measured",
+                        r.path_verdict))
         return out
     if isinstance(s.result, ProveReport):
         return [(c.title, f"symbolic ({c.method}) and numeric cross-check", c.numeric_summary or c.reason, c.status)
@@ -185,14 +191,14 @@ def _sim_table(rep: Reproduction) -> list[str]:
 
 def _scan_table(report: Report) -> list[str]:
     paper = PAPER_TABLE2.get("Llama-3.1-8B", {})
-    lines = ["| Proj | predicted | v1 (null ± sd) | u1 (null ± sd) | paper Llama-3.1-8B | verdict |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| Proj | predicted | v1 (null ± sd) | u1 (null ± sd) | paper Llama-3.1-8B | frame (Eq. 1) | path |",
+             "|---|---|---|---|---|---|---|"]
     for r in report.roles:
         v, u = r.spaces["v"].vectors[0], r.spaces["u"].vectors[0]
         ref = paper.get(r.role)
         lines.append(f"| {ROLE_LABELS.get(r.role, r.label)} | {r.predicted_space or 'neither'} | {v.mean:.3f} "
                      f"({v.null_mean:.3f} ± {v.null_std:.3f}) | {u.mean:.3f} ({u.null_mean:.3f} ± {u.null_std:.3f}) | "
-                     f"{'—' if ref is None else f'{ref:.2f}'} | {r.verdict} |")
+                     f"{'—' if ref is None else f'{ref:.2f}'} | {r.verdict} | {r.path_verdict} |")
     return [*lines, ""]
 
 

@@ -7,13 +7,21 @@ by columns rather than truncated (``--wide`` prints each whole). Files (CSV) are
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.text import Text
 
 from geodrift.continuity import Report, RoleReport, VectorContinuity
+from geodrift.continuity.verdicts import (
+    FRAME_NOTE,
+    NEITHER_PATH_CRITERION,
+    PATH_CRITERION,
+    depth_path,
+    is_continuity,
+)
 from geodrift.render import console, fmt, lit, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
 
-_VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "no prediction": "dim"}
+_VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "no prediction": "dim", "n/a": "dim"}
 
 
 def _cell(vc: VectorContinuity) -> str:
@@ -26,6 +34,10 @@ def _z(z: float) -> str:
     return "—" if z != z else f"{z:.0f}"
 
 
+def _p(p: float) -> str:
+    return "—" if p != p else f"{p:.2g}"
+
+
 def _predicted(role: RoleReport) -> str:
     if role.verdict == "no prediction":
         return "—"
@@ -33,7 +45,7 @@ def _predicted(role: RoleReport) -> str:
 
 
 def scan_grid(report: Report, title: str | None = None) -> Grid:
-    """The main table: one row per projection, v1 and u1 continuity with both floors and the verdict."""
+    """The main table: one row per projection, v1 and u1 continuity with both floors and both verdicts."""
     grid = Grid(
         title or f"Geometric continuity — {report.origin} ({report.view} weights)",
         [Col("Proj", "left", style="bold"), Col("shape · L", "left"), Col("predicted", "left"),
@@ -41,15 +53,27 @@ def scan_grid(report: Report, title: str | None = None) -> Grid:
         caption=(
             "v1/u1: mean |cos| of adjacent layers (Eq. 1), z against the permutation null "
             f"({report.null_draws} draws, seed {report.seed}); random = sqrt(2/(πd)). "
-            "σ²-WA: Eq. 2 (from the top-k: lower ≤ upper bound; exact with --full-spectrum), null mean in brackets."
+            "σ²-WA: Eq. 2 (from the top-k: lower ≤ upper bound; exact with --full-spectrum), null mean in brackets. "
+            "verdict: shared frame (Eq. 1 in the predicted space, the paper's claim) and depth path (nearby layers "
+            "agree more than far ones); criteria below the tables."
         ),
         lines=True,
     )
     for r in report.roles:
         v1, u1 = r.spaces["v"].vectors[0], r.spaces["u"].vectors[0]
         grid.add(lit(r.label), f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), _cell(v1), _cell(u1),
-                 _wa(r, "v"), _wa(r, "u"), f"[{_VERDICT_STYLE.get(r.verdict, '')}]{r.verdict}[/]")
+                 _wa(r, "v"), _wa(r, "u"), _verdicts(r))
     return grid
+
+
+def _styled(verdict: str) -> str:
+    return f"[{_VERDICT_STYLE.get(verdict, '')}]{escape(verdict)}[/]"
+
+
+def _verdicts(r: RoleReport) -> str:
+    if r.verdict == "no prediction":
+        return _styled(r.verdict)
+    return f"frame {_styled(r.verdict)}\npath {_styled(r.path_verdict)}"
 
 
 def _wa(r: RoleReport, space: str) -> str:
@@ -82,12 +106,41 @@ def k_grid(report: Report) -> Grid:
 
 
 def summary_line(report: Report) -> str:
-    """One line: how many of the theory's predictions hold, on what, e.g. ``8/8 predictions hold on X (raw weights)``."""
+    """One line: how many frame and path predictions hold, on what, and where that is continuity.
+
+    E.g. ``frame 8/8, path 8/8 predictions hold on X, raw weights — continuity (frame and path) in Q, K, O,
+    Gate, Up, Down, OV; V (neither predicted): frame holds, path holds``. "Continuity" names only the
+    projections whose frame and path both hold; the others are listed by their two verdicts.
+    """
     judged = [r for r in report.roles if r.verdict in ("holds", "fails")]
-    held = sum(r.verdict == "holds" for r in judged)
-    failed = [r.label for r in judged if r.verdict == "fails"]
-    tail = f" (fails: {', '.join(failed)})" if failed else ""
-    return f"{held}/{len(judged)} predictions hold on {report.origin}, {report.view} weights{tail}"
+    paths = [r for r in judged if r.path_verdict in ("holds", "fails")]
+    head = (f"frame {sum(r.verdict == 'holds' for r in judged)}/{len(judged)}, path "
+            f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold on {report.origin}, "
+            f"{report.view} weights")
+    groups: dict[str, list[str]] = {}
+    for r in judged:
+        if is_continuity(r):
+            key = "continuity (frame and path) in"
+        elif r.predicted_space is None:
+            key = f"{r.label} (neither predicted): frame {r.verdict}, path {r.path_verdict}"
+            groups[key] = []
+            continue
+        else:
+            key = f"frame {r.verdict}, path {r.path_verdict}:"
+        groups.setdefault(key, []).append(r.label)
+    parts = [f"{key} {', '.join(labels)}" if labels else key for key, labels in groups.items()]
+    return head + (" — " + "; ".join(parts) if parts else "")
+
+
+def criteria_lines(report: Report) -> list[str]:
+    """Each projection's two verdicts with the frame criterion, then the depth-path criterion once."""
+    lines = [f"{r.label}: frame {r.verdict}, path {r.path_verdict} — frame criterion: {r.criterion}"
+             for r in report.roles if r.verdict != "no prediction"]
+    if any(r.predicted_space is not None and r.verdict != "no prediction" for r in report.roles):
+        lines += [f"frame: {FRAME_NOTE}", f"path criterion: {PATH_CRITERION}"]
+    if any(r.role == "attn_v" and r.predicted_space is None for r in report.roles):
+        lines.append(f"V's path criterion: {NEITHER_PATH_CRITERION}")
+    return lines
 
 
 def render_scan(report: Report, detail: bool = True, wide: bool = False, summary: bool = True) -> None:
@@ -104,9 +157,8 @@ def render_scan(report: Report, detail: bool = True, wide: bool = False, summary
         print_grid(k_grid(report), wide=wide)
     if report.trajectory:
         print_grid(trajectory_grid(report), wide=wide)
-    for r in report.roles:
-        if r.verdict != "no prediction":
-            console.print(lit(f"{r.label}: {r.verdict} — criterion: {r.criterion}", "dim"))
+    for line in criteria_lines(report):
+        console.print(lit(line, "dim"))
     render_experts(full, detail=detail, wide=wide)
     for note in report.notes:
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
@@ -120,7 +172,7 @@ def trajectory_grid(report: Report) -> Grid:
     grid = Grid(
         "Trajectory shape across depth (App. A.2)",
         [Col("Proj", "left", style="bold"), Col("space", "left"), Col("3-PC EVR"), Col("random"), Col("perm. null")]
-        + [Col(f"|cos| lag {k}") for k in shown] + [Col("layer-order null (z)")],
+        + [Col(f"|cos| lag {k}") for k in shown] + [Col("layer-order null (z, p)"), Col("path")],
         keys=2,
         caption=("3-PC EVR: explained-variance ratio of the first 3 principal components of the L2-normalised, "
                  "sign-aligned, centred vectors of all layers (> 0.5: a low-dimensional path); random: random unit "
@@ -129,7 +181,8 @@ def trajectory_grid(report: Report) -> Grid:
                  "with its permutation-null mean in brackets; random floor sqrt(2/(πd)) as in the main table. "
                  "layer-order null: lag-1 |cos| of the same vectors with the layers in random order, and the z of "
                  "the observed lag 1 against it (high: nearby layers agree more than far ones; ≈ 0: a frame every "
-                 "layer shares)."),
+                 "layer shares) and p, the share of layer orders that reach it (every order up to 8 layers, else "
+                 "random ones until 100 reach it, at most 200,000). path: whether this space shows a depth path (path criterion below)."),
     )
     for t in report.trajectory:
         lag_cells = []
@@ -141,5 +194,6 @@ def trajectory_grid(report: Report) -> Grid:
                 lag_cells.append("—")
         grid.add(lit(t.label), t.space, f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
                  f"{fmt(t.evr_null_mean)}±{fmt(t.evr_null_std)}", *lag_cells,
-                 f"{fmt(t.order_null_mean)}±{fmt(t.order_null_std)} ({_z(t.order_z)})")
+                 f"{fmt(t.order_null_mean)}±{fmt(t.order_null_std)} ({_z(t.order_z)}, p {_p(t.order_p)})",
+                 {True: "yes", False: "no", None: "—"}[depth_path(t)])
     return grid

@@ -2,7 +2,7 @@
 
 Each panel shows both spaces with each pair's own permutation null (a band from its mean to
 +3 sd) and the analytic floor ``sqrt(2/(pi d))`` (dotted; one line per space when their widths
-differ). The panel title names the projection, the space the theory predicts and the verdict.
+differ). The panel title names the projection, the space the theory predicts and both verdicts (frame, path).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def _panel(ax: Any, role: RoleReport) -> None:
     for i, floor in enumerate(sorted(floors)):
         draw_random_floor(ax, floor, RANDOM_LABEL if i == 0 else None)
     predicted = {"v": "v1", "u": "u1", None: "neither"}[role.predicted_space]
-    verdict = "" if role.verdict == "no prediction" else f" · pred. {predicted} · {role.verdict}"
+    verdict = "" if role.verdict == "no prediction" else \
+        f" · pred. {predicted} · frame {role.verdict}, path {role.path_verdict}"
     ax.set_title(f"{role.label}{verdict}", pad=2, fontsize=7.5)
     ax.set_ylim(0, 1.02)
     ax.set_xlim(min(x) - 0.5, max(x) + 0.5)

@@ -86,7 +86,7 @@ def reference_grid(rep: Reproduction, reference: Report) -> Grid:
     """Transformer: the final weights beside the paper's Llama-3.1-8B and the embedded SmolLM2-135M scan."""
     grid = Grid("Final weights beside pretrained models (each value with its permutation-null mean)",
                 [Col("Proj", "left", style="bold"), Col("space", "left"), Col("simulated"), Col("paper Llama-3.1-8B"),
-                 Col("SmolLM2-135M"), Col("verdict (SmolLM2)")], keys=2)
+                 Col("SmolLM2-135M"), Col("verdicts (SmolLM2)")], keys=2)
     results = [r for r in rep.results if r.record.label == rep.specs[0].label]
     for role, space in PAPER_TABLE2_SPACE.items():
         sims = [rr for rr in (r.report.role(role) for r in results) if rr is not None]
@@ -98,7 +98,7 @@ def reference_grid(rep: Reproduction, reference: Report) -> Grid:
         ref_cell = _with_null([ref.spaces[space].vectors[0].mean], [ref.spaces[space].vectors[0].null_mean]) \
             if ref is not None else "—"
         grid.add(ROLE_LABELS[role], f"{space}1", sim_cell, fmt(PAPER_TABLE2["Llama-3.1-8B"][role]), ref_cell,
-                 lit(ref.verdict) if ref is not None else "—")
+                 lit(f"frame {ref.verdict}\npath {ref.path_verdict}") if ref is not None else "—")
     return grid
 
 
@@ -130,8 +130,10 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
         if reference is not None:
             print_grid(reference_grid(rep, reference), wide=wide)
     if rep.verdicts:
+        what = ("; v1/u1 continuity is Eq. 1, a frame shared across layers (the depth path is judged per projection "
+                "in the transformer only)" if rep.sim == "mlp" else "")
         print_grid(verdict_grid(rep.verdicts, "Claims (criteria from the noise floors and seed spread, not from the "
-                                "paper's values)"), wide=wide)
+                                f"paper's values{what})"), wide=wide)
     for note in rep.notes:
         console.print(lit(f"• {note}", "dim"))
     walls = [r.timing.get("wall_s", 0.0) / max(1.0, r.timing.get("members", 1.0)) for r in rep.records]

@@ -103,8 +103,9 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
 
     Example:
         >>> import geodrift  # doctest: +SKIP
-        >>> geodrift.scan(layers="0-3", null_draws=20).role("attn_q").verdict  # doctest: +SKIP
-        'holds'
+        >>> k = geodrift.scan(layers="0-3", null_draws=20).role("attn_k")  # doctest: +SKIP
+        >>> k.verdict, k.path_verdict  # shared frame; depth path: 4 layers are too few to judge  # doctest: +SKIP
+        ('holds', 'n/a')
     """
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
     role_list = parse_roles(roles if isinstance(roles, str) or roles is None else ",".join(roles))

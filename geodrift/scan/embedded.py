@@ -28,7 +28,7 @@ def embedded_model_path() -> Path:
         GeodriftError: when the distribution is not installed or lacks the file.
 
     Example:
-        >>> embedded_model_path().name  # doctest: +SKIP
+        >>> embedded_model_path().name
         'SmolLM2-135M-Instruct.Q4_1.gguf'
     """
     try:

@@ -7,8 +7,8 @@ tensors last), each group by layer number (``blk.2`` before ``blk.10``).
 
 Example:
     >>> from geodrift.scan.readers import open_checkpoint
-    >>> rows = inventory(open_checkpoint(None))  # doctest: +SKIP
-    >>> rows[0].name, rows[0].use  # doctest: +SKIP
+    >>> rows = inventory(open_checkpoint(None))
+    >>> rows[0].name, rows[0].use
     ('token_embd.weight', 'not scanned')
 """
 

@@ -83,8 +83,8 @@ def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] 
         GeodriftError: missing path, unknown format, corrupt header, unknown tensor names.
 
     Example:
-        >>> ckpt = open_checkpoint(None)  # doctest: +SKIP
-        >>> ckpt.architecture, ckpt.config["n_layers"]  # doctest: +SKIP
+        >>> ckpt = open_checkpoint(None)  # the embedded SmolLM2-135M: headers only
+        >>> ckpt.architecture, ckpt.config["n_layers"]
         ('llama', 30)
     """
     rules = load_name_mapping(names) if isinstance(names, (str, Path)) else names
@@ -147,7 +147,7 @@ def canonical_tensors(ckpt: Checkpoint) -> dict[str, CanonicalKey]:
     """Every mapped file tensor name -> its canonical key (fused tensors -> ``attn_qkv``/``mlp_gate_up``).
 
     Example:
-        >>> canonical_tensors(open_checkpoint(None))["blk.3.attn_q.weight"]  # doctest: +SKIP
+        >>> canonical_tensors(open_checkpoint(None))["blk.3.attn_q.weight"]
         ('attn_q', 3)
     """
     return dict(ckpt.kinds_by_name)
@@ -197,7 +197,7 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
         GeodriftError: the key is absent, or the tensor holds NaN/Inf.
 
     Example:
-        >>> load_canonical(open_checkpoint(None), ("attn_k", 0)).shape  # doctest: +SKIP
+        >>> load_canonical(open_checkpoint(None), ("attn_k", 0)).shape
         torch.Size([192, 576])
     """
     part = _part(ckpt, key)
@@ -251,8 +251,8 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
             differ across layers of one role.
 
     Example:
-        >>> ws = weightset(open_checkpoint(None), "folded")  # doctest: +SKIP
-        >>> ws.shape("attn_k")  # doctest: +SKIP
+        >>> ws = weightset(open_checkpoint(None), "folded")
+        >>> ws.shape("attn_k")
         (192, 576)
     """
     if view not in ("raw", "folded"):

@@ -10,6 +10,7 @@ import torch
 from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.measure import Derive
 from geodrift.continuity.trajectory import trajectory_shapes
+from geodrift.continuity.verdicts import path_verdicts
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct
 from geodrift.scan.checkpoint import Checkpoint
@@ -165,7 +166,8 @@ def scan(
         The continuity Report, with the trajectory shape (App. A.2: 3-PC explained variance and
         ``|cos|`` decay with layer distance, each beside its random and permutation floors) of v1
         and u1 of every projection with at least 3 layers (the per-expert ones aside) in
-        ``report.trajectory``, and in a mixture of experts each layer's experts compared with one
+        ``report.trajectory``, both verdicts per projection (shared frame: ``verdict``; depth path:
+        ``path_verdict``), and in a mixture of experts each layer's experts compared with one
         another in ``report.across_experts`` (``geodrift.scan.experts``).
 
     Raises:
@@ -186,6 +188,7 @@ def scan(
     spectra = decompose(ws, spec, progress, derive)
     report = assemble(spectra, spec, ws.origin, ws.view)
     report.trajectory = trajectory_shapes(depth_spectra(spectra), spec.null_draws, spec.seed)
+    report.roles = path_verdicts(report.roles, report.trajectory)
     report.across_experts, notes = measure_across_experts(spectra, spec, ws.origin, ws.view)
     report.notes += notes
     return report

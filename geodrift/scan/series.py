@@ -54,7 +54,7 @@ class DriftReport:
                     out.append({"checkpoint": t, "model": label, "projection": r.label, "role": r.role,
                                 "space": s.space, "dim": s.dim, "abs_cos": vc.mean, "null_mean": vc.null_mean,
                                 "null_std": vc.null_std, "z": vc.z, "random_floor": vc.baseline,
-                                "verdict": r.verdict})
+                                "verdict": r.verdict, "path_verdict": r.path_verdict})
         return out
 
     def rotation_rows(self) -> list[dict[str, Any]]:
@@ -154,7 +154,7 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", ro
                                 max_memory=max_memory)
     derive = ov_composite_hook(*heads) if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None
     spectra = decompose(ws, spec, progress, derive)
-    report = assemble(spectra, spec, ws.origin, ws.view)
+    report = assemble(spectra, spec, ws.origin, ws.view, trajectory=True)
     kept = {key: SVDTriplets(t.U[:, :spec.k].clone(), t.S[:spec.k].clone(), t.Vh[:spec.k].clone(), t.frobenius_sq,
                              t.residual, t.method) for key, t in spectra.items()}
     return report, kept

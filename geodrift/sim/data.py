@@ -70,8 +70,8 @@ def load_dataset(spec: str = "mnist5k") -> Dataset:
         GeodriftError: missing package file, missing/corrupt IDX or npz files, ambiguous folders.
 
     Example:
-        >>> ds = load_dataset("mnist5k")  # doctest: +SKIP
-        >>> ds.x_train.shape, ds.x_test.shape  # doctest: +SKIP
+        >>> ds = load_dataset("mnist5k")
+        >>> ds.x_train.shape, ds.x_test.shape
         (torch.Size([4000, 784]), torch.Size([1000, 784]))
     """
     augmented = parse_augmented(spec)

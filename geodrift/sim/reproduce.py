@@ -9,8 +9,10 @@ criterion. Criteria come from the noise floors, never from the paper's numbers:
 - ``noise = sqrt((1 - 2/pi) / d) / sqrt(L - 1)``: the standard deviation of Eq. 1 (a mean over
   ``L - 1`` adjacent pairs) for random vectors - 0.0097 for ``d = 256, L = 16``;
 - MLP claims: ``coherent`` / ``exceeds`` of ``geodrift.continuity.verdicts.Judge``;
-- transformer claims: the theory's prediction per projection, tested on every seed's final report
-  (``geodrift.continuity.verdicts.projection_verdict``, against each space's permutation null).
+- transformer claims: the theory's prediction per projection, tested on every seed's final report,
+  twice: a shared frame (``geodrift.continuity.verdicts.projection_verdict``, against each space's
+  permutation null: Eq. 1, the paper's claim) and a depth path (``path_verdict``: nearby layers agree
+  more than far ones).
 """
 
 from __future__ import annotations
@@ -243,12 +245,12 @@ def _table2(spec: RunSpec) -> dict[str, PaperCell]:
 
 
 def _projection_claims(specs: list[RunSpec], results: list[RunResult]) -> list[Verdict]:
+    # Two claims per projection: a shared frame (Eq. 1, the paper's claim) and a depth path, on every seed.
     out = []
     for spec in specs:
         runs = [r for r in results if r.record.label == spec.label]
         for role in PAPER_TABLE2_SPACE:
-            reports = [(r.record.seed, r.report.role(role)) for r in runs]
-            found = [(seed, rr) for seed, rr in reports if rr is not None]
+            found = [(r.record.seed, rr, r.report.trajectory) for r in runs if (rr := r.report.role(role)) is not None]
             if not found:
                 continue
             first = found[0][1]
@@ -257,11 +259,25 @@ def _projection_claims(specs: list[RunSpec], results: list[RunResult]) -> list[V
                 f"seed {seed}: v1 {rr.spaces['v'].vectors[0].mean:.3f} (null {rr.spaces['v'].vectors[0].null_mean:.3f}, "
                 f"z {rr.spaces['v'].vectors[0].z:.0f}), u1 {rr.spaces['u'].vectors[0].mean:.3f} "
                 f"(null {rr.spaces['u'].vectors[0].null_mean:.3f}, z {rr.spaces['u'].vectors[0].z:.0f})"
-                for seed, rr in found)
-            verdict = "holds" if all(rr.verdict == "holds" for _, rr in found) else "fails"
-            out.append(Verdict(f"{spec.label}: {first.label} is continuous in {space}",
-                               f"on every seed: {first.criterion}", measured, verdict))
+                for seed, rr, _ in found)
+            out.append(Verdict(f"{spec.label}: {first.label} shares a frame across layers in {space} (Eq. 1, the "
+                               "paper's claim)", f"on every seed: {first.criterion}", measured,
+                               _on_every_seed([rr.verdict for _, rr, _ in found])))
+            order = "; ".join(f"seed {seed}: " + ", ".join(
+                f"{t.space}1 layer-order z {t.order_z:.1f} (p {t.order_p:.2g})" for t in shapes if t.role == role)
+                for seed, _, shapes in found)
+            out.append(Verdict(f"{spec.label}: {first.label} follows a depth path in {space}",
+                               f"on every seed: {first.path_criterion}", order or "no trajectory measured",
+                               _on_every_seed([rr.path_verdict for _, rr, _ in found])))
     return out
+
+
+def _on_every_seed(verdicts: list[str]) -> str:
+    # holds only if every seed holds; n/a when no seed could be judged (e.g. too few layers for a path).
+    judged = [v for v in verdicts if v in ("holds", "fails")]
+    if not judged:
+        return "n/a"
+    return "holds" if len(judged) == len(verdicts) and all(v == "holds" for v in judged) else "fails"
 
 
 def _mlp_claims(preset_name: str, j: Judge) -> list[Verdict]:

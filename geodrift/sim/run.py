@@ -163,7 +163,7 @@ def run(spec: RunSpec, seeds: list[int], *, out: str | Path | None = None, resum
     for e, seed in enumerate(seeds):
         rows = parts.tracker.rows(e) if parts.tracker is not None else parts.untracked_rows(end)
         report = measure(parts.weightset(e), MeasureSpec(k=spec.track.final_k, null_draws=spec.track.final_null_draws,
-                                                         seed=seed))
+                                                         seed=seed), trajectory=True)
         record = RunRecord(label=spec.label, seed=seed, config=_stored(spec), data=parts.data_note,
                            device=str(dev), preset=preset, rows=[list(r) for r in rows],
                            summary={**summarize(rows), **_report_summary(report)}, timing=dict(timing),
