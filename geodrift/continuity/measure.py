@@ -16,9 +16,10 @@ Singular triplets come from one of two routes, chosen per matrix by ``spec.svd``
 
 Both keep only the top ``k`` triplets unless ``spec.full_spectrum`` (then Eq. 2 is exact).
 
-Permutation-bank policy: one permutation per adjacent pair and draw, shared by every statistic of
-the same shape ``(pairs, d)`` within a report (each null stays exact; nulls of different statistics
-become correlated); drawn from ``torch.Generator().manual_seed(spec.seed)`` in role order.
+Permutation-bank policy (:mod:`geodrift.continuity.bank`): one permutation per adjacent pair and draw,
+shared by every statistic of the same shape ``(pairs, d)`` within a report, the trajectory's nulls
+included (each null stays exact; nulls of different statistics become correlated); drawn from
+``torch.Generator().manual_seed(spec.seed)`` in role order.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 from geodrift import metrics
 from geodrift.checks import check_seed
 from geodrift.continuity import degenerate
+from geodrift.continuity.bank import PermutationBank
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead, single_threaded_blas
 from geodrift.continuity.verdicts import projection_verdict, relative_verdicts
@@ -106,12 +108,15 @@ def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None]
     return assemble(decompose(ws, spec, progress, derive), spec, ws.origin, ws.view)
 
 
-def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: str, view: str) -> Report:
+def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: str, view: str,
+             bank: PermutationBank | None = None) -> Report:
     """The Report of already-decomposed matrices (:func:`decompose`'s output); ``measure`` = both.
 
-    A tracker that also needs the singular vectors themselves calls the two halves.
+    A tracker that also needs the singular vectors themselves calls the two halves. ``bank`` (default: a
+    fresh one seeded with ``spec.seed``) lets a caller share the permutations with further nulls of the
+    same report (the scan's trajectory shapes).
     """
-    bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
+    bank = bank if bank is not None else PermutationBank(torch.Generator().manual_seed(spec.seed))
     roles = sorted({role for role, _ in spectra}, key=_role_order)
     reports, notes = [], []
     # One thread: the null gathers are many small cache-sized ops, and on a busy 2-core machine each
@@ -194,37 +199,6 @@ def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) 
     with single_threaded_blas():  # as in assemble
         samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, flat_index=bank.index(draws, n_pairs, dim))
     return _vector_rows(metrics.adjacent_abs_cos(vectors), samples, dim)
-
-
-class PermutationBank:
-    """Permutations shared by every null statistic of one shape ``(pairs, d)`` within a report.
-
-    Each statistic still gets an exact permutation null; sharing only correlates the nulls of
-    different statistics, and it spares generating the same-shaped permutations (and their flat
-    gather indices) again.
-    """
-
-    def __init__(self, generator: torch.Generator) -> None:
-        self.generator = generator
-        self._banks: dict[tuple[int, int], torch.Tensor] = {}
-        self._flat: dict[tuple[int, int], torch.Tensor] = {}
-
-    def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
-        """``(>= draws, n_pairs, dim)`` permutations, drawn on first use of the shape."""
-        bank = self._banks.get((n_pairs, dim))
-        if bank is None or bank.shape[0] < draws:
-            bank = metrics.random_permutations(draws, n_pairs, dim, self.generator)
-            self._banks[(n_pairs, dim)] = bank
-            self._flat.pop((n_pairs, dim), None)
-        return bank
-
-    def index(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
-        """``(>= draws, n_pairs * dim)`` flat gather indices of :meth:`get`'s permutations, built once."""
-        bank = self.get(draws, n_pairs, dim)
-        flat = self._flat.get((n_pairs, dim))
-        if flat is None:
-            flat = self._flat[(n_pairs, dim)] = metrics.flat_permutation_index(bank)
-        return flat
 
 
 def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null_draws: int,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from geodrift.continuity import MeasureSpec, Report, assemble, decompose
+from geodrift.continuity import MeasureSpec, PermutationBank, Report, assemble, decompose
 from geodrift.continuity.measure import Derive
 from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.errors import GeodriftError
@@ -170,6 +170,7 @@ def scan(
     if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
         derive = ov_composite_hook(*heads)
     spectra = decompose(ws, spec, progress, derive)
-    report = assemble(spectra, spec, ws.origin, ws.view)
-    report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed)
+    bank = PermutationBank(torch.Generator().manual_seed(spec.seed))  # one bank: the trajectory reuses Eq. 1's
+    report = assemble(spectra, spec, ws.origin, ws.view, bank)
+    report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed, bank)
     return report
