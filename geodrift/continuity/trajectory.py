@@ -100,12 +100,27 @@ def sign_align(vectors: torch.Tensor) -> torch.Tensor:
         >>> sign_align(torch.tensor([[1.0, 0.0], [-1.0, 0.1]]))[1]
         tensor([ 1.0000, -0.1000])
     """
-    rows = [vectors[..., 0, :]]
-    for layer in range(1, vectors.shape[-2]):
-        x = vectors[..., layer, :]
-        sign = torch.where((x * rows[-1]).sum(-1, keepdim=True) < 0, -1.0, 1.0).to(x.dtype)
-        rows.append(x * sign)
-    return torch.stack(rows, -2)
+    unit = vectors.double() / vectors.double().norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    return vectors * alignment_signs(unit @ unit.mT).unsqueeze(-1).to(vectors.dtype)
+
+
+def alignment_signs(cosines: torch.Tensor) -> torch.Tensor:
+    """Eq. 6's signs ``s_l`` from the cosine (Gram) matrix of a stack: ``s_0 = 1``, ``s_l = s_(l-1) sign(cos(x_l, x_(l-1)))``.
+
+    Args:
+        cosines: ``(..., L, L)`` cosines of the stack's vectors (the Gram matrix of unit vectors).
+
+    Returns:
+        ``(..., L)`` signs (+1 or -1, the cosines' dtype); ``sign_align(x) = s * x`` row by row.
+
+    Example:
+        >>> x = torch.tensor([[1.0, 0.0], [-1.0, 0.1], [0.5, 0.5]], dtype=torch.float64)
+        >>> alignment_signs(x @ x.T).tolist()
+        [1.0, -1.0, 1.0]
+    """
+    consecutive = cosines.diagonal(1, -2, -1)  # (..., L-1): cos(x_l, x_(l+1))
+    steps = torch.where(consecutive < 0, -1.0, 1.0).to(cosines.dtype)
+    return torch.cat([torch.ones_like(steps[..., :1]), steps.cumprod(-1)], -1)
 
 
 def pca_explained_variance(vectors: torch.Tensor, components: int = N_COMPONENTS) -> torch.Tensor:
@@ -148,11 +163,7 @@ def explained_variance_of_gram(gram: torch.Tensor, components: int = N_COMPONENT
         0.75
     """
     gram = gram.double()
-    signs = [torch.ones(gram.shape[:-2], dtype=gram.dtype)]
-    for layer in range(1, gram.shape[-1]):
-        inner = signs[-1] * gram[..., layer - 1, layer]  # <x^(l), aligned x^(l-1)>
-        signs.append(torch.where(inner < 0, -1.0, 1.0).to(gram.dtype))
-    s = torch.stack(signs, -1)  # (..., L)
+    s = alignment_signs(gram)  # (..., L)
     aligned = gram * s.unsqueeze(-1) * s.unsqueeze(-2)
     centred = (aligned - aligned.mean(-1, keepdim=True) - aligned.mean(-2, keepdim=True)
                + aligned.mean((-1, -2), keepdim=True))
@@ -226,17 +237,20 @@ def trajectory_shape(vectors: torch.Tensor, role: str, label: str, space: str, d
     n_layers, dim = vectors.shape
     x = vectors.float()
     lags = default_lags(n_layers)
-    unit = _unit(x)  # (L, d) float64
-    evr = float(explained_variance_of_gram(unit @ unit.T))
-    evr_null, lag_null = permutation_null_samples(x, lags, draws, bank)  # (draws,), (draws, lags)
-    with single_threaded_blas():  # as the report's other nulls (geodrift.continuity.measure.assemble)
+    # One thread, as the report's other nulls: these are many small ops, and on a busy 2-core machine each
+    # two-thread parallel region waits for a descheduled thread (geodrift.continuity.measure.assemble).
+    with single_threaded_blas():
+        unit = _unit(x)  # (L, d) float64
+        evr = float(explained_variance_of_gram(unit @ unit.T))
+        evr_null, lag_null = permutation_null_samples(x, lags, draws, bank)  # (draws,), (draws, lags)
         random_mean, random_std = _random_floor(bank, draws, n_layers, dim)
-    order_mean, order_std = order_null(x, draws, bank.generator)
+        order_mean, order_std = order_null(x, draws, bank.generator)
+        observed_lags = lag_abs_cos(x, lags)
     return TrajectoryShape(
         role=role, label=label, space=space, dim=dim, layers=n_layers, components=N_COMPONENTS, evr=evr,
         evr_random_mean=random_mean, evr_random_std=random_std,
         evr_null_mean=float(evr_null.mean()), evr_null_std=float(evr_null.std()), lags=lags,
-        lag_abs_cos=lag_abs_cos(x, lags), lag_null_mean=lag_null.mean(0).tolist(), lag_null_std=lag_null.std(0).tolist(),
+        lag_abs_cos=observed_lags, lag_null_mean=lag_null.mean(0).tolist(), lag_null_std=lag_null.std(0).tolist(),
         lag_floor=metrics.random_baseline(dim), draws=draws, order_null_mean=order_mean, order_null_std=order_std,
     )
 
