@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, RayAddress, ScanBackend, Wide
 
 app = typer.Typer()
 
@@ -38,6 +38,7 @@ def scan_command(
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
                                                 "(Eq. 2) is exact instead of bounded (slower).")] = False,
+    backend: ScanBackend = "local", address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
@@ -49,11 +50,13 @@ def scan_command(
     from geodrift.render.files import write_csv
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan
+    from geodrift.scan.distributed import RaySource, check_backend
     from geodrift.scan.preflight import check_plan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.stdio import report_only_stdout
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
+    check_backend(backend, address)
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
     memory_limit = parse_size(max_memory)
     if plot is not None:  # fail before the long job, not after it
@@ -64,7 +67,8 @@ def scan_command(
     check_plan(ws, spec, heads if ov else None, memory_limit)
     with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar, report_only_stdout(as_json):
         report = scan(ws, spec, heads=heads if ov else None,
-                      progress=lambda label: bar.update(advance=1, description=label))
+                      progress=lambda label: bar.update(advance=1, description=label),
+                      ray=RaySource(model, view, names, role_list, address) if backend == "ray" else None)
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("continuity_report", report.to_dict()))

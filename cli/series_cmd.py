@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from geodrift.cli.options import Dpi, Quiet, Wide
+from geodrift.cli.options import Dpi, Quiet, RayAddress, ScanBackend, Wide
 
 app = typer.Typer()
 
@@ -41,7 +41,8 @@ def drift_command(
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figures NAME_rotation.EXT and NAME_continuity.EXT "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    ov: Ov = True, backend: ScanBackend = "local", address: RayAddress = None,
+    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
@@ -62,7 +63,7 @@ def drift_command(
         check_dpi(dpi)
     with JobProgress(f"reading {len(checkpoints)} checkpoints", 0, "matrices", quiet=quiet) as bar:
         rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
-                    **options)
+                    backend=backend, address=address, **options)
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("drift_report", rep.to_dict()))
@@ -97,7 +98,8 @@ def compare_command(
                                                  "here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figure of the subspace overlap across layers "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
+    ov: Ov = True, backend: ScanBackend = "local", address: RayAddress = None,
+    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
@@ -117,7 +119,8 @@ def compare_command(
         figure_format(plot)
         check_dpi(dpi)
     with JobProgress("reading 2 models", 0, "matrices", quiet=quiet) as bar:
-        rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label), **options)
+        rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label),
+                      backend=backend, address=address, **options)
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("compare_report", rep.to_dict()))
