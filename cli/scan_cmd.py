@@ -38,6 +38,9 @@ def scan_command(
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
                                                 "(Eq. 2) is exact instead of bounded (slower).")] = False,
+    device: Annotated[str, typer.Option("--device", help="cpu, or cuda (cuda:N): the large matrices' decompositions on "
+                                        "a GPU (block Krylov; the same acceptance rule, so every vector agrees with "
+                                        "the CPU's to |cos| >= 0.999, not bitwise).")] = "cpu",
     backend: ScanBackend = "local", address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
@@ -57,7 +60,11 @@ def scan_command(
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
     check_backend(backend, address)
-    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
+    if backend == "ray" and device != "cpu":
+        from geodrift.errors import GeodriftError
+
+        raise GeodriftError("--device cuda with --backend ray: the Ray tasks request no GPUs yet; use one of the two")
+    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum, device=device)
     memory_limit = parse_size(max_memory)
     if plot is not None:  # fail before the long job, not after it
         figure_format(plot)

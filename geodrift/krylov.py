@@ -108,7 +108,7 @@ def certify(apply: Product, apply_t: Product, X: torch.Tensor, next_bound: float
     Y = WX / norms.clamp_min(1e-30)
     rho_t = (apply_t(Y) - X * norms).norm(dim=0)
     # The bounds on c numbers: float64 numpy (each torch op on tiny arrays costs more than the arithmetic).
-    S, rho = norms.double().numpy(), rho_t.double().numpy()
+    S, rho = norms.double().cpu().numpy(), rho_t.double().cpu().numpy()
     theta, eta = S ** 2, S * rho
     k = X.shape[1] if next_bound is not None else X.shape[1] - 1
     upper_next = theta[1:k + 1] + eta[1:k + 1]  # upper bounds of lambda_2 .. lambda_(k+1)
@@ -171,8 +171,8 @@ def block_krylov(W: torch.Tensor, k: int, *, block: int = BLOCK, checks: tuple[i
     if block < k + 1 or n < block * 2:
         raise ValueError(f"block Krylov needs block >= k + 1 and n >= 2 * block; got {block}, k={k}, n={n}")
     last = max(c for c in checks if block * (c + 1) <= n) if any(block * (c + 1) <= n for c in checks) else 1
-    start = torch.randn(n, block, generator=torch.Generator().manual_seed(seed))
-    Q = torch.linalg.qr(start).Q  # (n, b)
+    start = torch.randn(n, block, generator=torch.Generator().manual_seed(seed)).to(W.device)
+    Q = torch.linalg.qr(start).Q  # (n, b), on W's device (a GPU: every product there)
     T = torch.zeros(0, 0, dtype=torch.float64)
     passes, blocks = 0, 1
     best: KrylovResult | None = None
@@ -182,10 +182,10 @@ def block_krylov(W: torch.Tensor, k: int, *, block: int = BLOCK, checks: tuple[i
         passes += 2
         # Projections on the whole basis: T's new columns, then CGS2 against it.
         coeff = Q.T @ AV  # (s, b)
-        T = _grow(T, coeff.double())
+        T = _grow(T, coeff.double().cpu())
         if blocks in checks or blocks == last:
             theta, Y = torch.linalg.eigh((T + T.T) / 2)
-            X = (Q.double() @ Y[:, -(k + 1):].flip(-1)).float()
+            X = (Q.double() @ Y[:, -(k + 1):].flip(-1).to(Q.device)).float()
             X = X / X.norm(dim=0, keepdim=True)
             certificate = certify(*products(W), X)
             passes += 2

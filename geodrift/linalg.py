@@ -112,10 +112,12 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
     if use_exact:
         return _exact(W, k, frobenius_sq, "exact")
     passes = 0
-    if method == "krylov" or (method == "auto" and min(m, n) >= KRYLOV_MIN_SIDE):
-        triplets, passes = _krylov(W, k, tol, frobenius_sq, budgeted=method == "auto")
+    on_device = W.device.type != "cpu"  # a GPU: block Krylov there (no budget), the other routes on the CPU
+    if on_device or method == "krylov" or (method == "auto" and min(m, n) >= KRYLOV_MIN_SIDE):
+        triplets, passes = _krylov(W, k, tol, frobenius_sq, budgeted=method == "auto" and not on_device)
         if triplets is not None:
             return triplets
+    W = W.cpu()
     triplets = _lanczos(W, k, tol, frobenius_sq, passes)
     if triplets is not None:
         return triplets
@@ -375,7 +377,7 @@ def robust_svd(W64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 
 def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTriplets:
-    W64 = W.detach().double()
+    W64 = W.detach().double().cpu()
     U, S, Vh = robust_svd(W64)
     U, S, Vh = U[:, :k], S[:k], Vh[:k]
     residual = _residual(W64, U, S, Vh)
@@ -452,7 +454,7 @@ def _accepted(certificate: Certificate, X: torch.Tensor, k: int, tol: float, fro
     residual = float(certificate.rho[:k].max() / certificate.S[0].clamp_min(1e-300))
     if not (certificate.accepted and residual <= tol and bool(S[-1] > 0)):
         return None
-    iterated, other = X[:, :k].contiguous(), certificate.Y[:, :k].contiguous()
+    iterated, other = X[:, :k].cpu().contiguous(), certificate.Y[:, :k].cpu().contiguous()
     U, V = (iterated, other) if transposed else (other, iterated)
     return SVDTriplets(U, S, V.T.contiguous(), frobenius_sq, residual, method, passes=passes)
 
