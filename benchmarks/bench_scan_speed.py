@@ -145,8 +145,9 @@ def main() -> None:
     parser.add_argument("--write-results", type=Path, default=None, help="replace this file's speed section")
     args = parser.parse_args()
     load_before = os.getloadavg()
+    tee = _Tee(sys.stdout)
     if args.write_results is not None:  # everything printed also goes into the results file
-        sys.stdout = _Tee(sys.stdout)
+        sys.stdout = tee
     if args.profile_only:
         wall, clock = stage_profile(args.k)
         print_profile(wall, clock)
@@ -235,7 +236,7 @@ def main() -> None:
           f"{full64 / topk:5.1f}  (target >= 20);  one worker: {full64 / topk_serial:5.1f}")
     print_profile(profile_wall, clock)
     if args.write_results is not None:
-        write_results(args.write_results, sys.stdout.getvalue(), load_before)  # type: ignore[attr-defined]
+        write_results(args.write_results, tee.getvalue(), load_before)
 
 
 class _Tee(io.StringIO):
