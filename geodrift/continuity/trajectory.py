@@ -38,7 +38,7 @@ from geodrift.weights import ROLE_LABELS, WeightKey
 
 # Principal components summed by the explained-variance ratio (the paper's 3D PCA).
 N_COMPONENTS = 3
-# Vector entries per chunk of null draws (float64 while permuted: about 32 MB).
+# Vector entries per chunk of null draws (float32 gathers plus their int64 indices: about 48 MB).
 _CHUNK_ELEMENTS = 4_000_000
 
 
@@ -280,7 +280,7 @@ def permutation_null_samples(vectors: torch.Tensor, lags: list[int], draws: int,
         ((7,), (7, 2))
     """
     n_layers, dim = vectors.shape
-    unit = _unit(vectors)
+    unit = _unit(vectors).float()  # float32 gathers and products: the Gram entries to ~1e-7, the EVR in float64
     chunk = max(1, _CHUNK_ELEMENTS // (n_layers * dim))  # draws per chunk: bounds memory at 8B widths
     evr, lag = [], []
     with single_threaded_blas():  # as the report's other nulls (geodrift.continuity.measure.assemble)
@@ -288,7 +288,7 @@ def permutation_null_samples(vectors: torch.Tensor, lags: list[int], draws: int,
             stop = min(start + chunk, draws)
             perms = bank.layer_permutations(draws, n_layers, dim, start, stop)  # (n, L, d)
             permuted = torch.gather(unit.expand(stop - start, n_layers, dim), 2, perms)
-            gram = permuted @ permuted.mT  # (n, L, L)
+            gram = (permuted @ permuted.mT).double()  # (n, L, L)
             evr.append(explained_variance_of_gram(gram))
             lag.append(_lag_means(gram, lags))
     return torch.cat(evr), torch.cat(lag)
