@@ -20,9 +20,8 @@ are deleted afterwards. The timing children run under the bench lock only when `
 
 Usage::
 
-    python benchmarks/bench_scan_8b.py --layers 8 --ww-layers 2 --lock /tmp/geodrift-bench.lock
-
-It writes ``--write-results`` (default benchmarks/RESULTS_scan_8b.md) with the stamp of ``geodrift.provenance``.
+    uptime; python benchmarks/bench_scan_8b.py --layers 8 --ww-layers 2 --lock /tmp/geodrift-bench.lock \\
+        [--spectrum random|trained] --write-results benchmarks/RESULTS_scan_8b.md
 """
 
 from __future__ import annotations
@@ -38,9 +37,6 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-
-from geodrift.provenance import check_results_path, command_line, load_average, stamp
-from geodrift.provenance import write_results as write_stamped
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scan_memory import D_FF, D_MODEL, N_HEADS, N_KV, run_child  # noqa: E402
@@ -70,12 +66,12 @@ def bench_lock(path: Path | None):  # type: ignore[no-untyped-def]
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def write(folder: Path, layers: int, embedding: bool) -> int:
+def write(folder: Path, layers: int, embedding: bool, spectrum: str) -> int:
     folder.mkdir()
     argv = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from bench_scan_memory import "
             "write_checkpoint; from pathlib import Path; print(write_checkpoint(Path(sys.argv[2]), int(sys.argv[3]), "
-            "embedding=sys.argv[4] == '1'))", str(Path(__file__).resolve().parent), str(folder), str(layers),
-            "1" if embedding else "0"]
+            "embedding=sys.argv[4] == '1', spectrum=sys.argv[5]))", str(Path(__file__).resolve().parent), str(folder),
+            str(layers), "1" if embedding else "0", spectrum]
     return int(subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
 
 
@@ -86,10 +82,11 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--lock", type=Path, default=None, help="flock this file while timing")
     parser.add_argument("--timeout", type=float, default=3600.0)
-    parser.add_argument("--write-results", type=Path, default=Path("benchmarks/RESULTS_scan_8b.md"))
+    parser.add_argument("--write-results", type=Path, default=None)
+    parser.add_argument("--spectrum", choices=("random", "trained"), default="random",
+                        help="random N(0, 0.02) weights (the hardest spectrum) or the same with the embedded model's "
+                        "measured top-12 spectrum planted (bench_scan_memory.TRAINED_TOP)")
     args = parser.parse_args()
-    check_results_path(args.write_results)
-    load_before, t_start = load_average(), time.perf_counter()
     half = args.layers // 2
     work = Path(tempfile.mkdtemp(prefix="geodrift-8b-", dir=args.dir))
     geodrift = shutil.which("geodrift") or str(Path(sys.executable).parent / "geodrift")
@@ -97,11 +94,12 @@ def main() -> None:
     try:
         deep, small = work / "llama8b-shaped", work / "llama8b-shaped-first-layers"
         start = time.perf_counter()
-        size = write(deep, args.layers, embedding=True)
-        small_size = write(small, args.ww_layers, embedding=False) if args.ww_layers else 0
+        size = write(deep, args.layers, embedding=True, spectrum=args.spectrum)
+        small_size = write(small, args.ww_layers, embedding=False, spectrum=args.spectrum) if args.ww_layers else 0
         print(f"wrote {size / 1e9:.2f} GB ({args.layers} layers) and {small_size / 1e9:.2f} GB ({args.ww_layers} layers) "
               f"in {time.perf_counter() - start:.0f} s", flush=True)
         uptime = os.getloadavg()
+        load_before = uptime
         with bench_lock(args.lock):
             rows["full"] = run_child([geodrift, "scan", str(deep), "--brief", "--json-out", str(work / "full.json")],
                                      f"scan {args.layers} layers", args.timeout)
@@ -138,25 +136,40 @@ def main() -> None:
         lines.append(f"WeightWatcher / geodrift on the same {args.ww_layers} layers: {ratio:.1f}x wall; "
                      f"peak RSS {float(rows['ww']['peak_rss_gb']):.2f} GB vs {float(rows['half']['peak_rss_gb']):.2f} GB")  # type: ignore[arg-type]
     print("\n".join(lines))
-    s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
-    write_results(args, size, rows, lines, s)
+    if args.write_results:
+        write_results(args, size, rows, lines, load_before)
 
 
 def write_results(args: argparse.Namespace, size: int, rows: dict[str, dict[str, object]], lines: list[str],
-                  s: dict[str, object]) -> None:
+                  load_before: tuple[float, float, float]) -> None:
+    from _stamp import stamp_lines
+
+    from geodrift.atomic import write_text
+
     path: Path = args.write_results
+    text = path.read_text(encoding="utf-8") if path.exists() else "# Scan benchmarks\n"
+    marker = f"## 8B-shaped checkpoint, {args.spectrum} spectrum"
+    head, _, rest = text.partition(marker)
+    tail = rest[rest.index("\n## "):] if "\n## " in rest else ""
     body = [
-        f"Checkpoint: synthetic, Llama-3.1-8B shapes (hidden {D_MODEL}, d_ff {D_FF}, {N_HEADS} query / {N_KV} "
-        f"key-value heads, head dim {D_MODEL // N_HEADS}), random N(0, 0.02) weights in bf16, {args.layers} layers + "
-        f"embedding, one shard per layer with model.safetensors.index.json: {size / 1e9:.2f} GB. Each row is a fresh child process; peak RSS is its `ru_maxrss`.", "",
+        marker, "",
+        *stamp_lines(load_before),
+        "", f"Checkpoint: synthetic, Llama-3.1-8B shapes (hidden {D_MODEL}, d_ff {D_FF}, {N_HEADS} query / {N_KV} "
+        f"key-value heads, head dim {D_MODEL // N_HEADS}), {args.spectrum} spectrum ("
+        + ("N(0, 0.02) weights: a Marchenko-Pastur bulk whose top singular values lie within 0.1 % of each other"
+           if args.spectrum == "random" else "N(0, 0.02) weights plus the embedded SmolLM2's measured top-12 "
+           "spectrum planted as rank-one spikes, `bench_scan_memory.TRAINED_TOP`")
+        + f") in bf16, {args.layers} layers + embedding, one shard per layer: {size / 1e9:.2f} GB. Each row is a fresh "
+        "child process (OMP_NUM_THREADS=1 in its environment; geodrift sets its own thread layout); peak RSS is its "
+        "`ru_maxrss`.", "",
         "| child | peak RSS (GB) | wall (s) | exit |", "|---|---:|---:|---:|",
     ]
     for row in rows.values():
         body.append(f"| {row['label']} | {float(row['peak_rss_gb']):.3f} | {float(row['wall_s']):.1f} | "  # type: ignore[arg-type]
                     f"{row['exit']} |")
-    body += ["", *[f"- {line}" for line in lines]]
-    title = "Scan at Llama-3.1-8B shapes: seconds per layer, peak RSS, WeightWatcher"
-    print(f"wrote {write_stamped(path, title, chr(10).join(body), s)}")
+    body += ["", *[f"- {line}" for line in lines], ""]
+    write_text(path, head.rstrip() + "\n\n" + "\n".join(body) + tail)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

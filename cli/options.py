@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from geodrift.cli.choices import Backend
+
 Quiet = Annotated[bool, typer.Option(
     "--quiet", "-q", help="No progress bars, status lines or start-up messages on stderr (results and errors only).")]
 Wide = Annotated[bool, typer.Option(
@@ -18,3 +20,9 @@ Force = Annotated[bool, typer.Option(
 MaxMemory = Annotated[str, typer.Option(
     "--max-memory", help="Refuse to start a run whose memory estimate exceeds this (e.g. 8G, 512M); raise it to "
     "allow larger --null-draws/--k.")]
+ScanBackend = Annotated[Backend, typer.Option(
+    "--backend", help="local (this process) or ray: the checkpoints (drift, compare) or ranges of layers (scan) as Ray "
+    "tasks (Ray comes with the sweep extra of geodrift); the numbers are the local run's, bitwise.")]
+RayAddress = Annotated[str | None, typer.Option(
+    "--address", help="With --backend ray: an existing Ray cluster (auto or HOST:PORT); every node must read the "
+    "checkpoints at the same paths. Default: a local cluster of this machine's CPUs.")]

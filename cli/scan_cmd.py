@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from geodrift.cli import choices
-from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, RayAddress, ScanBackend, Wide
 
 app = typer.Typer()
 
@@ -43,6 +43,10 @@ def scan_command(
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
                                                 "(Eq. 2) is exact instead of bounded (slower).")] = False,
+    device: Annotated[str, typer.Option("--device", help="cpu, or cuda (cuda:N): the large matrices' decompositions on "
+                                        "a GPU (block Krylov; the same acceptance rule, so every vector agrees with "
+                                        "the CPU's to |cos| >= 0.999, not bitwise).")] = "cpu",
+    backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
@@ -54,12 +58,18 @@ def scan_command(
     from geodrift.render.files import pairs_csv_path, write_csv
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan
+    from geodrift.scan.distributed import RaySource, check_backend
     from geodrift.scan.preflight import check_plan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.stdio import report_only_stdout
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
-    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
+    check_backend(backend.value, address)
+    if backend == choices.Backend.ray and device != "cpu":
+        from geodrift.errors import GeodriftError
+
+        raise GeodriftError("--device cuda with --backend ray: the Ray tasks request no GPUs yet; use one of the two")
+    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum, device=device)
     memory_limit = parse_size(max_memory)
     if plot is not None:  # fail before the long job, not after it
         figure_format(plot)
@@ -70,7 +80,9 @@ def scan_command(
     check_plan(ws, spec, heads if ov else None, memory_limit)
     with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar, report_only_stdout(as_json):
         report = scan(ws, spec, heads=heads if ov else None,
-                      progress=lambda label: bar.update(advance=1, description=label))
+                      progress=lambda label: bar.update(advance=1, description=label),
+                      ray=(RaySource(model, view.value, names, role_list, address)
+                           if backend == choices.Backend.ray else None))
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("continuity_report", report.to_dict()))

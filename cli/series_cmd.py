@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from geodrift.cli import choices
-from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
+from geodrift.cli.options import Dpi, MaxMemory, Quiet, RayAddress, ScanBackend, Wide
 
 app = typer.Typer()
 
@@ -44,7 +44,8 @@ def drift_command(
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figures NAME_rotation.EXT and NAME_continuity.EXT "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
+    ov: Ov = True, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
@@ -71,7 +72,7 @@ def drift_command(
                     if plot else []))
     with JobProgress(f"reading {len(checkpoints)} checkpoints", 0, "matrices", quiet=quiet) as bar:
         rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
-                    **options)
+                    backend=backend.value, address=address, **options)
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("drift_report", rep.to_dict()))
@@ -106,7 +107,8 @@ def compare_command(
                                                  "here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figure of the subspace overlap across layers "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
+    ov: Ov = True, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
@@ -129,7 +131,8 @@ def compare_command(
         check_dpi(dpi)
     check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
     with JobProgress("reading 2 models", 0, "matrices", quiet=quiet) as bar:
-        rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label), **options)
+        rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label),
+                      backend=backend.value, address=address, **options)
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("compare_report", rep.to_dict()))

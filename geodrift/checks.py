@@ -94,3 +94,30 @@ def check_file(path: Path, what: str = "checkpoint file") -> os.stat_result:
         kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
         raise GeodriftError(f"{path}: expected the {what} to be a regular file, found {kind}; pass the file itself")
     return info
+
+
+def check_device(name: str, option: str = "--device") -> str:
+    """The torch device ``name`` stands for: ``cpu``, ``cuda``/``cuda:N`` (when present) or ``auto``.
+
+    Raises:
+        GeodriftError: CUDA asked for but not available, a CUDA index out of range, or an unknown name.
+
+    Example:
+        >>> check_device("cpu")
+        'cpu'
+    """
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind, _, index = name.partition(":")
+    if kind == "cpu" and not index:
+        return "cpu"
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise GeodriftError(f"{option}: unknown {name!r}; use cpu, cuda (cuda:N) or auto")
+    if not torch.cuda.is_available():
+        raise GeodriftError(f"{option} {name}: no CUDA device is available to this torch build; use {option} cpu")
+    if index and int(index) >= torch.cuda.device_count():
+        raise GeodriftError(f"{option} {name}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                            f"use cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
+    return name

@@ -3,14 +3,21 @@
 ``v_k`` (rows of ``Vh``) live in the input space (what a layer reads), ``u_k`` (columns of ``U``)
 in the output space (what it writes). Signs are arbitrary; every comparison downstream is ``|cos|``.
 
-Two routes:
+Three routes:
 - exact: LAPACK SVD (``torch.linalg.svd``), used for small matrices or when ``k`` is a large share
   of the rank;
-- iterative: ARPACK Lanczos (``scipy.sparse.linalg.eigsh``) on the Gram matrix of the smaller side
-  for the top ``k``, followed by a residual
-  check ``max_j ||W v_j - s_j u_j||, ||W^T u_j - s_j v_j|| <= tol * s_1``. An iterate that fails the
-  check (or ARPACK that does not converge) falls back to the exact route; an unconverged vector is
-  never returned.
+- block Krylov (:mod:`geodrift.krylov`) for matrices whose smaller side is at least
+  ``KRYLOV_MIN_SIDE``: products with ``W`` and ``W^T`` only, stopped at a budget of a fraction of the
+  Gram product's work; if not accepted by then, the Lanczos route below;
+- Lanczos: ARPACK (``scipy.sparse.linalg.eigsh``) on the Gram matrix of the smaller side for the top
+  ``k``, and on the same matrix deflated by them for a bound of the next eigenvalue (the gap below the
+  ``k``-th).
+
+Every iterative result must pass the acceptance rule of :func:`geodrift.krylov.certify` (a residual
+and gap bound that certifies each reported vector's ``|cos|`` with the exact one to be at least 0.999,
+on both sides) and the residual check ``max_j ||W^T u_j - s_j v_j|| <= tol * s_1``; a result that
+fails either (or ARPACK that does not converge) falls back to the exact route, so an uncertified
+vector is never returned.
 """
 
 from __future__ import annotations
@@ -23,11 +30,18 @@ import torch
 from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
 
 from geodrift.errors import GeodriftError
+from geodrift.krylov import BLOCK, Certificate, block_krylov, certify, products
 
 # Below this many entries the exact SVD is as fast as Lanczos and has no convergence question.
 EXACT_MAX_NUMEL = 64 * 64
 # When k exceeds this share of min(m, n), Lanczos loses its advantage.
 EXACT_K_SHARE = 0.25
+# From this smaller side up, block Krylov goes first: its products cost 2 m n b per pass against m n^2
+# for the Gram matrix, a saving only when n is large against the ~20-50 passes it needs.
+KRYLOV_MIN_SIDE = 2048
+# Block Krylov stops (for the Lanczos route) once its passes would exceed this share of the Gram
+# product's work (n / (2 b) passes): a hard spectrum then costs at most 1.4x the Gram route.
+KRYLOV_BUDGET = 0.4
 # Largest entries outside this range are decomposed rescaled: their squares (the Gram route) would
 # leave float32's range (about 1e-38 .. 3e38).
 SAFE_MIN, SAFE_MAX = 1e-15, 1e15
@@ -43,7 +57,9 @@ class SVDTriplets:
         Vh: ``(k, n)`` right singular vectors (input space), rows.
         frobenius_sq: ``||W||_F^2 = sum of all sigma^2`` (also when ``k < rank``).
         residual: ``max_j max(||W v_j - s_j u_j||, ||W^T u_j - s_j v_j||) / s_1``.
-        method: ``"exact"``, ``"lanczos"`` or ``"exact-fallback"``.
+        method: ``"exact"``, ``"krylov"``, ``"lanczos"`` or ``"exact-fallback"``.
+        passes: products with the whole matrix behind the result (a Gram product, a block product, a
+            residual product or an SVD each count one); the structural guard watches it.
     """
 
     U: torch.Tensor
@@ -52,6 +68,7 @@ class SVDTriplets:
     frobenius_sq: float
     residual: float
     method: str
+    passes: int = 0
 
     @property
     def energy_share(self) -> torch.Tensor:
@@ -65,8 +82,8 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
     Args:
         W: ``(m, n)`` real matrix (any float dtype; computed in float32/float64).
         k: number of triplets, ``1 <= k <= min(m, n)``.
-        tol: residual tolerance relative to ``s_1`` for the iterative route.
-        method: ``"auto"``, ``"exact"`` or ``"lanczos"``.
+        tol: residual tolerance relative to ``s_1`` for the iterative routes.
+        method: ``"auto"``, ``"exact"``, ``"krylov"`` (then Lanczos if not accepted) or ``"lanczos"``.
 
     Returns:
         SVDTriplets with ``U (m, k)``, ``S (k,)``, ``Vh (k, n)`` in float32.
@@ -89,15 +106,22 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
         return _rescaled(W, k, tol, method, peak)
     # float32 norm (an accurate scaled reduction in torch), without a float64 copy of W.
     frobenius_sq = float(torch.linalg.vector_norm(W.float())) ** 2
-    use_exact = method == "exact" or (
+    use_exact = method == "exact" or min(m, n) <= k + 2 or (
         method == "auto" and (W.numel() <= EXACT_MAX_NUMEL or k > EXACT_K_SHARE * min(m, n))
     )
-    if not use_exact:
-        triplets = _lanczos(W, k, tol, frobenius_sq)
+    if use_exact:
+        return _exact(W, k, frobenius_sq, "exact")
+    passes = 0
+    on_device = W.device.type != "cpu"  # a GPU: block Krylov there (no budget), the other routes on the CPU
+    if on_device or method == "krylov" or (method == "auto" and min(m, n) >= KRYLOV_MIN_SIDE):
+        triplets, passes = _krylov(W, k, tol, frobenius_sq, budgeted=method == "auto" and not on_device)
         if triplets is not None:
             return triplets
-        return _exact(W, k, frobenius_sq, "exact-fallback")
-    return _exact(W, k, frobenius_sq, "exact")
+    W = W.cpu()
+    triplets = _lanczos(W, k, tol, frobenius_sq, passes)
+    if triplets is not None:
+        return triplets
+    return _exact(W, k, frobenius_sq, "exact-fallback")
 
 
 def _rescaled(W: torch.Tensor, k: int, tol: float, method: str, peak: float) -> SVDTriplets:
@@ -148,8 +172,8 @@ def top_k_svd_of_product(product: MatrixProduct, k: int, *, tol: float = 1e-4) -
     Lanczos (ARPACK ``eigsh``) on the Gram operator of the smaller side, applied factor by factor:
     for ``n <= m``, ``x -> C^T (B^T B) (C x)`` with the ``(r, r)`` matrix ``B^T B`` formed once, so a
     product step costs ``O(r n + r^2)`` instead of forming ``B C`` (``O(m r n)``) and its Gram
-    (``O(m n^2)``). ``||B C||_F^2 = sum((B^T B) * (C C^T))``. The same residual check as
-    :func:`top_k_svd` (through the factors), and the same exact fallback (on the formed product).
+    (``O(m n^2)``). ``||B C||_F^2 = sum((B^T B) * (C C^T))``. The same acceptance rule and residual
+    check as :func:`top_k_svd` (through the factors), and the same exact fallback (on the formed product).
 
     Args:
         product: the factors, ``B (m, r)`` and ``C (r, n)``.
@@ -188,24 +212,16 @@ def top_k_svd_of_product(product: MatrixProduct, k: int, *, tol: float = 1e-4) -
     else:
         outer, core, side = B.T.contiguous().numpy(), CCt.float().numpy(), m  # B core B^T
     gram = LinearOperator((side, side), matvec=lambda x: outer.T @ (core @ (outer @ x)), dtype=np.float32)
-    pairs = _top_eigenpairs(gram, k, tol)
-    if pairs is None:
+    pairs = _top_eigenpairs(gram, k, tol) if min(m, n) > k + 2 else None
+    bound = _next_eigenvalue_bound(gram, pairs, tol) if pairs is not None else None
+    if pairs is None or bound is None:
         return _exact(B @ C, k, frobenius_sq, "exact-fallback")
-    S, vecs = pairs  # (k,), (side, k)
-    if n <= m:
-        Vh = vecs.T
-        U = B @ (C @ vecs)
-        U = U / U.norm(dim=0, keepdim=True)
-    else:
-        U = vecs
-        Vh = (U.T @ B) @ C
-        Vh = Vh / Vh.norm(dim=1, keepdim=True)
-    right = B @ (C @ Vh.T) - U * S
-    left = ((U.T @ B) @ C).T - Vh.T * S
-    residual = float(torch.maximum(right.norm(dim=0), left.norm(dim=0)).max() / S[0].clamp_min(1e-30))
-    if not residual <= tol:
-        return _exact(B @ C, k, frobenius_sq, "exact-fallback")
-    return SVDTriplets(U.contiguous(), S, Vh.contiguous(), frobenius_sq, residual, "lanczos")
+    if n <= m:  # the eigenvectors are right singular vectors of B C
+        certificate = certify(lambda z: B @ (C @ z), lambda z: ((z.T @ B) @ C).T, pairs[1], bound)
+    else:  # left ones: certify B C's transpose
+        certificate = certify(lambda z: ((z.T @ B) @ C).T, lambda z: B @ (C @ z), pairs[1], bound)
+    return _accepted(certificate, pairs[1], k, tol, frobenius_sq, transposed=n > m, passes=2) \
+        or _exact(B @ C, k, frobenius_sq, "exact-fallback")
 
 
 def batched_svd_triplets(W: torch.Tensor, k: int, checked: int = 8, tol: float = 1e-8) -> list[SVDTriplets]:
@@ -363,36 +379,87 @@ def robust_svd(W64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
 
 
 def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTriplets:
-    W64 = W.detach().double()
-    U, S, Vh = robust_svd(W64)
-    U, S, Vh = U[:, :k], S[:k], Vh[:k]
-    residual = _residual(W64, U, S, Vh)
-    return SVDTriplets(U.float(), S.float(), Vh.float(), frobenius_sq, residual, method)
+    # float64 LAPACK through the batched route (for k up to a quarter of the rank, eigh of the float64 Gram
+    # matrix, accepted at a 1e-8 residual, else the SVD): a 14336 x 4096 fallback is then one float64 Gram
+    # product and a 4096 x 4096 eigh instead of a full SVD, several times faster.
+    (exact,) = batched_svd_triplets(W.detach().cpu().unsqueeze(0), k)
+    return SVDTriplets(exact.U, exact.S, exact.Vh, frobenius_sq, exact.residual, method, passes=3)
 
 
-def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float) -> SVDTriplets | None:
+def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: int = 0) -> SVDTriplets | None:
     # Lanczos (ARPACK eigsh) on the Gram matrix of the smaller side: one BLAS-3 product, then cheap
     # matrix-vector products of size min(m, n). (Lanczos on W itself was 3x slower on a random
     # 14336 x 4096 matrix: its clustered top spectrum needs hundreds of memory-bound products.) Squaring
-    # the spectrum costs accuracy only for directions far below s_1, which the residual check below
-    # catches (then the exact route runs).
-    A = W.detach().float().numpy()
-    m, n = A.shape
-    pairs = _top_eigenpairs(_gram(A), k, tol)
+    # the spectrum costs accuracy only for directions far below s_1, which the acceptance rule catches
+    # (then the exact route runs).
+    A = W.detach().float()
+    gram = _gram(A.numpy())
+    pairs = _top_eigenpairs(gram, k, tol)
     if pairs is None:
         return None
-    S, vecs = pairs
-    if m >= n:
-        Vh_t, U_t = vecs.T, torch.from_numpy((A @ vecs.numpy()) / S.numpy())
-        U_t = U_t / U_t.norm(dim=0, keepdim=True)  # division by S leaves O(eps) norm error
-    else:
-        U_t, Vh_t = vecs, torch.from_numpy((vecs.numpy().T @ A) / S.numpy()[:, None])
-        Vh_t = Vh_t / Vh_t.norm(dim=1, keepdim=True)
-    U_t, Vh_t = U_t.contiguous(), Vh_t.contiguous()
-    residual = _residual(W.detach().float(), U_t, S, Vh_t)
-    if not residual <= tol:
+    X = pairs[1]  # (min(m, n), k)
+    bound = _next_eigenvalue_bound(gram, pairs, tol)
+    if bound is None:
         return None
-    return SVDTriplets(U_t, S, Vh_t, frobenius_sq, residual, "lanczos")
+    if A.shape[0] >= A.shape[1]:
+        certificate = certify(*products(A), X, bound)
+    else:
+        apply, apply_t = products(A)
+        certificate = certify(apply_t, apply, X, bound)
+    return _accepted(certificate, X, k, tol, frobenius_sq, transposed=A.shape[0] < A.shape[1], passes=passes + 3)
+
+
+def _next_eigenvalue_bound(gram: np.ndarray | LinearOperator, pairs: tuple[torch.Tensor, torch.Tensor],
+                           tol: float) -> float | None:
+    # An upper bound of lambda_(k+1) of the Gram operator for the acceptance rule: G - X diag(S^2) X^T has
+    # lambda_1 >= lambda_(k+1)(G) (G is it plus a rank-k PSD term), bounded by its top Ritz value plus
+    # residual. (Asking ARPACK for k + 1 pairs instead changes the k reported vectors' iterates.)
+    S, X = pairs
+    Xn, theta = X.numpy(), S.numpy() ** 2  # float32 (side, k), (k,)
+
+    def deflated(x: np.ndarray) -> np.ndarray:
+        x = x.reshape(-1)
+        return gram @ x - Xn @ (theta * (Xn.T @ x))
+
+    operator = LinearOperator(gram.shape, matvec=deflated, dtype=np.float32)
+    # A looser ARPACK tolerance than the vectors' and a short basis: the bound adds the residual it leaves
+    # (on SmolLM2 about 28 products per matrix instead of 36, the bound within 0.4 % of theta_k).
+    top = _top_eigenpairs(operator, 1, 1000 * tol, ncv=12)
+    if top is None:
+        return None
+    value, vector = float(top[0][0]) ** 2, top[1][:, 0].numpy()
+    residual = float(np.linalg.norm((deflated(vector) - value * vector).astype(np.float64)))
+    return value + residual
+
+
+def _krylov(W: torch.Tensor, k: int, tol: float, frobenius_sq: float,
+            budgeted: bool = True) -> tuple[SVDTriplets | None, int]:
+    # Block Krylov on the smaller side, within a budget of KRYLOV_BUDGET of the Gram product's work (every
+    # check of krylov.CHECKS when not budgeted); (None, passes spent) when the rule has not accepted it by then.
+    A = W.detach().float()
+    transposed = A.shape[0] < A.shape[1]
+    side = A.T if transposed else A  # (m', n'), n' <= m'
+    block = max(BLOCK, k + 1)
+    if side.shape[1] < 2 * block:
+        return None, 0
+    budget = int(KRYLOV_BUDGET * side.shape[1] / (2 * block)) if budgeted else None
+    result = block_krylov(side, k, block=block, budget_passes=budget, tol=tol)
+    triplets = _accepted(result.certificate, result.X, k, tol, frobenius_sq, transposed, result.passes,
+                         method="krylov")
+    return triplets, result.passes
+
+
+def _accepted(certificate: Certificate, X: torch.Tensor, k: int, tol: float, frobenius_sq: float,
+              transposed: bool, passes: int, method: str = "lanczos") -> SVDTriplets | None:
+    # The triplets of a certified result (X: the iterated side's vectors, k or more), or None if the acceptance
+    # rule or the residual tolerance rejects it. transposed: X are left singular vectors (W was m < n).
+    S = certificate.S[:k].float()
+    residual = float(certificate.rho[:k].max() / certificate.S[0].clamp_min(1e-300))
+    if not (certificate.accepted and residual <= tol and bool(S[-1] > 0)):
+        return None
+    iterated, other = X[:, :k].cpu().contiguous(), certificate.Y[:, :k].cpu().contiguous()
+    U, V = (iterated, other) if transposed else (other, iterated)
+    return SVDTriplets(U, S, V.T.contiguous(), frobenius_sq, residual, method, passes=passes)
 
 
 def _gram(A: np.ndarray) -> np.ndarray:
@@ -400,14 +467,14 @@ def _gram(A: np.ndarray) -> np.ndarray:
     return A.T @ A if A.shape[0] >= A.shape[1] else A @ A.T
 
 
-def _top_eigenpairs(gram: np.ndarray | LinearOperator, k: int, tol: float
+def _top_eigenpairs(gram: np.ndarray | LinearOperator, k: int, tol: float, ncv: int | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
     # Top-k eigenpairs of a symmetric PSD (r, r) operator by ARPACK, as singular values S (k,) =
     # sqrt(eigenvalues), descending, and unit eigenvectors (r, k), float32; None if ARPACK fails or s_k = 0.
     side = gram.shape[0]
     # ARPACK's start vector is fixed (ones) so results are deterministic without a global RNG.
     v0 = np.ones(side, dtype=np.float32)
-    ncv = min(side - 1, max(2 * k + 1, 24))
+    ncv = min(side - 1, ncv or max(2 * k + 1, 24))
     try:
         eigvals, eigvecs = eigsh(gram, k=k, which="LA", tol=tol * 1e-2, ncv=ncv, v0=v0)
     except (ArpackNoConvergence, ArpackError, ValueError):  # the exact route takes over
@@ -418,12 +485,3 @@ def _top_eigenpairs(gram: np.ndarray | LinearOperator, k: int, tol: float
         return None
     return (torch.from_numpy(np.ascontiguousarray(S, dtype=np.float32)),
             torch.from_numpy(np.ascontiguousarray(eigvecs[:, order], dtype=np.float32)))
-
-
-def _residual(W: torch.Tensor, U: torch.Tensor, S: torch.Tensor, Vh: torch.Tensor) -> float:
-    # (m, k) and (n, k) residual blocks of the two singular-vector equations, relative to s_1.
-    W = W.to(U.dtype)
-    right = W @ Vh.T - U * S
-    left = (U.T @ W).T - Vh.T * S  # (U^T W)^T: 4x faster than W^T U on one thread
-    worst = torch.maximum(right.norm(dim=0), left.norm(dim=0)).max()
-    return float(worst / S[0].clamp_min(1e-300))

@@ -219,3 +219,23 @@ def test_help_and_version_do_not_import_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stderr.strip().splitlines()[-1] == "False"
     assert "Usage" in result.stdout and "geodrift 0." in result.stdout
+
+
+def test_commands_without_a_figure_or_a_cluster_never_import_matplotlib_nor_ray(tmp_path: Path):
+    # Issue 22: matplotlib cost about 1 s of every scan's start-up though only --plot draws; Ray only --backend ray.
+    from _checkpoints import hf_config, llama_state, write_hf_folder
+
+    models = []
+    for seed in (0, 1):
+        folder = tmp_path / f"m{seed}"
+        write_hf_folder(folder, llama_state(n_layers=3, seed=seed), hf_config(n_layers=3))
+        models.append(str(folder))
+    code = ("import sys\nfrom geodrift.cli.main import main\n"
+            "for args in (['scan', sys.argv[1], '--brief', '-q', '--null-draws', '4'],\n"
+            "             ['drift', sys.argv[1], sys.argv[2], '-q', '--null-draws', '4'],\n"
+            "             ['compare', sys.argv[1], sys.argv[2], '-q', '--null-draws', '4']):\n"
+            "    try:\n        main(args)\n    except SystemExit as end:\n        assert not end.code, (args, end.code)\n"
+            "print(sorted(m for m in ('matplotlib', 'ray') if m in sys.modules), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, *models], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == "[]"

@@ -9,16 +9,23 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy.stats import ks_2samp
 from strategies import orthogonal_matrices, vector_stacks
 
-from geodrift.continuity import Report
+from geodrift import metrics
+from geodrift.continuity import MeasureSpec, PermutationBank, Report, assemble, decompose
 from geodrift.continuity.trajectory import (
     default_lags,
+    explained_variance_of_gram,
     lag_abs_cos,
+    lag_pairs,
     pca_explained_variance,
+    permutation_null_samples,
     sign_align,
     trajectory_shape,
+    trajectory_shapes,
 )
+from geodrift.weights import WeightSet
 
 
 def _path(n_layers: int = 24, dim: int = 256, noise: float = 0.02, seed: int = 0) -> torch.Tensor:
@@ -112,3 +119,57 @@ def test_a_layer_linking_two_orthogonal_groups_aligns_them_as_wholes():
         aligned = sign_align(stack * torch.tensor(signs).unsqueeze(1))
         grams.add(tuple(torch.round(aligned @ aligned.T, decimals=9).flatten().tolist()))
     assert len(grams) == 1 and min(grams.pop()) >= 0  # every pair agrees in sign after alignment
+
+
+@given(vector_stacks(layers=st.integers(2, 9), k=st.just(1), dim=st.integers(2, 12)))
+def test_explained_variance_from_the_gram_matrix_equals_the_pca_of_the_stack(stack: torch.Tensor):
+    # The nulls read the EVR off (L, L) Gram matrices; the definition is the PCA of the (L, d) stack.
+    unit = sign_align(stack[:, 0] / stack[:, 0].norm(dim=-1, keepdim=True))
+    centred = unit - unit.mean(0)
+    energy = torch.linalg.svdvals(centred).pow(2)
+    expected = 1.0 if float(energy.sum()) < 1e-12 else float(energy[:3].sum() / energy.sum())
+    assert float(explained_variance_of_gram(unit @ unit.T)) == pytest.approx(expected, abs=1e-6)
+    assert float(pca_explained_variance(stack[:, 0])) == pytest.approx(expected, abs=1e-6)
+
+
+def _independent_nulls(vectors: torch.Tensor, lags: list[int], draws: int, g: torch.Generator):
+    # The definition, drawn independently: every lag pair (x_l, x_l+k) its own permutation; the EVR's layers each one.
+    lag_samples = torch.stack([metrics.permuted_abs_cos(lag_pairs(vectors.unsqueeze(1), k), draws, g)[:, ::2, 0].mean(1)
+                               for k in lags], 1)
+    perms = metrics.random_permutations(draws, vectors.shape[0], vectors.shape[1], g)
+    evr = pca_explained_variance(torch.gather(vectors.expand(draws, *vectors.shape), 2, perms))
+    return evr, lag_samples
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_shared_bank_gives_every_lag_and_the_evr_the_same_null_as_independent_permutations(seed: int):
+    # Heavy-tailed coordinates (one outlier per vector, as trained weights have) make the nulls skewed: a wrong
+    # sharing (e.g. one permutation for all layers, or chained pairs of one lag) changes their distribution.
+    g = torch.Generator().manual_seed(seed)
+    vectors = torch.randn(7, 9, generator=g) * torch.linspace(0.2, 3.0, 9) + 4.0 * torch.eye(7, 9)
+    lags, draws = default_lags(7), 3000
+    evr, lag = permutation_null_samples(vectors, lags, draws, PermutationBank(torch.Generator().manual_seed(seed + 10)))
+    evr_ref, lag_ref = _independent_nulls(vectors, lags, draws, torch.Generator().manual_seed(seed + 20))
+    # Bonferroni over the EVR and every lag: one family-wise false alarm in 1000 runs.
+    alpha = 1e-3 / (1 + len(lags))
+    assert ks_2samp(evr.numpy(), evr_ref.numpy()).pvalue > alpha
+    for i in range(len(lags)):
+        assert ks_2samp(lag[:, i].numpy(), lag_ref[:, i].numpy()).pvalue > alpha, lags[i]
+
+
+def test_the_lag_one_null_of_a_scan_is_its_eq1_null_and_the_trajectory_draws_no_new_permutations():
+    g = torch.Generator().manual_seed(5)
+    ws = WeightSet.from_tensors({(role, layer): torch.randn(24, 16, generator=g)
+                                 for role in ("attn_q", "mlp_down") for layer in range(6)})
+    spec = MeasureSpec(k=2, null_draws=20)
+    spectra = decompose(ws, spec)
+    bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
+    report = assemble(spectra, spec, "x", "raw", bank=bank)
+    rows = bank.rows_generated
+    shapes = trajectory_shapes(spectra, spec.null_draws, spec.seed, bank)
+    assert bank.rows_generated == rows  # every trajectory shape is a shape the main table already drew
+    for t in shapes:
+        role = next(r for r in report.roles if r.role == t.role)
+        eq1 = role.spaces[t.space].vectors[0]
+        assert t.lag_null_mean[0] == pytest.approx(eq1.null_mean, abs=1e-6)
+        assert t.lag_null_std[0] == pytest.approx(eq1.null_std, abs=1e-6)

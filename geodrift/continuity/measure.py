@@ -16,9 +16,10 @@ Singular triplets come from one of two routes, chosen per matrix by ``spec.svd``
 
 Both keep only the top ``k`` triplets unless ``spec.full_spectrum`` (then Eq. 2 is exact).
 
-Permutation-bank policy: one permutation per adjacent pair and draw, shared by every statistic of
-the same shape ``(pairs, d)`` within a report (each null stays exact; nulls of different statistics
-become correlated); drawn from ``torch.Generator().manual_seed(spec.seed)`` in role order.
+Permutation-bank policy (:mod:`geodrift.continuity.bank`): one permutation per adjacent pair and draw,
+shared by every statistic of the same shape ``(pairs, d)`` within a report, the trajectory's nulls
+included (each null stays exact; nulls of different statistics become correlated); drawn from
+``torch.Generator().manual_seed(spec.seed)`` in role order.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 import torch
 
 from geodrift import metrics
-from geodrift.checks import check_seed
+from geodrift.checks import check_device, check_seed
 from geodrift.continuity import degenerate
+from geodrift.continuity.bank import PermutationBank
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
 from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ahead, single_threaded_blas
 from geodrift.continuity.trajectory import trajectory_shapes
@@ -66,6 +68,9 @@ class MeasureSpec:
         seed: seeds the permutation null (the only randomness).
         full_spectrum: keep every singular triplet so Eq. 2 and Eq. 3 are exact.
         svd: ``auto``, ``exact`` (batched LAPACK) or ``topk`` (streamed Lanczos); see the module docstring.
+        device: ``cpu``, or ``cuda``/``cuda:N``: the streamed matrices are decomposed there by block Krylov
+            (the same acceptance rule; the Lanczos route and the exact fallback run on the CPU). The numbers
+            agree with the CPU's to what the rule certifies (``|cos| >= 0.999``), not bitwise.
 
     Raises:
         GeodriftError: on an out-of-range value (named as its command-line option).
@@ -76,6 +81,7 @@ class MeasureSpec:
     seed: int = 0
     full_spectrum: bool = False
     svd: str = "auto"
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -85,6 +91,8 @@ class MeasureSpec:
         check_seed(self.seed)
         if self.svd not in SVD_ROUTES:
             raise GeodriftError(f"svd route {self.svd!r}: use one of {', '.join(SVD_ROUTES)}")
+        if self.device != "cpu":
+            check_device(self.device)
 
 
 def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None] | None = None,
@@ -113,15 +121,17 @@ def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None]
 
 
 def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: str, view: str, *,
-             trajectory: bool = False) -> Report:
+             trajectory: bool = False, bank: PermutationBank | None = None) -> Report:
     """The Report of already-decomposed matrices (:func:`decompose`'s output); ``measure`` = both.
 
     A tracker that also needs the singular vectors themselves calls the two halves. With
     ``trajectory``, ``report.trajectory`` holds App. A.2's trajectory shape of every role with at least 3
     layers and each role gets its depth-path verdict (``geodrift.continuity.verdicts.path_verdicts``);
-    without it (tracking during training) ``path_verdict`` is ``n/a``.
+    without it (tracking during training) ``path_verdict`` is ``n/a``. ``bank`` (default: a fresh one
+    seeded with ``spec.seed``) lets a caller share the permutations with further nulls of the same
+    report (the scan's trajectory shapes draw from it).
     """
-    bank = PermutationBank(torch.Generator().manual_seed(spec.seed))
+    bank = bank if bank is not None else PermutationBank(torch.Generator().manual_seed(spec.seed))
     roles = sorted({role for role, _ in spectra}, key=role_sort_key)
     reports, notes = [], []
     # One thread: the null gathers are many small cache-sized ops, and on a busy 2-core machine each
@@ -143,7 +153,7 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
                 notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
     report = Report(origin, view, spec.k, spec.null_draws, spec.seed, relative_verdicts(reports), notes)
     if trajectory:
-        report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed)
+        report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed, bank=bank)
         report.roles = path_verdicts(report.roles, report.trajectory)
     return report
 
@@ -160,7 +170,8 @@ def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] 
     out: dict[WeightKey, SVDTriplets] = {}
     batches: dict[str, list[tuple[int, torch.Tensor]]] = defaultdict(list)
     streamed = not all(_exact_route(spec, ws.entries[key].shape) for key in keys)
-    workers = SVDWorkers(None if streamed else 1)
+    on_device = spec.device != "cpu"
+    workers = SVDWorkers(None if streamed and not on_device else 1)
     # The jobs still in flight when reading ends must keep the one-thread limit too (read_ahead's ends with it).
     with single_threaded_blas() if streamed else contextlib.nullcontext():
         try:
@@ -171,7 +182,7 @@ def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] 
                         batches[name[0]].append((name[1], matrix.dense() if isinstance(matrix, MatrixProduct)
                                                  else matrix))
                     else:
-                        workers.submit(name, functools.partial(_top_k, matrix, _keep(spec, matrix.shape)),
+                        workers.submit(name, functools.partial(_top_k, matrix, _keep(spec, matrix.shape), spec.device),
                                        large=matrix.shape[0] * matrix.shape[1] > PREFETCH_MAX_NUMEL)
                 if progress is not None:
                     progress(f"{key[0]}[{key[1]}]")
@@ -208,37 +219,6 @@ def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) 
     with single_threaded_blas():  # as in assemble
         samples = metrics.permuted_abs_cos(vectors, draws, bank.generator, flat_index=bank.index(draws, n_pairs, dim))
     return _vector_rows(metrics.adjacent_abs_cos(vectors), samples, dim)
-
-
-class PermutationBank:
-    """Permutations shared by every null statistic of one shape ``(pairs, d)`` within a report.
-
-    Each statistic still gets an exact permutation null; sharing only correlates the nulls of
-    different statistics, and it spares generating the same-shaped permutations (and their flat
-    gather indices) again.
-    """
-
-    def __init__(self, generator: torch.Generator) -> None:
-        self.generator = generator
-        self._banks: dict[tuple[int, int], torch.Tensor] = {}
-        self._flat: dict[tuple[int, int], torch.Tensor] = {}
-
-    def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
-        """``(>= draws, n_pairs, dim)`` permutations, drawn on first use of the shape."""
-        bank = self._banks.get((n_pairs, dim))
-        if bank is None or bank.shape[0] < draws:
-            bank = metrics.random_permutations(draws, n_pairs, dim, self.generator)
-            self._banks[(n_pairs, dim)] = bank
-            self._flat.pop((n_pairs, dim), None)
-        return bank
-
-    def index(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
-        """``(>= draws, n_pairs * dim)`` flat gather indices of :meth:`get`'s permutations, built once."""
-        bank = self.get(draws, n_pairs, dim)
-        flat = self._flat.get((n_pairs, dim))
-        if flat is None:
-            flat = self._flat[(n_pairs, dim)] = metrics.flat_permutation_index(bank)
-        return flat
 
 
 def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null_draws: int,
@@ -325,10 +305,10 @@ def _vector_rows(cos: torch.Tensor, samples: torch.Tensor, dim: int) -> list[Vec
     ]
 
 
-def _top_k(matrix: torch.Tensor | MatrixProduct, k: int) -> SVDTriplets:
-    if isinstance(matrix, MatrixProduct):
+def _top_k(matrix: torch.Tensor | MatrixProduct, k: int, device: str = "cpu") -> SVDTriplets:
+    if isinstance(matrix, MatrixProduct):  # thin factors: the product operator stays on the CPU
         return top_k_svd_of_product(matrix, k)
-    return top_k_svd(matrix, k)
+    return top_k_svd(matrix if device == "cpu" else matrix.to(device), k)
 
 
 def _exact_route(spec: MeasureSpec, shape: tuple[int, ...] | torch.Size) -> bool:

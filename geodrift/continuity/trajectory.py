@@ -16,8 +16,17 @@ For the stack ``{x^(l)}`` of one projection's v1 (or u1) over its layers:
 
 Both come with two floors (:func:`trajectory_shape`): random unit vectors of the same dimension
 and count, and the permutation null (each layer's coordinates permuted independently, the same
-null as Eq. 1's). The lag-decay null goes through :func:`geodrift.metrics.permuted_abs_cos`, the
-one implementation of the permuted ``|cos|``.
+null as Eq. 1's). Every number of a stack is a function of its ``(L, L)`` Gram matrix of unit
+vectors (sign alignment, centring and the PCA energies included), so one permuted copy of the stack
+per draw serves the EVR null and the null of every lag at once.
+
+Permutation-bank policy (:class:`geodrift.continuity.PermutationBank`): the per-layer permutations
+``P_l`` of a draw are composed from the report's per-pair bank of shape ``(L-1, d)``
+(``P_0 = id``, ``P_{l+1} = Q_l o P_l``), the same bank the Eq. 1 nulls of that shape use. For any
+lag ``k`` the relative permutations ``P_l^-1 P_{l+k}`` of the pairs ``(l, l+k)`` are independent
+and uniform (their pairs form disjoint chains), so every lag's null is exact; the lag-1 null is
+then Eq. 1's k = 1 null sample for sample. The random floor of a shape ``(L, d)`` is drawn once
+per bank and shared by the stacks of that shape.
 """
 
 from __future__ import annotations
@@ -30,12 +39,14 @@ from dataclasses import dataclass, field
 import torch
 
 from geodrift import metrics
+from geodrift.continuity.bank import PermutationBank
+from geodrift.continuity.schedule import single_threaded_blas
 from geodrift.linalg import SVDTriplets
 from geodrift.weights import ROLE_LABELS, WeightKey
 
 # Principal components summed by the explained-variance ratio (the paper's 3D PCA).
 N_COMPONENTS = 3
-# Vector entries per chunk of null draws (float64 while the PCA runs: about 32 MB).
+# Vector entries per chunk of null draws (float32 gathers plus their int64 indices: about 48 MB).
 _CHUNK_ELEMENTS = 4_000_000
 # |cos| at or below this counts as orthogonal in sign alignment: its sign is rounding noise (a rotation of
 # exactly orthogonal vectors leaves ~1e-16), so it decides nothing (see alignment_signs).
@@ -197,9 +208,34 @@ def pca_explained_variance(vectors: torch.Tensor, components: int = N_COMPONENTS
         >>> round(float(pca_explained_variance(arc, 2)), 4)
         1.0
     """
-    unit = sign_align(vectors.double() / vectors.double().norm(dim=-1, keepdim=True).clamp_min(1e-300))
-    centred = unit - unit.mean(-2, keepdim=True)
-    energy = torch.linalg.svdvals(centred).pow(2)  # (..., min(L, d))
+    unit = _unit(vectors)
+    return explained_variance_of_gram(unit @ unit.mT, components)
+
+
+def explained_variance_of_gram(gram: torch.Tensor, components: int = N_COMPONENTS) -> torch.Tensor:
+    """:func:`pca_explained_variance` from the Gram matrix ``X X^T`` of the unit vectors alone.
+
+    Sign alignment multiplies the Gram matrix by ``s s^T`` (``s_l = +-1``, Eq. 6), centring by
+    ``H = I - 11^T/L`` on both sides, and the PCA energies ``s_i^2`` of the centred stack are the
+    eigenvalues of ``H (G o s s^T) H``: no ``(L, d)`` work after the Gram matrix.
+
+    Args:
+        gram: ``(..., L, L)`` Gram matrices of unit vectors (float64 for the eigenvalues' accuracy).
+        components: PCs summed.
+
+    Returns:
+        ``(...)`` float32 values in ``[0, 1]`` (1 for a stack of coincident vectors).
+
+    Example:
+        >>> round(float(explained_variance_of_gram(torch.eye(5, dtype=torch.float64), 3)), 4)
+        0.75
+    """
+    gram = gram.double()
+    s = alignment_signs(gram)  # (..., L)
+    aligned = gram * s.unsqueeze(-1) * s.unsqueeze(-2)
+    centred = (aligned - aligned.mean(-1, keepdim=True) - aligned.mean(-2, keepdim=True)
+               + aligned.mean((-1, -2), keepdim=True))
+    energy = torch.linalg.eigvalsh(centred).flip(-1).clamp_min(0.0)  # (..., L), descending
     total = energy.sum(-1)
     ratio = energy[..., :components].sum(-1) / total.clamp_min(1e-300)
     # Every layer's vector the same (up to sign): a single point, as low-dimensional as it gets.
@@ -245,14 +281,15 @@ def default_lags(n_layers: int) -> list[int]:
 
 
 def trajectory_shape(vectors: torch.Tensor, role: str, label: str, space: str, draws: int,
-                     generator: torch.Generator) -> TrajectoryShape:
+                     bank: PermutationBank | torch.Generator) -> TrajectoryShape:
     """App. A.2's EVR and lag decay of one stack, with the random and permutation floors.
 
     Args:
         vectors: ``(L, d)`` one vector per layer, in depth order (``L >= 2``).
         role, label, space: names stored in the result.
         draws: random / permuted draws for each null (>= 2).
-        generator: the only source of randomness.
+        bank: the report's shared permutations (see the module docstring); a bare generator gets a
+            bank of its own.
 
     Returns:
         TrajectoryShape.
@@ -263,34 +300,67 @@ def trajectory_shape(vectors: torch.Tensor, role: str, label: str, space: str, d
         >>> 0.0 <= t.evr_null_mean <= 1.0 and t.lags == [1, 2, 3, 4]
         True
     """
+    if isinstance(bank, torch.Generator):
+        bank = PermutationBank(bank)
     n_layers, dim = vectors.shape
     x = vectors.float()
-    evr = float(pca_explained_variance(x))
-    chunk = max(1, _CHUNK_ELEMENTS // (n_layers * dim))  # draws per chunk: bounds memory at 8B widths
-    random_parts, null_parts = [], []
-    for start in range(0, draws, chunk):
-        n = min(chunk, draws - start)
-        random_parts.append(pca_explained_variance(torch.randn(n, n_layers, dim, generator=generator)))
-        perms = metrics.random_permutations(n, n_layers, dim, generator)  # (n, L, d)
-        null_parts.append(pca_explained_variance(torch.gather(x.expand(n, n_layers, dim), 2, perms)))
-    random_evr, null_evr = torch.cat(random_parts), torch.cat(null_parts)
     lags = default_lags(n_layers)
-    null_mean, null_std = [], []
-    for k in lags:
-        stack = lag_pairs(x.unsqueeze(1), k)  # (2n, 1, d)
-        samples = metrics.permuted_abs_cos(stack, draws, generator)[:, ::2, 0]  # (draws, n)
-        per_draw = samples.mean(1)
-        null_mean.append(float(per_draw.mean()))
-        null_std.append(float(per_draw.std()))
-    order_mean, order_std, order_p = order_null(x, generator)
+    # One thread, as the report's other nulls: these are many small ops, and on a busy 2-core machine each
+    # two-thread parallel region waits for a descheduled thread (geodrift.continuity.measure.assemble).
+    with single_threaded_blas():
+        unit = _unit(x)  # (L, d) float64
+        evr = float(explained_variance_of_gram(unit @ unit.T))
+        evr_null, lag_null = permutation_null_samples(x, lags, draws, bank)  # (draws,), (draws, lags)
+        random_mean, random_std = _random_floor(bank, draws, n_layers, dim)
+        order_mean, order_std, order_p = order_null(x, bank.generator)
+        observed_lags = lag_abs_cos(x, lags)
     return TrajectoryShape(
         role=role, label=label, space=space, dim=dim, layers=n_layers, components=N_COMPONENTS, evr=evr,
-        evr_random_mean=float(random_evr.mean()), evr_random_std=float(random_evr.std()),
-        evr_null_mean=float(null_evr.mean()), evr_null_std=float(null_evr.std()), lags=lags,
-        lag_abs_cos=lag_abs_cos(x, lags), lag_null_mean=null_mean, lag_null_std=null_std,
+        evr_random_mean=random_mean, evr_random_std=random_std,
+        evr_null_mean=float(evr_null.mean()), evr_null_std=float(evr_null.std()), lags=lags,
+        lag_abs_cos=observed_lags, lag_null_mean=lag_null.mean(0).tolist(), lag_null_std=lag_null.std(0).tolist(),
         lag_floor=metrics.random_baseline(dim), draws=draws, order_null_mean=order_mean, order_null_std=order_std,
         order_p=order_p,
     )
+
+
+def permutation_null_samples(vectors: torch.Tensor, lags: list[int], draws: int,
+                             bank: PermutationBank) -> tuple[torch.Tensor, torch.Tensor]:
+    """The permutation null of the EVR and of every lag's mean ``|cos|``, draw by draw, from one permuted stack.
+
+    Each draw permutes every layer's coordinates by the bank's per-layer permutations
+    (:meth:`geodrift.continuity.PermutationBank.layer_permutations`), takes the ``(L, L)`` Gram matrix of the
+    permuted unit vectors, and reads the EVR and each lag's ``|cos|`` off it. Runs in chunks of draws
+    (memory stays about 32 MB at any width) with one BLAS thread.
+
+    Args:
+        vectors: ``(L, d)``.
+        lags: layer distances, each in ``1..L-1``.
+        draws: null draws.
+        bank: the source of permutations.
+
+    Returns:
+        ``(evr (draws,), lag means (draws, len(lags)))``.
+
+    Example:
+        >>> bank = PermutationBank(torch.Generator().manual_seed(0))
+        >>> evr, lag = permutation_null_samples(torch.randn(5, 30), [1, 2], 7, bank)
+        >>> tuple(evr.shape), tuple(lag.shape)
+        ((7,), (7, 2))
+    """
+    n_layers, dim = vectors.shape
+    unit = _unit(vectors).float()  # float32 gathers and products: the Gram entries to ~1e-7, the EVR in float64
+    chunk = max(1, _CHUNK_ELEMENTS // (n_layers * dim))  # draws per chunk: bounds memory at 8B widths
+    evr, lag = [], []
+    with single_threaded_blas():  # as the report's other nulls (geodrift.continuity.measure.assemble)
+        for start in range(0, draws, chunk):
+            stop = min(start + chunk, draws)
+            perms = bank.layer_permutations(draws, n_layers, dim, start, stop)  # (n, L, d)
+            permuted = torch.gather(unit.expand(stop - start, n_layers, dim), 2, perms)
+            gram = (permuted @ permuted.mT).double()  # (n, L, L)
+            evr.append(explained_variance_of_gram(gram))
+            lag.append(_lag_means(gram, lags))
+    return torch.cat(evr), torch.cat(lag)
 
 
 def order_null(vectors: torch.Tensor, generator: torch.Generator) -> tuple[float, float, float]:
@@ -316,7 +386,7 @@ def order_null(vectors: torch.Tensor, generator: torch.Generator) -> tuple[float
         >>> round(order_null(arc, torch.Generator())[2], 4)  # 2 of the 24 orders (this one, reversed) do as well
         0.0833
     """
-    unit = vectors.double() / vectors.double().norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    unit = _unit(vectors)
     gram = (unit @ unit.T).abs()  # (L, L)
     n_layers = vectors.shape[0]
     observed = float(gram.diagonal(1).mean())
@@ -349,18 +419,21 @@ def _all_orders(n_layers: int) -> torch.Tensor:
     return torch.tensor(list(itertools.permutations(range(n_layers))), dtype=torch.long)
 
 
-def trajectory_shapes(spectra: dict[WeightKey, SVDTriplets], draws: int, seed: int) -> list[TrajectoryShape]:
+def trajectory_shapes(spectra: dict[WeightKey, SVDTriplets], draws: int, seed: int,
+                      bank: PermutationBank | None = None) -> list[TrajectoryShape]:
     """:func:`trajectory_shape` of v1 and u1 for every role of a decomposed WeightSet.
 
     Args:
         spectra: ``{(role, layer): SVDTriplets}`` from :func:`geodrift.continuity.decompose`.
         draws: random / permuted draws per null.
-        seed: seeds one generator, used in role order (v then u).
+        seed: seeds a fresh bank when ``bank`` is None.
+        bank: the report's permutation bank (:func:`geodrift.continuity.assemble`'s), so the trajectory's
+            nulls reuse its permutations; used in role order (v then u).
 
     Returns:
         One TrajectoryShape per role with at least 3 layers, and per space, in role order.
     """
-    generator = torch.Generator().manual_seed(seed)
+    bank = bank if bank is not None else PermutationBank(torch.Generator().manual_seed(seed))
     order = list(ROLE_LABELS)
     roles = sorted({role for role, _ in spectra}, key=lambda r: order.index(r) if r in order else len(order))
     out = []
@@ -371,5 +444,30 @@ def trajectory_shapes(spectra: dict[WeightKey, SVDTriplets], draws: int, seed: i
         stacks = {"v": torch.stack([spectra[(role, layer)].Vh[0] for layer in layers]),
                   "u": torch.stack([spectra[(role, layer)].U[:, 0] for layer in layers])}
         for space, vectors in stacks.items():
-            out.append(trajectory_shape(vectors, role, ROLE_LABELS.get(role, role), space, draws, generator))
+            out.append(trajectory_shape(vectors, role, ROLE_LABELS.get(role, role), space, draws, bank))
     return out
+
+
+def _unit(vectors: torch.Tensor) -> torch.Tensor:
+    x = vectors.double()
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+
+
+def _lag_means(gram: torch.Tensor, lags: list[int]) -> torch.Tensor:
+    # gram (n, L, L) of unit vectors -> (n, len(lags)): mean over l of |cos(x_l, x_{l+k})| per draw.
+    return torch.stack([gram.diagonal(k, -2, -1).abs().mean(-1) for k in lags], -1).float()
+
+
+def _random_floor(bank: PermutationBank, draws: int, n_layers: int, dim: int) -> tuple[float, float]:
+    # EVR of random unit vectors of this shape: drawn once per bank and shape, shared by its stacks.
+    chunk = max(1, _CHUNK_ELEMENTS // (n_layers * dim))
+
+    def draw() -> tuple[float, float]:
+        parts = []
+        for start in range(0, draws, chunk):
+            unit = _unit(torch.randn(min(chunk, draws - start), n_layers, dim, generator=bank.generator))
+            parts.append(explained_variance_of_gram(unit @ unit.mT))
+        values = torch.cat(parts)
+        return float(values.mean()), float(values.std())
+
+    return bank.memo(("trajectory random floor", draws, n_layers, dim), draw)

@@ -7,17 +7,25 @@ from pathlib import Path
 
 import torch
 
-from geodrift.continuity import MeasureSpec, Report, assemble, decompose
+from geodrift.continuity import MeasureSpec, PermutationBank, Report, assemble, decompose
 from geodrift.continuity.measure import Derive
 from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.continuity.verdicts import path_verdicts
 from geodrift.errors import GeodriftError
-from geodrift.linalg import MatrixProduct
+from geodrift.linalg import MatrixProduct, SVDTriplets
 from geodrift.scan.checkpoint import Checkpoint
+from geodrift.scan.distributed import RaySource, layer_ranges, on_ray, svd_workers
 from geodrift.scan.experts import depth_spectra, measure_across_experts
 from geodrift.scan.preflight import check_layers
 from geodrift.scan.readers import open_checkpoint, weightset
-from geodrift.weights import EXPERTS_GROUP, ROLE_NAMES, TRANSFORMER_ROLES, WeightSet, canonical_role
+from geodrift.weights import (
+    EXPERTS_GROUP,
+    ROLE_NAMES,
+    TRANSFORMER_ROLES,
+    WeightKey,
+    WeightSet,
+    canonical_role,
+)
 
 # --layers is expanded only below this bound (a model's depth is checked after it is opened).
 MAX_LAYERS = 100_000
@@ -153,6 +161,7 @@ def scan(
     *,
     progress: Callable[[str], None] | None = None,
     heads: tuple[int, int] | None = None,
+    ray: RaySource | None = None,
 ) -> Report:
     """Per-projection geometric continuity of a checkpoint's projections.
 
@@ -161,6 +170,8 @@ def scan(
         spec: k, null draws, seed, full spectrum (see :class:`geodrift.continuity.MeasureSpec`).
         progress: called after each matrix.
         heads: ``(n_heads, n_kv_heads)`` to add the OV composite ``W_O W_V`` (None = skip it).
+        ray: decompose ``ws``' layers as Ray tasks of layer ranges that read the model from this source
+            (:mod:`geodrift.scan.distributed`); the report is assembled here, bitwise the local one.
 
     Returns:
         The continuity Report, with the trajectory shape (App. A.2: 3-PC explained variance and
@@ -182,13 +193,44 @@ def scan(
             f"{ws.origin}: every projection has fewer than 2 layers; continuity compares adjacent "
             "layers - scan a model (or a --layers selection) with at least 2 layers"
         )
-    derive = None
-    if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
-        derive = ov_composite_hook(*heads)
-    spectra = decompose(ws, spec, progress, derive)
-    report = assemble(spectra, spec, ws.origin, ws.view)
-    report.trajectory = trajectory_shapes(depth_spectra(spectra), spec.null_draws, spec.seed)
+    if ray is not None:
+        spectra = _layers_on_ray(ws, spec, ray, heads, progress)
+    else:
+        derive = None
+        if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()):
+            derive = ov_composite_hook(*heads)
+        spectra = decompose(ws, spec, progress, derive)
+    bank = PermutationBank(torch.Generator().manual_seed(spec.seed))  # one bank: the trajectory reuses Eq. 1's
+    report = assemble(spectra, spec, ws.origin, ws.view, bank=bank)
+    report.trajectory = trajectory_shapes(depth_spectra(spectra), spec.null_draws, spec.seed, bank)
     report.roles = path_verdicts(report.roles, report.trajectory)
     report.across_experts, notes = measure_across_experts(spectra, spec, ws.origin, ws.view)
     report.notes += notes
     return report
+
+
+def layers_task(model: str | Path | None, spec: MeasureSpec, view: str, names: str | Path | None,
+                roles: list[str] | None, layers: list[int], heads: tuple[int, int] | None,
+                threads: int) -> dict[WeightKey, SVDTriplets]:
+    """A Ray task of :func:`scan`: the triplets of ``layers`` of one model (with the OV composites when ``heads``)."""
+    ws, _ = load_weights(model, view, names, roles, layers)
+    derive = ov_composite_hook(*heads) if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None
+    with svd_workers(threads):
+        return decompose(ws, spec, None, derive)
+
+
+def _layers_on_ray(ws: WeightSet, spec: MeasureSpec, ray: RaySource, heads: tuple[int, int] | None,
+                   progress: Callable[[str], None] | None) -> dict[WeightKey, SVDTriplets]:
+    # ws's layers in contiguous ranges, one Ray task each; the merged triplets (the report is assembled here).
+    ranges = layer_ranges(sorted({layer for _, layer in ws.entries}), ray.chunks or 2)
+
+    def done(_: int, part: dict[WeightKey, SVDTriplets]) -> None:
+        for key in sorted(part, key=lambda key: key[1]):
+            if progress is not None and key in ws.entries:
+                progress(f"{key[0]}[{key[1]}]")
+
+    merged: dict[WeightKey, SVDTriplets] = {}
+    args = [(ray.model, spec, ray.view, ray.names, ray.roles, chunk, heads) for chunk in ranges]
+    for part in on_ray(layers_task, args, ray.address, done):
+        merged.update(part)
+    return merged

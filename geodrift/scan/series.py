@@ -19,6 +19,7 @@ from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotati
 from geodrift.errors import GeodriftError
 from geodrift.linalg import SVDTriplets
 from geodrift.scan.api import open_model
+from geodrift.scan.distributed import check_backend, on_ray, svd_workers
 from geodrift.scan.preflight import check_layers, check_plan
 from geodrift.scan.readers import weightset
 from geodrift.scan.scan import heads_of, ov_composite_hook
@@ -160,14 +161,17 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", ro
     return report, kept
 
 
-def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = None,
-          **options: Any) -> DriftReport:
+def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
+          address: str | None = None, **options: Any) -> DriftReport:
     """A training series: continuity of each checkpoint and each layer's v1/u1 rotation from the first.
 
     Args:
         models: at least 2 checkpoints (paths, modules or state dicts), in training order.
         spec: k, null draws, seed (shared by every checkpoint).
         progress: called after each matrix.
+        backend: ``local`` (one checkpoint after another) or ``ray`` (one Ray task per checkpoint, at
+            ``address`` or on a local cluster; bitwise the local numbers, see :mod:`geodrift.scan.distributed`).
+        address: an existing Ray cluster (``ray`` only).
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory``.
 
@@ -185,24 +189,22 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
     if not any(len(plans[0].layers(role)) >= 2 for role in plans[0].roles()):
         raise GeodriftError(f"drift: no projection of {plans[0].origin} has 2 or more selected layers; continuity "
                             "compares adjacent layers - select at least 2 (--layers)")
-    reports, series = [], []
-    for model in models:
-        report, spectra = decompose_checkpoint(model, spec, progress=progress, **options)
-        reports.append(report)
-        series.append(spectra)
+    decomposed = _decompose_all(models, spec, progress, backend, address, options)
+    reports, series = [report for report, _ in decomposed], [spectra for _, spectra in decomposed]
     notes = _shape_notes(series)
     return DriftReport([r.origin for r in reports], spec.k, spec.null_draws, spec.seed, reports[0].view, reports,
                        rotation_drift(series, spec.null_draws, spec.seed), notes)
 
 
-def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = None,
-            **options: Any) -> CompareReport:
+def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
+            address: str | None = None, **options: Any) -> CompareReport:
     """Two models (base vs fine-tune, a model vs its compressed copy): principal angles of top-k subspaces.
 
     Args:
         a, b: the models (paths, modules or state dicts).
         spec: ``k`` is the subspace dimension; null draws and seed as the scan's.
         progress: called after each matrix.
+        backend, address: as :func:`drift`'s (one Ray task per model).
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory``.
 
@@ -214,14 +216,33 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
             before any SVD), or no projection in common.
     """
     check_same_shapes([plan_checkpoint(m, spec, **options)[0] for m in (a, b)], "compare", same_layers=False)
-    report_a, spectra_a = decompose_checkpoint(a, spec, progress=progress, **options)
-    report_b, spectra_b = decompose_checkpoint(b, spec, progress=progress, **options)
+    (report_a, spectra_a), (report_b, spectra_b) = _decompose_all([a, b], spec, progress, backend, address, options)
     rows = subspace_comparison(spectra_a, spectra_b, spec.k, spec.null_draws, spec.seed)
     if not rows:
         raise GeodriftError(f"compare: {report_a.origin} and {report_b.origin} share no projection of the same shape "
                             "and layers; compare checkpoints of one architecture")
     return CompareReport(report_a.origin, report_b.origin, spec.k, spec.null_draws, spec.seed, report_a.view,
                          [report_a, report_b], rows, _shape_notes([spectra_a, spectra_b]))
+
+
+def checkpoint_task(model: Any, spec: MeasureSpec, options: dict[str, Any], threads: int) -> tuple[Report, Spectra]:
+    """A Ray task of :func:`drift` and :func:`compare`: :func:`decompose_checkpoint` on a worker."""
+    with svd_workers(threads):
+        return decompose_checkpoint(model, spec, **options)
+
+
+def _decompose_all(models: list[Any], spec: MeasureSpec, progress: Progress | None, backend: str,
+                   address: str | None, options: dict[str, Any]) -> list[tuple[Report, Spectra]]:
+    # Every checkpoint's Report and kept triplets, here or as Ray tasks (the same numbers).
+    check_backend(backend, address)
+    if backend == "ray":
+        def done(_: int, result: tuple[Report, Spectra]) -> None:
+            for key in result[1]:
+                if progress is not None:
+                    progress(f"{result[0].origin}: {key[0]}[{key[1]}]")
+
+        return on_ray(checkpoint_task, [(model, spec, options) for model in models], address, done)
+    return [decompose_checkpoint(model, spec, progress=progress, **options) for model in models]
 
 
 def _shape_notes(series: list[Spectra]) -> list[str]:

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from geodrift.checks import check_device
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import TrainConfig
 
@@ -77,18 +78,12 @@ class Tracker(Protocol):
 
 
 def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``auto`` (cuda when available) -> ``torch.device``.
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available) -> ``torch.device`` (:func:`geodrift.checks.check_device`).
 
     Raises:
         GeodriftError: ``cuda`` requested but not available, or an unknown name.
     """
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise GeodriftError("--device cuda: no CUDA device is available to this torch build; use --device cpu")
-    if name not in ("cpu", "cuda"):
-        raise GeodriftError(f"--device: unknown {name!r}; use cpu, cuda or auto")
-    return torch.device(name)
+    return torch.device(check_device(name))
 
 
 def make_optimizer(params: Iterable[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from geodrift.errors import GeodriftError
+from geodrift.cluster import ray_cluster
 from geodrift.sweep.execute import Outcome, SweepStatus, Tally, execute
 from geodrift.sweep.grid import Job
 
@@ -20,23 +20,9 @@ def run_on_ray(jobs: list[Job], args: list[tuple[Any, ...]], *, workers: int, ad
     """Submit every job as a Ray task; outcomes in ``jobs`` order.
 
     Raises:
-        GeodriftError: Ray is not installed, or the cluster cannot be reached.
+        GeodriftError: Ray is not installed, or the cluster cannot be reached (see :func:`geodrift.cluster.ray_cluster`).
     """
-    try:
-        import ray
-    except ImportError:
-        raise GeodriftError("--backend ray: Ray is not installed; pip install 'geodrift[sweep]' (or ray)") from None
-    started = not ray.is_initialized()
-    if started:
-        try:
-            if address is None:
-                ray.init(num_cpus=workers * threads, num_gpus=None, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
-            else:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as failure:
-            raise GeodriftError(f"--address {address}: cannot reach a Ray cluster ({failure})") from None
-    try:
+    with ray_cluster(address, num_cpus=workers * threads) as ray:
         task = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=0)(execute)
         capacity = max(1, int(ray.cluster_resources().get("CPU", workers * threads) // threads))
         pending = {task.remote(*a): i for i, a in enumerate(args)}
@@ -55,6 +41,3 @@ def run_on_ray(jobs: list[Job], args: list[tuple[Any, ...]], *, workers: int, ad
                 outcomes[i] = Outcome(jobs[i], result, error, seconds)
                 tally.finish(outcomes[i], min(len(pending), capacity))
         return [outcomes[i] for i in range(len(jobs))]
-    finally:
-        if started:
-            ray.shutdown()

@@ -1,0 +1,96 @@
+"""The structural guard of the scan's speed: counts of what a scan does, never timings (those are in benchmarks/).
+
+Issue 22: the trajectory nulls once multiplied the permutation rows a scan generates by 72 (626 k `randperm`
+rows on SmolLM2, half never used) and the scan went from 3x to 16-33x its read floor without any test noticing.
+These counts are deterministic, so each is pinned to what the design says it must be:
+
+- every projection is read (dequantized) once;
+- every matrix and OV composite is decomposed once, none by the exact fallback, with at most
+  ``LANCZOS_PASSES`` products with the whole matrix (the Gram matrix, then the two products of the acceptance
+  rule's residuals);
+- the permutation rows are one bank per vector shape: ``draws x (layers - 1)`` per dimension, shared by every
+  role, space, statistic and trajectory lag (nothing else draws permutations).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from geodrift import metrics
+from geodrift.continuity import MeasureSpec
+from geodrift.linalg import SVDTriplets
+from geodrift.scan.scan import load_weights, scan
+from geodrift.weights import WeightSet
+
+measure_module = importlib.import_module("geodrift.continuity.measure")
+LANCZOS_PASSES = 3
+
+
+class Tally:
+    """Counting wrappers around the real functions (each call goes through to them)."""
+
+    def __init__(self) -> None:
+        self.reads: Counter[tuple[str, int]] = Counter()
+        self.decompositions: list[tuple[tuple[int, int], str, int]] = []
+        self.permutation_rows = 0
+
+    def reading(self, real: Any) -> Any:
+        def read(ws: WeightSet, key: tuple[str, int]) -> Any:
+            self.reads[key] += 1
+            return real(ws, key)
+        return read
+
+    def decomposing(self, real: Any) -> Any:
+        def decompose(matrix: Any, k: int, *args: Any, **kwargs: Any) -> SVDTriplets:
+            result = real(matrix, k, *args, **kwargs)
+            self.decompositions.append((tuple(matrix.shape), result.method, result.passes))
+            return result
+        return decompose
+
+    def permuting(self, real: Any) -> Any:
+        def permutations(draws: int, n_pairs: int, d: int, generator: Any) -> Any:
+            self.permutation_rows += draws * n_pairs
+            return real(draws, n_pairs, d, generator)
+        return permutations
+
+
+@pytest.fixture(scope="module")
+def counted_scan() -> tuple[Tally, WeightSet, Any]:
+    tally = Tally()
+    patch = pytest.MonkeyPatch()
+    try:
+        patch.setattr(WeightSet, "__getitem__", tally.reading(WeightSet.__getitem__))
+        patch.setattr(measure_module, "top_k_svd", tally.decomposing(measure_module.top_k_svd))
+        patch.setattr(measure_module, "top_k_svd_of_product", tally.decomposing(measure_module.top_k_svd_of_product))
+        patch.setattr(metrics, "random_permutations", tally.permuting(metrics.random_permutations))
+        ws, heads = load_weights(None, layers=list(range(6)))
+        report = scan(ws, MeasureSpec(), heads=heads)
+    finally:
+        patch.undo()
+    return tally, ws, report
+
+
+def test_a_scan_reads_every_projection_once(counted_scan):
+    tally, ws, _ = counted_scan
+    assert set(tally.reads) == set(ws) and set(tally.reads.values()) == {1}
+
+
+def test_a_scan_decomposes_every_matrix_once_without_an_exact_fallback_and_within_its_passes(counted_scan):
+    tally, ws, report = counted_scan
+    n_layers = len(ws.layers("attn_o"))
+    assert len(tally.decompositions) == len(ws) + n_layers  # the projections and one OV composite per layer
+    assert Counter(method for _, method, _ in tally.decompositions) == {"lanczos": len(ws) + n_layers}
+    assert max(passes for _, _, passes in tally.decompositions) <= LANCZOS_PASSES
+    assert sum(sum(r.methods.values()) for r in report.roles) == len(tally.decompositions)
+
+
+def test_a_scan_draws_one_permutation_bank_per_vector_dimension_and_nothing_else(counted_scan):
+    tally, ws, report = counted_scan
+    draws, n_layers = report.null_draws, len(ws.layers("attn_q"))
+    dims = {s.dim for r in report.roles for s in r.spaces.values()}
+    assert {t.dim for t in report.trajectory} <= dims  # the trajectory's nulls reuse the main table's banks
+    assert tally.permutation_rows == draws * (n_layers - 1) * len(dims)
