@@ -233,6 +233,39 @@ def write_json(target: str | Path, payload: Any) -> None:
     write_text(target, to_json(payload, indent=2) + "\n")
 
 
+@contextmanager
+def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
+    """Yield a temporary sibling folder of ``target``; on success rename it to ``target``.
+
+    ``target`` must not exist or be an empty folder (geodrift never writes over files it did not
+    create); on an error the temporary folder and everything in it are removed.
+
+    Raises:
+        GeodriftError: naming ``option`` and ``target`` when it holds files or cannot be written.
+    """
+    import shutil
+
+    target = Path(target).expanduser()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise GeodriftError(f"{option} {target}: already exists and is not an empty folder; choose a new folder")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as error:
+        raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~current_umask())
+        if target.is_dir():
+            target.rmdir()
+        os.replace(tmp, target)
+    except OSError as error:
+        raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def write_with(target: str | Path, writer: Callable[[Path], None]) -> None:
     """Atomically create ``target`` by calling ``writer(tmp_path)`` (e.g. ``torch.save``, ``savefig``)."""
     with atomic_path(target) as tmp:

@@ -49,6 +49,8 @@ class Setup:
         evaluation: ``(We, T + 1)`` held-out windows (validation split).
         corpus: the corpus's name and source, and its sha256.
         token_bytes: UTF-8 bytes per id (bits per byte).
+        weights: how the weights were stored before geodrift dequantized them (every table's label;
+            :func:`geodrift.compress.sources.weights_label`).
     """
 
     model: LlamaLM
@@ -58,6 +60,7 @@ class Setup:
     evaluation: torch.Tensor
     corpus: dict[str, str]
     token_bytes: list[int]
+    weights: str = ""
 
     @property
     def n_layers(self) -> int:
@@ -137,8 +140,11 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
         raise GeodriftError(f"MODEL {ckpt.label}: tokenizer has {tokenizer.vocab_size} ids but the model "
                             f"{model.lm_head.weight.shape[0]}; use the model's own tokenizer.json")
     label = EMBEDDED_LABEL if path is None else ckpt.label
+    from geodrift.compress.sources import weights_label
+
     return Setup(model, label, dict(ckpt.config), calib, evaluation,
-                 {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes())
+                 {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes(),
+                 weights_label(ckpt))
 
 
 def _encode_prefix(tokenizer: Tokenizer, text: str, need: int) -> torch.Tensor:
