@@ -164,8 +164,12 @@ def share_command(
                                                "be at least the widest projection input).")] = 24,
     calib_draws: Annotated[int, typer.Option("--calib-draws", help="Calibration draws (disjoint blocks of "
                                              "--calib-windows windows); every method runs on each.")] = 1,
+    first_draw: Annotated[int, typer.Option("--first-draw", help="Index of the first calibration draw (to split "
+                                            "draws over several runs).")] = 0,
     greedy_windows: Annotated[int, typer.Option("--greedy-windows", help="Calibration windows the greedy layer search "
                                                 "scores each candidate on.")] = 2,
+    select_windows: Annotated[int, typer.Option("--select-windows", help="Calibration windows that settle geodrift's "
+                                                "space per projection by NLL (0: by whitened loss alone).")] = 4,
     verdict_ratio: Annotated[float, typer.Option("--verdict-ratio", help="Ratio of the per-projection sharing "
                                                  "evidence at equal rank and equal parameters (0: skip).")] = 0.3,
     seq_len: SeqLen = 128, eval_windows: EvalWindows = 64,
@@ -198,13 +202,12 @@ def share_command(
     except ValueError:
         raise GeodriftError(f"--ratios: {ratios!r} is not a comma list of numbers, e.g. 0.2,0.3,0.4") from None
     spec = ShareSpec(ratios=ratio_list, methods=_csv_list(methods, "--methods") or METHODS, group_size=group_size,
-                     calib_draws=calib_draws, greedy_windows=greedy_windows,
+                     calib_draws=calib_draws, first_draw=first_draw, greedy_windows=greedy_windows,
+                     select_windows=select_windows,
                      verdict_ratio=verdict_ratio if verdict_ratio != 0 else None)
     spec.check()
     split = split or ("sources" if corpus is None else "interleaved")
     _check_common(seq_len, {"--eval-windows": eval_windows, "--calib-windows": calib_windows}, plot, dpi, threads)
-    if greedy_windows > calib_windows:
-        raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
     save_ratio = ratio_list[0] if save_ratio is None else save_ratio
     if save is not None:
         if save_method not in spec.methods or save_ratio not in ratio_list:
@@ -223,10 +226,13 @@ def share_command(
         raise GeodriftError(f"--calib-windows {calib_windows}: {calib_windows * seq_len} calibration tokens are fewer "
                             f"than the widest projection input ({widest}), so its second moment is singular; use at "
                             f"least {-(-widest // seq_len)} windows of {seq_len} tokens")
+    for option, value in (("--greedy-windows", greedy_windows), ("--select-windows", select_windows)):
+        if value > calib_windows:
+            raise GeodriftError(f"{option}: {value} > --calib-windows {calib_windows}")
     tokenizer_for(model)  # a missing tokenizer.json fails here, before the model is loaded
     announce("loading the model and the corpus", quiet=quiet)
     setup, texts = load_compress_setup(model, corpus, split=split, seq_len=seq_len, calib_windows=calib_windows,
-                                       eval_count=eval_windows, draws=calib_draws)
+                                       eval_count=eval_windows, draws=first_draw + calib_draws)
     with JobProgress("compressing", 1, "steps", quiet=quiet) as bar:
         result, kept = run_share(setup, spec, texts.draws, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage), cache=str(cache) if cache else None,

@@ -43,7 +43,8 @@ def _fails(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> 
     (["share", "{tiny}", "--methods", "geodrift,magic"], "--methods"),
     (["share", "{tiny}", "--group-size", "1"], "--group-size"),
     (["share", "{tiny}", "--ratios", "0.99", "--methods", "svd-llm", "--verdict-ratio", "0"], "--ratios"),
-    (["share", "{tiny}", "--calib-windows", "1"], "--calib-windows"),
+    (["share", "{tiny}", "--calib-windows", "1"], "widest projection input"),
+    (["share", "{tiny}", "--calib-windows", "2", "--select-windows", "3"], "--select-windows"),
     (["share", "{tiny}", "--split", "sources", "--corpus", "{empty}"], "--split"),
     (["share", "{tiny}", "--corpus", "{empty}"], "--corpus"),
     (["share", "{tiny}", "--save", "{tiny}"], "--save"),
@@ -104,7 +105,7 @@ def test_compress_share_saves_a_smaller_factored_model_that_loads_back(tiny: Pat
     out, saved = tmp_path / "share.json", tmp_path / "small"
     with pytest.raises(SystemExit) as exit_info:
         main(["compress", "share", str(tiny), "--ratios", "0.4", "--methods", "svd-llm,geodrift", "--verdict-ratio",
-              "0", "--calib-windows", "2", "--save", str(saved), "--json-out", str(out), "--csv",
+              "0", "--calib-windows", "2", "--select-windows", "1", "--save", str(saved), "--json-out", str(out), "--csv",
               str(tmp_path / "s.csv"), "--plot", str(tmp_path / "s.png"), *FAST])
     assert exit_info.value.code == 0
     result = json.loads(out.read_text())
@@ -135,7 +136,7 @@ def test_the_json_fields_and_csv_columns_are_documented(tiny: Path, tmp_path: Pa
     for kind, extra in (("prune", ["--max-remove", "1", "--methods", "geom-v1,angular", "--random-seeds", "2",
                                    "--null-draws", "10", "--k", "2", "--calib-windows", "1"]),
                         ("share", ["--ratios", "0.4", "--methods", "svd-llm,prune-bi,geodrift,geodrift:random-groups",
-                                   "--verdict-ratio", "0.4", "--calib-windows", "2"])):
+                                   "--verdict-ratio", "0.4", "--calib-windows", "2", "--select-windows", "1"])):
         out, csv = tmp_path / f"{kind}.json", tmp_path / f"{kind}.csv"
         with pytest.raises(SystemExit) as exit_info:
             main(["compress", kind, str(tiny), "--json-out", str(out), "--csv", str(csv), *extra, *FAST])

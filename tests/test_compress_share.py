@@ -45,7 +45,7 @@ def test_calibration_and_evaluation_come_from_different_sources(loaded) -> None:
 def test_every_method_keeps_the_parameter_budget_and_leaves_the_model_as_it_was(loaded) -> None:
     setup, texts = loaded
     before = {k: v.clone() for k, v in setup.model.state_dict().items()}
-    spec = ShareSpec(ratios=(0.4,), calib_draws=1, verdict_ratio=0.3)
+    spec = ShareSpec(ratios=(0.4,), calib_draws=1, select_windows=2, verdict_ratio=0.3)
     result, kept = run_share(setup, spec, texts.draws, keep=("geodrift", 0.4))
     assert [r.method for r in result.runs] == list(METHODS)
     for r in result.runs:
@@ -56,7 +56,7 @@ def test_every_method_keeps_the_parameter_budget_and_leaves_the_model_as_it_was(
     assert len(result.sharing) == 7 and len(result.choices) == 7
     assert kept is not None and kept.method == "geodrift"
     # laco differs from prune-greedy only by the merge: the same layers go
-    laco, greedy = result.run("laco", 0.4), result.run("prune-greedy", 0.4)
+    laco, greedy = result.run("laco", 0.4, 0), result.run("prune-greedy", 0.4, 0)
     assert laco is not None and greedy is not None and laco.removed == greedy.removed
 
 

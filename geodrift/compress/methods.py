@@ -15,9 +15,11 @@ Continuity's methods:
   space, V private; adjacent groups, uniform ratio.
 - ``geodrift``: its fairest chance. Per projection, layers are grouped by the measured whitened
   subspace overlap at the operating rank (maximum-weight matching, depth not used,
-  :mod:`~geodrift.compress.grouping`), in each space; the space (input, output or private) is the
-  one with the lowest relative whitened loss at the ratio (every layer's loss relative to its
-  whitened energy); uniform ranks; input-space coefficients refit in closed form
+  :mod:`~geodrift.compress.grouping`), in each space; the space (input, output or private) starts
+  as the one with the lowest relative whitened loss at the ratio (every layer's loss relative to its
+  whitened energy) and is then settled by the calibration NLL: one pass over the projections, each
+  trying its other two spaces on a few calibration windows (never the held-out ones) and keeping
+  the best; uniform ranks; input-space coefficients refit in closed form
   (:func:`~geodrift.compress.lowrank.refit_coefficients`). Ranks by loss per parameter
   (:func:`~geodrift.compress.allocate.loss_per_parameter_ranks`) were geodrift's first design; on
   the development set (the interleaved split's 8 held-out windows, not the benchmark's evaluation
@@ -34,7 +36,7 @@ groups), ``geodrift:loss-allocation`` (ranks by loss per parameter) and ``geodri
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -79,6 +81,9 @@ class Choice:
         adjacent: ``{space: fraction of the matched pairs that are neighbours in depth}``;
             ``adjacent_floor``: the same for a random pairing (``2 / L``).
         relative_loss: ``{space: summed relative whitened loss at uniform ranks / layers}``.
+        loss_space: the space the relative loss alone chose.
+        selection_nll: ``{space: calibration NLL with this projection in that space}`` (the others as
+            chosen so far); empty without selection windows.
     """
 
     role: str
@@ -90,6 +95,8 @@ class Choice:
     adjacent: dict[str, float]
     adjacent_floor: float
     relative_loss: dict[str, float]
+    loss_space: str = ""
+    selection_nll: dict[str, float] = field(default_factory=dict)
 
 
 class Compressor:
@@ -102,11 +109,12 @@ class Compressor:
         orders: ``{"prune-bi": order, "prune-greedy": order}``: layers in removal order (as long as
             the largest ratio needs).
         seed: seed of the random groups.
+        select: ``(W, T + 1)`` calibration windows that settle geodrift's spaces (None: the whitened loss alone).
     """
 
     def __init__(self, model: LlamaLM, moments: Moments, group_size: int = 2,
-                 orders: dict[str, list[int]] | None = None, seed: int = 0) -> None:
-        self.model, self.moments, self.group_size, self.seed = model, moments, group_size, seed
+                 orders: dict[str, list[int]] | None = None, seed: int = 0, select: torch.Tensor | None = None) -> None:
+        self.model, self.moments, self.group_size, self.seed, self.select = model, moments, group_size, seed, select
         self.orders = orders or {}
         self.n_layers = len(model.model.layers)
         self.weights = {k: w.detach() for k, w in model.weight_tensors().items()}
@@ -206,9 +214,37 @@ class Compressor:
                 ranks = allocate.uniform_ranks(units, ratio)
                 loss[space] = sum(u.loss(k) for u, k in zip(units, ranks, strict=True)) / self.n_layers
             best = min(loss, key=loss.__getitem__)
-            out[role] = Choice(role, best, r, groups, overlap, floor, adjacent, 2.0 / self.n_layers, loss)
+            out[role] = Choice(role, best, r, groups, overlap, floor, adjacent, 2.0 / self.n_layers, loss, best)
+        if self.select is not None:
+            self._settle(out, ratio)
         self._choices[ratio] = out
         return out
+
+    def _settle(self, choices: dict[str, Choice], ratio: float) -> None:
+        # One coordinate pass: each projection tries its other spaces; the calibration NLL decides.
+        from geodrift.compress.evaluate import heldout_nll
+        from geodrift.compress.factorized import applied
+
+        windows = self.select
+        assert windows is not None
+
+        def nll(spaces: dict[str, str]) -> float:
+            groups = {role: c.groups.get(spaces[role], []) for role, c in choices.items()}
+            units = self.units(spaces, groups, relative=True)
+            config = self._lowrank("selection", ratio, units, allocate.uniform_ranks(units, ratio), refit=True)
+            with applied(self.model, config):
+                return float(heldout_nll(self.model, windows).mean())
+
+        spaces = {role: c.space for role, c in choices.items()}
+        current = nll(spaces)
+        for role in TRANSFORMER_ROLES:
+            tried = {spaces[role]: current}
+            for alt in ("private", "input", "output"):
+                if alt not in tried:
+                    tried[alt] = nll({**spaces, role: alt})
+            spaces[role] = min(tried, key=tried.__getitem__)
+            current = tried[spaces[role]]
+            choices[role].space, choices[role].selection_nll = spaces[role], tried
 
     def _role_units(self, role: str, space: str, groups: list[tuple[int, ...]], relative: bool,
                     vectors: bool = True) -> list[Unit]:

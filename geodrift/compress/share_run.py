@@ -52,7 +52,9 @@ class ShareSpec:
         methods: a subset of :data:`~geodrift.compress.methods.METHODS`.
         group_size: layers per shared basis.
         calib_draws: calibration draws (each a disjoint block of calibration windows).
+        first_draw: index of the first draw (draws ``first_draw .. first_draw + calib_draws - 1``).
         greedy_windows: calibration windows that score the greedy search's candidates.
+        select_windows: calibration windows that settle geodrift's space per projection (0: the whitened loss alone).
         verdict_ratio: ratio of the per-projection sharing evidence (None: skip it).
     """
 
@@ -60,7 +62,9 @@ class ShareSpec:
     methods: tuple[str, ...] = METHODS
     group_size: int = 2
     calib_draws: int = 1
+    first_draw: int = 0
     greedy_windows: int = 2
+    select_windows: int = 4
     verdict_ratio: float | None = 0.3
 
     def check(self, n_layers: int | None = None) -> None:
@@ -82,8 +86,17 @@ class ShareSpec:
                 raise GeodriftError(f"--ratios {max(self.ratios)}: pruning would remove every layer of {n_layers}")
         if self.calib_draws < 1:
             raise GeodriftError(f"--calib-draws: must be at least 1, got {self.calib_draws}")
+        if self.first_draw < 0:
+            raise GeodriftError(f"--first-draw: must be at least 0, got {self.first_draw}")
+
+    @property
+    def draw_ids(self) -> list[int]:
+        """The calibration draws run."""
+        return list(range(self.first_draw, self.first_draw + self.calib_draws))
         if self.greedy_windows < 1:
             raise GeodriftError(f"--greedy-windows: must be at least 1, got {self.greedy_windows}")
+        if self.select_windows < 0:
+            raise GeodriftError(f"--select-windows: must be at least 0, got {self.select_windows}")
 
 
 @dataclass
@@ -121,6 +134,7 @@ class ShareResult:
     ratios: list[float]
     methods: list[str]
     calib_draws: int
+    draw_ids: list[int]
     baseline_ppl: float
     baseline_nll_se: float
     runs: list[MethodRun]
@@ -147,7 +161,7 @@ class ShareResult:
                  "dense_params": r.dense_params, "seconds": r.build_seconds + r.eval_seconds,
                  "baseline_ppl": self.baseline_ppl} for r in self.runs]
 
-    def run(self, method: str, ratio: float, draw: int = 0) -> MethodRun | None:
+    def run(self, method: str, ratio: float, draw: int) -> MethodRun | None:
         """The run of ``method`` at ``ratio`` on ``draw`` (None when it did not run)."""
         return next((r for r in self.runs if (r.method, r.ratio, r.draw) == (method, ratio, draw)), None)
 
@@ -175,7 +189,7 @@ def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = 
     Args:
         setup: the loaded model and its held-out windows (``setup.calib``: the first draw).
         spec: what to run.
-        draws: calibration windows per draw (None: ``[setup.calib]``); ``spec.calib_draws`` of them are used.
+        draws: calibration windows per draw index (None: ``[setup.calib]``); those of ``spec.draw_ids`` are used.
         progress: ``(stage, done, total)`` callback.
         cache: folder of the calibration-moment cache (None: none).
         keep: ``(method, ratio)`` whose first-draw configuration to return (for ``--save``).
@@ -188,10 +202,10 @@ def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = 
     """
     spec.check(setup.n_layers)
     draws = draws if draws is not None else [setup.calib]
-    if len(draws) < spec.calib_draws:
-        raise GeodriftError(f"--calib-draws {spec.calib_draws}: only {len(draws)} calibration draw(s) were cut")
-    for windows in draws[: spec.calib_draws]:
-        check_calibration(setup.model, windows)
+    if len(draws) <= spec.draw_ids[-1]:
+        raise GeodriftError(f"--calib-draws/--first-draw: draw {spec.draw_ids[-1]} asked, only {len(draws)} cut")
+    for d in spec.draw_ids:
+        check_calibration(setup.model, draws[d])
     model, L = setup.model, setup.n_layers
     report = progress or (lambda stage, done, total: None)
     seconds: dict[str, float] = {}
@@ -208,7 +222,8 @@ def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = 
     kept: Compressed | None = None
     total = spec.calib_draws * len(spec.ratios) * len(spec.methods)
     done = 0
-    for d in range(spec.calib_draws):
+    first = spec.draw_ids[0]
+    for d in spec.draw_ids:
         calib = draws[d]
         start = time.perf_counter()
         moments, hit = cached_moments(model, calib, cache, _stage(report, f"draw {d}: calibration pass"))
@@ -228,7 +243,8 @@ def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = 
                 progress=_stage(report, f"draw {d}: greedy search"))
             seconds[f"draw {d}: greedy search"] = time.perf_counter() - start
         orders.append({"draw": d, **{k: v[:n_max] for k, v in order.items()}})
-        comp = Compressor(model, moments, spec.group_size, order, seed=d)
+        comp = Compressor(model, moments, spec.group_size, order, seed=d,
+                          select=calib[: spec.select_windows] if spec.select_windows else None)
         for ratio in spec.ratios:
             for method in spec.methods:
                 start = time.perf_counter()
@@ -240,13 +256,13 @@ def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = 
                 runs.append(MethodRun(method, KIND[method], ratio, d, perplexity_of(nll), float(nll.mean()),
                                       spread(nll), compressed.kept_params, compressed.dense_params, built, evaluated,
                                       list(compressed.removed), nll.tolist(), compressed.notes))
-                if keep == (method, ratio) and d == 0:
+                if keep == (method, ratio) and d == first:
                     kept = compressed
                 done += 1
                 report(f"draw {d}: {method} at {ratio:.0%}", done, total)
-        if d == 0 and any(m.startswith("geodrift") for m in spec.methods):
+        if d == first and any(m.startswith("geodrift") for m in spec.methods):
             choices = [{"ratio": ratio, **asdict(c)} for ratio in spec.ratios for c in comp.choices(ratio).values()]
-        if d == 0 and spec.verdict_ratio is not None:
+        if d == first and spec.verdict_ratio is not None:
             start = time.perf_counter()
             report("sharing evidence per projection (no forward pass)", 0, 1)
             sharing = sharing_evidence(comp, spec.verdict_ratio)
@@ -263,9 +279,10 @@ def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = 
              f"pruning removes round(ratio x {L}) layers: " + ", ".join(f"{r:.0%} -> {round(r * L)}" for r in spec.ratios)]
     result = ShareResult(
         model=setup.label, weights=setup.weights, n_layers=L, corpus=setup.corpus,
-        seq_len=setup.evaluation.shape[1] - 1, calib_windows=draws[0].shape[0],
+        seq_len=setup.evaluation.shape[1] - 1, calib_windows=draws[first].shape[0],
         eval_windows=setup.evaluation.shape[0], group_size=spec.group_size, ratios=list(spec.ratios),
-        methods=list(spec.methods), calib_draws=spec.calib_draws, baseline_ppl=perplexity_of(base),
+        methods=list(spec.methods), calib_draws=spec.calib_draws, draw_ids=spec.draw_ids,
+        baseline_ppl=perplexity_of(base),
         baseline_nll_se=spread(base), runs=runs, comparisons=comparisons, choices=choices,
         verdict_ratio=spec.verdict_ratio, sharing=[asdict(p) for p in sharing], verdicts=verdicts,
         whitening=sorted(whitening) or ["every moment had a Cholesky factor"], orders=orders, seconds=seconds,
@@ -281,7 +298,7 @@ def best_baseline(runs: list[MethodRun], ratio: float, draw: int) -> MethodRun |
 
 def _comparisons(runs: list[MethodRun], spec: ShareSpec) -> list[dict[str, Any]]:
     out = []
-    for d in range(spec.calib_draws):
+    for d in spec.draw_ids:
         for ratio in spec.ratios:
             best = best_baseline(runs, ratio, d)
             by = {r.method: r for r in runs if r.ratio == ratio and r.draw == d}
@@ -301,7 +318,7 @@ def _beats(runs: list[MethodRun], ratio: float, spec: ShareSpec) -> Verdict | No
     if "geodrift" not in spec.methods or not any(m in spec.methods for m in BASELINES):
         return None
     parts, met, behind = [], 0, 0
-    for d in range(spec.calib_draws):
+    for d in spec.draw_ids:
         mine, best = next(r for r in runs if (r.method, r.ratio, r.draw) == ("geodrift", ratio, d)), \
             best_baseline(runs, ratio, d)
         assert best is not None

@@ -34,7 +34,7 @@ def ratio_grids(result: ShareResult) -> list[Grid]:
     grids = []
     for ratio in result.ratios:
         cols = [Col("method", "left"), Col("kind", "left")]
-        for d in range(result.calib_draws):
+        for d in result.draw_ids:
             tag = f" (draw {d})" if result.calib_draws > 1 else ""
             cols += [Col(f"perplexity{tag}"), Col(f"Δ best baseline{tag}")]
         cols += [Col("params kept"), Col("seconds")]
@@ -42,10 +42,10 @@ def ratio_grids(result: ShareResult) -> list[Grid]:
                     f"{result.baseline_ppl:.2f} ± {result.baseline_nll_se:.3f})", cols, keys=1, caption=_caption(result))
         for method in result.methods:
             cells = []
-            first = result.run(method, ratio, 0)
+            first = result.run(method, ratio, result.draw_ids[0])
             if first is None:
                 continue
-            for d in range(result.calib_draws):
+            for d in result.draw_ids:
                 run, best = result.run(method, ratio, d), best_baseline(result.runs, ratio, d)
                 assert run is not None
                 cells.append(f"{run.ppl:.2f} [dim]±{run.nll_se:.3f}[/dim]")
@@ -76,15 +76,17 @@ def comparison_grid(result: ShareResult) -> Grid:
 
 def choice_grid(result: ShareResult) -> Grid:
     """geodrift's grouping and space per projection (first draw), with the overlaps' random floor."""
-    grid = Grid("geodrift's choices (draw 0): groups by maximum-weight matching of the whitened subspace overlap, "
-                "space by the lowest relative whitened loss",
-                [Col("ratio"), Col("Proj", "left"), Col("rank"), Col("space", "left"), Col("rel. loss priv / in / out"),
+    grid = Grid(f"geodrift's choices (draw {result.draw_ids[0]}): groups by maximum-weight matching of the whitened "
+                "subspace overlap; space first by the lowest relative whitened loss, then by calibration NLL",
+                [Col("ratio"), Col("Proj", "left"), Col("rank"), Col("space", "left"), Col("by loss", "left"),
+                 Col("calib. NLL priv / in / out"), Col("rel. loss priv / in / out"),
                  Col("overlap in (floor)"), Col("overlap out (floor)"), Col("adjacent pairs in / out (random)")], keys=2,
                 caption="overlap: mean ||Q_a^T Q_b||²/r within the matched groups; floor r/d (random subspaces). "
                 "adjacent pairs: fraction of matched pairs that are depth neighbours; random: 2/L.")
     for c in result.choices:
-        loss = c["relative_loss"]
-        grid.add(f"{c['ratio']:.0%}", c["role"], str(c["rank"]), c["space"],
+        loss, sel = c["relative_loss"], c["selection_nll"]
+        grid.add(f"{c['ratio']:.0%}", c["role"], str(c["rank"]), c["space"], c["loss_space"],
+                 " / ".join(f"{sel[s]:.4f}" if s in sel else "—" for s in ("private", "input", "output")),
                  f"{loss['private']:.4f} / {loss['input']:.4f} / {loss['output']:.4f}",
                  f"{c['overlap']['input']:.3f} ({c['floor']['input']:.3f})",
                  f"{c['overlap']['output']:.3f} ({c['floor']['output']:.3f})",
@@ -104,7 +106,7 @@ def _ms(values: list[float]) -> str:
 def sharing_grid(result: ShareResult) -> Grid:
     """Per projection and space: equal-rank penalty, unrelated ceiling, alignment (adjacent, random), equal-parameter excess."""
     grid = Grid(f"Sharing a basis across adjacent layers, per projection, at {result.verdict_ratio:.0%} removed "
-                "(whitened error relative to the group's energy; mean ± SE over the groups; draw 0)",
+                f"(whitened error relative to the group's energy; mean ± SE over the groups; draw {result.draw_ids[0]})",
                 [Col("Proj", "left"), Col("space", "left"), Col("rank r"), Col("penalty at r"), Col("unrelated at r"),
                  Col("alignment adjacent"), Col("alignment random pairs"), Col("rank at equal params"),
                  Col("shared − private at equal params")], keys=2,
@@ -155,10 +157,10 @@ def render_share(result: ShareResult, wide: bool = False) -> None:
 
 
 def share_summary(result: ShareResult) -> str:
-    """One line: the best method per ratio (draw 0), and the verdict counts."""
+    """One line: the best method per ratio (first draw), and the verdict counts."""
     best = []
     for ratio in result.ratios:
-        runs = [r for r in result.runs if r.ratio == ratio and r.draw == 0]
+        runs = [r for r in result.runs if r.ratio == ratio and r.draw == result.draw_ids[0]]
         top = min(runs, key=lambda r: r.nll)
         best.append(f"{ratio:.0%}: {top.method} {top.ppl:.2f}")
     held = sum(v.verdict == "holds" for v in result.verdicts)
