@@ -77,9 +77,9 @@ def main() -> None:
     parser.add_argument("--only", help=f"comma list of {', '.join(RUNS)} (default all)")
     parser.add_argument("--out", type=Path, default=Path("runs/compress"))
     args = parser.parse_args()
-    for name in RUNS:
-        if args.only and name not in args.only.split(","):
-            continue
+    for name in args.only.split(",") if args.only else RUNS:
+        if name not in RUNS:
+            raise SystemExit(f"--only: unknown run {name!r}; choose from {', '.join(RUNS)}")
         r = run(name, args.out)
         print(f"## {name}: `{r['command']}`\n")
         print(f"- wall {r['wall_s']:.0f} s (target <= {LIMIT_S} s for the defaults: "
