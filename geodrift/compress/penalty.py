@@ -57,8 +57,9 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     """Mean and standard error (``std / sqrt(n)``; NaN for one value).
 
     Example:
-        >>> mean_se([1.0, 2.0, 3.0])
-        (2.0, 0.5773502691896258)
+        >>> m, se = mean_se([1.0, 2.0, 3.0])
+        >>> m, round(se, 4)
+        (2.0, 0.5774)
     """
     n = len(values)
     mean = sum(values) / n
