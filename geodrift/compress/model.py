@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from geodrift.pretrained import gguf_tokenizer, llama_from_checkpoint
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scan.readers import open_checkpoint
+from geodrift.weights import TRANSFORMER_ROLES
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral")
 # Windows per forward call: (8, 128) tokens keep the (B, T, vocab) logits near 200 MB for a 49k vocabulary.
@@ -50,7 +52,7 @@ class Setup:
         corpus: the corpus's name and source, and its sha256.
         token_bytes: UTF-8 bytes per id (bits per byte).
         weights: how the weights were stored before geodrift dequantized them (every table's label;
-            :func:`geodrift.compress.sources.weights_label`).
+            :func:`weights_label`).
     """
 
     model: LlamaLM
@@ -99,6 +101,28 @@ def _hf_tokenizer(path: Path) -> Tokenizer:
     return Tokenizer("gguf", size, hf, (), lengths, json.dumps({"kind": "tokenizer.json", "path": path.name}))
 
 
+_BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6, "Q8_0": 8, "Q8_K": 8,
+         "Q2_K": 2, "Q3_K": 3, "IQ4_NL": 4, "IQ4_XS": 4}
+
+
+def weights_label(ckpt: Checkpoint) -> str:
+    """How the projections and the embedding were stored, e.g. ``4-bit Q4_1 projections, Q8_0 embedding, dequantized``.
+
+    Example:
+        >>> weights_label(open_llama(None))
+        '4-bit Q4_1 projections, 8-bit Q8_0 embedding, dequantized to float32'
+    """
+    def kinds(keys: list[tuple[str, int | None]]) -> str:
+        found = Counter(ckpt.dtype(ckpt.plan[k].name) for k in keys if k in ckpt.plan)
+        return "/".join(f"{_BITS[d]}-bit {d}" if d in _BITS else d for d, _ in found.most_common())
+
+    projections = kinds([(role, layer) for role in TRANSFORMER_ROLES for layer in range(int(ckpt.config["n_layers"]))])
+    embedding = kinds([("embed", None)])
+    quantized = any(q in projections + embedding for q in _BITS)
+    return (f"{projections} projections, {embedding} embedding, "
+            f"{'dequantized to' if quantized else 'read as'} float32")
+
+
 def open_llama(path: str | Path | None) -> Checkpoint:
     """Open ``path`` (None: the embedded SmolLM2) and check it is a Llama-family model geodrift can run.
 
@@ -140,8 +164,6 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
         raise GeodriftError(f"MODEL {ckpt.label}: tokenizer has {tokenizer.vocab_size} ids but the model "
                             f"{model.lm_head.weight.shape[0]}; use the model's own tokenizer.json")
     label = EMBEDDED_LABEL if path is None else ckpt.label
-    from geodrift.compress.sources import weights_label
-
     return Setup(model, label, dict(ckpt.config), calib, evaluation,
                  {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes(),
                  weights_label(ckpt))
