@@ -1,19 +1,24 @@
-"""Wall time of the default ``geodrift compress prune`` and ``compress share`` runs on the embedded SmolLM2.
+"""The ``compress`` runs behind benchmarks/RESULTS_compress.md, each a fresh child process with its outputs in ``--out``.
 
-Targets (issue 9, 2 CPU cores): the default prune experiment (5 rankings + random, N = 10, greedy
-included) in at most 15 minutes, and share (all policies, one group size, 4 ratios, plus each
-projection alone) in at most 15. Each command runs as a fresh child process with its JSON, CSV and
-figure written to ``--out``; the cost of each ranking relative to one held-out perplexity evaluation
-is read from the JSON (the command measures it in the same run). ``uptime`` is recorded before and
-after each run, since the machine is shared, and so is the child's CPU time (user + system): with
-one torch thread it is what the wall time would be on an idle core.
+Runs (``--only`` picks one):
 
-It writes ``--results`` (default benchmarks/RESULTS_compress.md) with the stamp of ``geodrift.provenance``:
-each run's timing, then the commands' tables (``compress_tables.py``).
+- ``prune``: ``geodrift compress prune`` with its defaults but without the greedy search (20
+  random orders for the rank-test verdict; the greedy search costs about 45 evaluations and is not
+  part of any verdict).
+- ``share``: ``geodrift compress share`` with its defaults (whitened, ratios 20/30/40 %, every method,
+  one calibration draw, 64 held-out windows of the pydoc topics; calibration on the stdlib
+  docstrings). Its wall time is the time target (at most 15 minutes on 2 cores).
+- ``share-draws``: calibration draws 1 and 2 at 20 and 40 % for every baseline, geodrift and its
+  random-grouping control (draw 0 is the ``share`` run's), for the verdict over 3 draws.
+- ``share-dev``: the development set: the interleaved split's first 8 held-out windows, 24
+  calibration windows, 20 % (the set of the independent check quoted in issue 21).
+
+``uptime`` is recorded before and after each run (the machine is shared), and so is the child's CPU
+time (user + system): with one torch thread it is what the wall time would be on an idle core.
 
 Usage (timings under the shared lock)::
 
-    flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_compress.py [--only prune|share] [--out runs/compress]
+    flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_compress.py --only share [--out runs/compress]
 """
 
 from __future__ import annotations
@@ -27,61 +32,64 @@ import sys
 import time
 from pathlib import Path
 
-from compress_tables import prune_tables, share_tables
-
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
-
 LIMIT_S = 15 * 60
+DRAW_METHODS = "svd-llm,svd-llm-v2,basis-sharing,prune-bi,prune-greedy,geodrift,geodrift:random-groups"
+RUNS: dict[str, tuple[str, list[str]]] = {
+    "prune": ("prune", ["--methods", "geom-v1,geom-s2wa,block-influence,angular"]),
+    "share": ("share", []),
+    "share-draws": ("share", ["--first-draw", "1", "--calib-draws", "2", "--ratios", "0.2,0.4", "--methods",
+                              DRAW_METHODS, "--verdict-ratio", "0"]),
+    "share-dev": ("share", ["--split", "interleaved", "--eval-windows", "8", "--ratios", "0.2", "--verdict-ratio",
+                            "0"]),
+}
 
 
-def _load() -> str:
-    return " / ".join(f"{v:.2f}" for v in load_average())
+def _uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def run(kind: str, out: Path, extra: list[str]) -> dict[str, object]:
-    """Run ``geodrift compress KIND`` with its outputs in ``out``; return wall time, load and the JSON."""
+def run(name: str, out: Path) -> dict[str, object]:
+    """Run one of :data:`RUNS` with its JSON, CSV, figure and log in ``out``; return wall time, load and the JSON."""
+    kind, extra = RUNS[name]
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "geodrift", "compress", kind, "--json-out", str(out / f"{kind}.json"),
-           "--csv", str(out / f"{kind}.csv"), "--plot", str(out / f"{kind}.png"), *extra]
-    before = _load()
+    cmd = [sys.executable, "-m", "geodrift", "compress", kind, "--json-out", str(out / f"{name}.json"),
+           "--csv", str(out / f"{name}.csv"), "--plot", str(out / f"{name}.png"), *extra]
+    before = _uptime()
     cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    with open(out / f"{kind}.txt", "w", encoding="utf-8") as log:
+    with open(out / f"{name}.txt", "w", encoding="utf-8") as log:
         done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
     wall = time.perf_counter() - start
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = usage.ru_utime + usage.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime
     if done.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}); see {out / (kind + '.txt')}")
-    payload = json.loads((out / f"{kind}.json").read_text(encoding="utf-8"))
-    return {"command": " ".join(["geodrift", "compress", kind, *extra]), "wall_s": wall, "cpu_s": cpu,
-            "load_before": before, "load_after": _load(), "seconds": payload["seconds"],
-            "eval_seconds": payload["eval_seconds"], "payload": payload}
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}); see {out / (name + '.txt')}")
+    payload = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    record = {"name": name, "command": " ".join(["geodrift", "compress", kind, *extra]), "wall_s": wall, "cpu_s": cpu,
+              "load_before": before, "load_after": _uptime(), "seconds": payload["seconds"],
+              "eval_seconds": payload["eval_seconds"]}
+    (out / f"{name}.timing.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("prune", "share"))
+    parser.add_argument("--only", help=f"comma list of {', '.join(RUNS)} (default all)")
     parser.add_argument("--out", type=Path, default=Path("runs/compress"))
-    parser.add_argument("--results", type=Path, default=Path("benchmarks/RESULTS_compress.md"))
     args = parser.parse_args()
-    check_results_path(args.results)
-    load_before, t_start, lines = load_average(), time.perf_counter(), []
-    wall: dict[str, float] = {}
-    for kind in ("prune", "share"):
-        if args.only and kind != args.only:
-            continue
-        r = run(kind, args.out, [])
-        wall[kind] = r["wall_s"]  # type: ignore[assignment]
-        lines += [f"## {kind}: `{r['command']}`", "",
-                  f"- wall {r['wall_s']:.0f} s (target ≤ {LIMIT_S} s: {'met' if r['wall_s'] <= LIMIT_S else 'MISSED'})",
-                  f"- CPU time of the child {r['cpu_s']:.0f} s (1 torch thread: the wall time on an otherwise idle core)",
-                  f"- load average before: {r['load_before']}; after: {r['load_after']}",
-                  f"- one held-out evaluation of the full model: {r['eval_seconds']:.1f} s", "",
-                  prune_tables(r["payload"]) if kind == "prune" else share_tables(r["payload"]), ""]  # type: ignore[arg-type]
-        print("\n".join(lines), flush=True)
-    s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start, **wall})
-    print(f"wrote {write_results(args.results, 'Compression: default prune and share runs', chr(10).join(lines), s)}")
+    for name in args.only.split(",") if args.only else RUNS:
+        if name not in RUNS:
+            raise SystemExit(f"--only: unknown run {name!r}; choose from {', '.join(RUNS)}")
+        r = run(name, args.out)
+        print(f"## {name}: `{r['command']}`\n")
+        print(f"- wall {r['wall_s']:.0f} s (target <= {LIMIT_S} s for the defaults: "
+              f"{'met' if float(r['wall_s']) <= LIMIT_S else 'MISSED'})")  # type: ignore[arg-type]
+        print(f"- CPU time of the child {r['cpu_s']:.0f} s (1 torch thread: the wall time on an otherwise idle core)")
+        print(f"- load before: {r['load_before']}\n- load after: {r['load_after']}")
+        print(f"- one held-out evaluation of the full model: {r['eval_seconds']:.1f} s")
+        for stage, s in r["seconds"].items():  # type: ignore[attr-defined]
+            print(f"- {stage}: {s:.1f} s = {s / r['eval_seconds']:.1f} evaluations")  # type: ignore[operator]
+        print(flush=True)
 
 
 if __name__ == "__main__":

@@ -86,11 +86,33 @@ class PruneMethod(Choice):
     greedy = "greedy"
 
 
-class SharePolicy(Choice):
-    """``compress share --save-policy`` (``geodrift.compress.share.POLICIES``)."""
+class ShareMethod(Choice):
+    """``compress share --save-method`` (``geodrift.compress.methods.METHODS``)."""
 
-    theory = "theory"
-    swapped = "swapped"
+    svd_llm = "svd-llm"
+    svd_llm_v2 = "svd-llm-v2"
     basis_sharing = "basis-sharing"
-    all_input = "all-input"
-    svd = "svd"
+    prune_bi = "prune-bi"
+    prune_greedy = "prune-greedy"
+    theory = "theory"
+    geodrift = "geodrift"
+    laco = "laco"
+    geodrift_random_groups = "geodrift:random-groups"
+    geodrift_swapped = "geodrift:swapped"
+    geodrift_loss_allocation = "geodrift:loss-allocation"
+    geodrift_no_refit = "geodrift:no-refit"
+
+
+class SaveFormat(Choice):
+    """``compress share --save-format``: low-rank factors (shared bases once), or dense weights."""
+
+    factored = "factored"
+    dense = "dense"
+
+
+class SaveDtype(Choice):
+    """``compress share --save-dtype``: the dtype of the saved tensors (``geodrift.compress.factorized.DTYPES``)."""
+
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"

@@ -1,8 +1,9 @@
 """`geodrift compress prune|share [MODEL]`: does continuity predict what compression can remove?
 
 ``prune``: layer rankings (two data-free geometry scores, Block Influence, angular distance, random,
-greedy) and the held-out perplexity after removing n = 1..N layers. ``share``: bases shared by
-adjacent layers in input or output space, policies at equal parameter count, each projection alone.
+greedy) and the held-out perplexity after removing n = 1..N layers. ``share``: calibration-whitened
+low-rank compression (SVD-LLM, Basis Sharing, pruning, continuity's methods and their controls) at
+equal parameters, and per projection which space a shared basis belongs in.
 Every option is checked before the model is loaded.
 """
 
@@ -17,7 +18,7 @@ import typer
 from geodrift.cli import choices
 from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
 
-app = typer.Typer(help="Layer pruning and shared bases, ranked by weight geometry and by activations.",
+app = typer.Typer(help="Layer pruning and calibration-whitened low-rank compression, judged by held-out perplexity.",
                   no_args_is_help=True)
 
 Model = Annotated[str | None, typer.Argument(help="A Llama-family .gguf, .safetensors or Hugging Face folder (with "
@@ -119,7 +120,8 @@ def prune_command(
     max_remove: Annotated[int, typer.Option("--max-remove", help="N: evaluate n = 1..N removed layers.")] = 10,
     methods: Annotated[str | None, typer.Option("--methods", help="Comma list of geom-v1, geom-s2wa, block-influence, "
                                                 "angular, greedy (default all; random always runs).")] = None,
-    random_seeds: Annotated[int, typer.Option("--random-seeds", help="Random rankings (seeds 0..R-1).")] = 3,
+    random_seeds: Annotated[int, typer.Option("--random-seeds", help="Random rankings (seeds 0..R-1); the "
+                                              "rank-test verdict needs at least 20.")] = 20,
     greedy_windows: Annotated[int, typer.Option("--greedy-windows", help="Calibration windows the greedy search "
                                                 "scores each candidate on (the first of --calib-windows).")] = 2,
     seq_len: SeqLen = 128, calib_windows: CalibWindows = 4, eval_windows: EvalWindows = 8,
@@ -189,76 +191,109 @@ def prune_command(
 @app.command("share")
 def share_command(
     model: Model = None, corpus: Corpus = None,
-    group_size: Annotated[int, typer.Option("--group-size", help="g: adjacent layers sharing one basis.")] = 2,
-    ratios: Annotated[str, typer.Option("--ratios", help="Fractions of the projection parameters removed.")] = "0.1,0.2,0.3,0.4",
-    policies: Annotated[str | None, typer.Option("--policies", help="Comma list of theory, swapped, basis-sharing, "
-                                                 "all-input, svd (default all).")] = None,
-    alone_ratio: Annotated[float, typer.Option("--alone-ratio", help="Ratio for each projection compressed alone "
-                                               "(0: skip that experiment).")] = 0.3,
-    seq_len: SeqLen = 128, eval_windows: EvalWindows = 8,
+    split: Annotated[str | None, typer.Option("--split", help="sources: calibrate on the stdlib docstrings, evaluate on "
+                                              "the pydoc topics (default for the embedded corpus); interleaved: the "
+                                              "corpus's training / held-out split (default with --corpus).")] = None,
+    ratios: Annotated[str, typer.Option("--ratios", help="Fractions of the projection parameters removed.")] = "0.2,0.3,0.4",
+    methods: Annotated[str | None, typer.Option("--methods", help="Comma list (default all): svd-llm, svd-llm-v2, "
+                                                "basis-sharing, prune-bi, prune-greedy, theory, geodrift, laco, "
+                                                "geodrift:random-groups, geodrift:swapped, geodrift:loss-allocation, "
+                                                "geodrift:no-refit.")] = None,
+    group_size: Annotated[int, typer.Option("--group-size", help="g: layers sharing one basis.")] = 2,
+    calib_windows: Annotated[int, typer.Option("--calib-windows", help="Calibration windows per draw (their tokens must "
+                                               "be at least the widest projection input).")] = 24,
+    calib_draws: Annotated[int, typer.Option("--calib-draws", help="Calibration draws (disjoint blocks of "
+                                             "--calib-windows windows); every method runs on each.")] = 1,
+    first_draw: Annotated[int, typer.Option("--first-draw", help="Index of the first calibration draw (to split "
+                                            "draws over several runs).")] = 0,
+    greedy_windows: Annotated[int, typer.Option("--greedy-windows", help="Calibration windows the greedy layer search "
+                                                "scores each candidate on.")] = 2,
+    select_windows: Annotated[int, typer.Option("--select-windows", help="Calibration windows that settle geodrift's "
+                                                "space per projection by NLL (0: by whitened loss alone).")] = 4,
+    verdict_ratio: Annotated[float, typer.Option("--verdict-ratio", help="Ratio of the per-projection sharing "
+                                                 "evidence at equal rank and equal parameters (0: skip).")] = 0.3,
+    seq_len: SeqLen = 128, eval_windows: EvalWindows = 64,
+    cache: Annotated[Path | None, typer.Option("--cache", help="Folder caching the calibration moments (about 0.8 GB "
+                                               "per draw for SmolLM2-135M; keyed by the weights and the calibration "
+                                               "tokens).")] = None,
     save: Save = None,
-    save_policy: Annotated[choices.SharePolicy, typer.Option("--save-policy", help="Which policy --save writes.")
-                           ] = choices.SharePolicy.theory,
+    save_method: Annotated[choices.ShareMethod, typer.Option("--save-method", help="Which method --save writes.")
+                           ] = choices.ShareMethod.geodrift,
     save_ratio: Annotated[float | None, typer.Option("--save-ratio", help="Which ratio --save writes (default the "
                                                      "first).")] = None,
+    save_format: Annotated[choices.SaveFormat, typer.Option(
+        "--save-format", help="factored: low-rank factors, shared bases once (smaller; "
+        "geodrift.compress.factorized.load_factored loads it into transformers); dense: a plain Hugging Face "
+        "folder.")] = choices.SaveFormat.factored,
+    save_dtype: Annotated[choices.SaveDtype, typer.Option("--save-dtype", help="The saved tensors' dtype.")
+                          ] = choices.SaveDtype.float32,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
     max_memory: MaxMemory = "8G",
 ) -> None:
-    """Which space should a shared basis live in? Policies at equal parameter count, and each projection alone."""
+    """Calibration-whitened low-rank compression at equal parameters: SVD-LLM, Basis Sharing, pruning, and continuity's methods."""
     from geodrift.atomic import document, to_json
-    from geodrift.compress.model import load_setup
-    from geodrift.compress.share import POLICIES
+    from geodrift.compress.methods import METHODS
     from geodrift.compress.share_run import ShareSpec, run_share
+    from geodrift.compress.sources import load_compress_setup
     from geodrift.errors import GeodriftError
-    from geodrift.pretrained import open_llama
+    from geodrift.pretrained import open_llama, tokenizer_for
     from geodrift.render.progress import JobProgress, announce
 
     try:
         ratio_list = tuple(float(r) for r in _csv_list(ratios, "--ratios") or ())
     except ValueError:
-        raise GeodriftError(f"--ratios: {ratios!r} is not a comma list of numbers, e.g. 0.1,0.2,0.3,0.4") from None
-    spec = ShareSpec(group_size=group_size, ratios=ratio_list, policies=_csv_list(policies, "--policies") or tuple(POLICIES),
-                     alone_ratio=alone_ratio if alone_ratio != 0 else None)
+        raise GeodriftError(f"--ratios: {ratios!r} is not a comma list of numbers, e.g. 0.2,0.3,0.4") from None
+    spec = ShareSpec(ratios=ratio_list, methods=_csv_list(methods, "--methods") or METHODS, group_size=group_size,
+                     calib_draws=calib_draws, first_draw=first_draw, greedy_windows=greedy_windows,
+                     select_windows=select_windows,
+                     verdict_ratio=verdict_ratio if verdict_ratio != 0 else None)
     spec.check()
-    limit = _check_common(seq_len, {"--eval-windows": eval_windows}, plot, dpi, threads,
-                          {"--json-out": json_out, "--csv": csv_out}, max_memory)
+    split = split or ("sources" if corpus is None else "interleaved")
+    limit = _check_common(seq_len, {"--eval-windows": eval_windows, "--calib-windows": calib_windows}, plot, dpi,
+                          threads, {"--json-out": json_out, "--csv": csv_out}, max_memory)
     save_ratio = ratio_list[0] if save_ratio is None else save_ratio
-    if save is not None and (save_policy.value not in spec.policies or save_ratio not in ratio_list):
-        raise GeodriftError(f"--save-policy/--save-ratio: {save_policy.value} at {save_ratio} is not among the runs "
-                            f"(policies {', '.join(spec.policies)}; ratios {ratios})")
+    if save is not None and (save_method.value not in spec.methods or save_ratio not in ratio_list):
+        raise GeodriftError(f"--save-method/--save-ratio: {save_method.value} at {save_ratio} is not among the runs "
+                            f"(methods {', '.join(spec.methods)}; ratios {ratios})")
     _check_save(save, force, model, corpus)
-    spec.check(int(open_llama(model).config["n_layers"]))
-    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=1, eval_windows_count=eval_windows,
-                       max_memory=limit, on_stage=lambda text: announce(text, quiet=quiet))
-    with JobProgress("sharing", 1, "evaluations", quiet=quiet) as bar:
-        result, bases = run_share(setup, spec, progress=lambda stage, done, total: bar.update(
-            completed=done, total=total, description=stage), keep_bases=save is not None)
-    written = _write(result, "compress_share", json_out, csv_out)
+    ckpt = open_llama(model)
+    spec.check(int(ckpt.config["n_layers"]))
+    widest = max(int(ckpt.config.get("d_model") or 0), int(ckpt.config.get("d_ff") or 0))
+    if calib_windows * seq_len < widest:
+        raise GeodriftError(f"--calib-windows {calib_windows}: {calib_windows * seq_len} calibration tokens are fewer "
+                            f"than the widest projection input ({widest}), so its second moment is singular; use at "
+                            f"least {-(-widest // seq_len)} windows of {seq_len} tokens")
+    for option, value in (("--greedy-windows", greedy_windows), ("--select-windows", select_windows)):
+        if value > calib_windows:
+            raise GeodriftError(f"{option}: {value} > --calib-windows {calib_windows}")
+    tokenizer_for(model)  # a missing tokenizer.json fails here, before the model is loaded
+    setup, texts = load_compress_setup(model, corpus, split=split, seq_len=seq_len, calib_windows=calib_windows,
+                                       eval_count=eval_windows, draws=first_draw + calib_draws, max_memory=limit,
+                                       on_stage=lambda text: announce(text, quiet=quiet))
+    with JobProgress("compressing", 1, "steps", quiet=quiet) as bar:
+        result, kept = run_share(setup, spec, texts.draws, progress=lambda stage, done, total: bar.update(
+            completed=done, total=total, description=stage), cache=str(cache) if cache else None,
+            keep=(save_method.value, save_ratio) if save is not None else None)
+    written: list[Path] = []
+    if save is not None and kept is not None:
+        from geodrift.compress.factorized import save_dense, save_factored
+
+        writer = save_factored if save_format == choices.SaveFormat.factored else save_dense
+        written.append(writer(setup, kept, save, save_dtype.value, force=force, inputs=_inputs(model, corpus)))
+        result.saved = {"folder": str(save), "method": save_method.value, "ratio": save_ratio, "format": save_format.value,
+                        "dtype": save_dtype.value, "bytes": {f.name: f.stat().st_size for f in sorted(save.iterdir())},
+                        "dense_bytes": 4 * sum(t.numel() for t in setup.model.state_dict().values())}
+    written += _write(result, "compress_share", json_out, csv_out)
     if plot:
-        from geodrift.render.compress import plot_share
+        from geodrift.render.compress_share import plot_share
 
         written.append(plot_share(result, plot, dpi))
-    if save is not None:
-        from geodrift.compress.share import Assignment
-        from geodrift.lm.hf import save_hf
-
-        assert bases is not None
-        new, _, _ = Assignment(save_policy.value, POLICIES[save_policy.value]).weights(bases, result_shapes(setup), save_ratio)
-        written.append(_replace(save, force, model, corpus, lambda d: save_hf(
-            setup.model, d, weights=new, context_length=setup.config.get("context_length"))))
     if as_json:
         sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")
     else:
-        from geodrift.render.compress import render_share
+        from geodrift.render.compress_share import render_share
 
         render_share(result, wide=wide)
     if written:
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
-
-
-def result_shapes(setup: Any) -> dict[str, tuple[int, int]]:
-    """Each projection's ``(d_out, d_in)`` in the loaded model."""
-    from geodrift.weights import TRANSFORMER_ROLES
-
-    return {role: tuple(setup.model.projection(role, 0).weight.shape) for role in TRANSFORMER_ROLES}

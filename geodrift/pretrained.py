@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,28 @@ def open_llama(path: str | Path | None) -> Checkpoint:
             f"no forward implementation in geodrift; compress runs {', '.join(SUPPORTED_ARCHITECTURES)} checkpoints "
             "(GGUF, safetensors or HF folder)")
     return ckpt
+
+
+_BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6, "Q8_0": 8, "Q8_K": 8,
+         "Q2_K": 2, "Q3_K": 3, "IQ4_NL": 4, "IQ4_XS": 4}
+
+
+def weights_label(ckpt: Checkpoint) -> str:
+    """How the projections and the embedding were stored, e.g. ``4-bit Q4_1 projections, Q8_0 embedding, dequantized``.
+
+    Example:
+        >>> weights_label(open_llama(None))
+        '4-bit Q4_1 projections, 8-bit Q8_0 embedding, dequantized to float32'
+    """
+    def kinds(keys: list[tuple[str, int | None]]) -> str:
+        found = Counter(ckpt.dtype(ckpt.plan[k].name) for k in keys if k in ckpt.plan)
+        return "/".join(f"{_BITS[d]}-bit {d}" if d in _BITS else d for d, _ in found.most_common())
+
+    projections = kinds([(role, layer) for role in TRANSFORMER_ROLES for layer in range(int(ckpt.config["n_layers"]))])
+    embedding = kinds([("embed", None)])
+    quantized = any(q in projections + embedding for q in _BITS)
+    return (f"{projections} projections, {embedding} embedding, "
+            f"{'dequantized to' if quantized else 'read as'} float32")
 
 
 def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:

@@ -22,8 +22,9 @@ def _values(choice: type[choices.Choice]) -> list[str]:
 
 
 def test_each_choice_lists_exactly_the_names_the_library_accepts(tmp_path: Path):
+    from geodrift.compress.factorized import DTYPES
+    from geodrift.compress.methods import METHODS as SHARE_METHODS
     from geodrift.compress.prune import METHODS
-    from geodrift.compress.share import POLICIES
     from geodrift.lm.tokenizer import make_tokenizer
     from geodrift.scan.scan import load_weights
     from geodrift.sim.presets import PRESETS
@@ -34,7 +35,8 @@ def test_each_choice_lists_exactly_the_names_the_library_accepts(tmp_path: Path)
     assert _values(choices.TransformerPreset) == list(PRESETS["transformer"])
     assert _values(choices.Backend) == list(BACKENDS)
     assert _values(choices.PruneMethod) == list(METHODS)
-    assert _values(choices.SharePolicy) == list(POLICIES)
+    assert _values(choices.ShareMethod) == list(SHARE_METHODS)
+    assert _values(choices.SaveDtype) == list(DTYPES)
     assert {make_tokenizer(v, "some training text " * 50, 260).kind for v in _values(choices.Tokenizer)} == {
         "bpe", "bytes"}
     folder = write_hf_folder(tmp_path / "model", llama_state(n_layers=2), hf_config(n_layers=2))
@@ -52,7 +54,7 @@ def test_a_choice_is_its_plain_name_wherever_the_library_uses_it():
     view = choices.View("folded")
     assert view is choices.View.folded and view == "folded" and hash(view) == hash("folded")
     assert str(view) == "folded" and f"{view}" == "folded" and f"{view:>8}" == "  folded" and f"{view!r}" != "folded"
-    assert {"folded": 1}[view] == 1 and choices.SharePolicy.basis_sharing == "basis-sharing"
+    assert {"folded": 1}[view] == 1 and choices.ShareMethod.basis_sharing == "basis-sharing"
 
 
 @pytest.mark.parametrize(("command", "option", "choice"), [
@@ -68,7 +70,9 @@ def test_a_choice_is_its_plain_name_wherever_the_library_uses_it():
     (["sweep"], "--device", choices.Device),
     (["reproduce"], "--backend", choices.Backend),
     (["compress", "prune"], "--save-method", choices.PruneMethod),
-    (["compress", "share"], "--save-policy", choices.SharePolicy),
+    (["compress", "share"], "--save-method", choices.ShareMethod),
+    (["compress", "share"], "--save-format", choices.SaveFormat),
+    (["compress", "share"], "--save-dtype", choices.SaveDtype),
 ])
 def test_help_lists_every_choice_of_an_option(command: list[str], option: str, choice: type[choices.Choice]):
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})

@@ -38,11 +38,17 @@ def _fails(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> 
     (["prune", "{tiny}", "--save", "x", "--save-method", "random"], "--save-method"),
     (["prune", "{tiny}", "--max-remove", "1", "--eval-windows", "100000"], "--eval-windows"),
     (["share", "{tiny}", "--ratios", "0.2,1.5"], "--ratios"),
+    (["share", "{tiny}", "--ratios", "0"], "--ratios"),
     (["share", "{tiny}", "--ratios", "a,b"], "--ratios"),
-    (["share", "{tiny}", "--policies", "theory,magic"], "--policies"),
+    (["share", "{tiny}", "--methods", "geodrift,magic"], "--methods"),
     (["share", "{tiny}", "--group-size", "1"], "--group-size"),
-    (["share", "{tiny}", "--ratios", "0.99", "--policies", "svd", "--alone-ratio", "0"], "--ratios"),
+    (["share", "{tiny}", "--ratios", "0.99", "--methods", "svd-llm", "--verdict-ratio", "0"], "--ratios"),
+    (["share", "{tiny}", "--calib-windows", "1"], "widest projection input"),
+    (["share", "{tiny}", "--calib-windows", "2", "--select-windows", "3"], "--select-windows"),
+    (["share", "{tiny}", "--split", "sources", "--corpus", "{empty}"], "--split"),
     (["share", "{tiny}", "--corpus", "{empty}"], "--corpus"),
+    (["share", "{tiny}", "--save", "{tiny}"], "--save"),
+    (["share", "{tiny}", "--save", "x", "--save-format", "gguf"], "--save-format"),
 ])
 def test_bad_options_give_one_line_error_and_exit_2(args, needle, tiny: Path, tmp_path: Path, capsys) -> None:
     empty = tmp_path / "empty.txt"
@@ -91,20 +97,29 @@ def test_a_saved_pruned_model_loads_in_transformers_with_the_same_perplexity(tin
     assert (tmp_path / "p.png").stat().st_size > 0 and (tmp_path / "p.csv").read_text().startswith("model,method")
 
 
-def test_a_saved_shared_basis_model_loads_in_transformers_with_the_same_perplexity(tiny: Path, tmp_path: Path) -> None:
+def test_compress_share_saves_a_smaller_factored_model_that_loads_back(tiny: Path, tmp_path: Path, capsys) -> None:
     pytest.importorskip("transformers")
-    from geodrift.compress.model import load_setup
+    from geodrift.compress.factorized import load_factored
+    from geodrift.compress.sources import load_compress_setup
 
-    out, saved = tmp_path / "share.json", tmp_path / "shared"
+    out, saved = tmp_path / "share.json", tmp_path / "small"
     with pytest.raises(SystemExit) as exit_info:
-        main(["compress", "share", str(tiny), "--ratios", "0.3", "--alone-ratio", "0", "--policies", "theory,svd",
-              "--save", str(saved), "--save-policy", "theory", "--json-out", str(out), *FAST])
+        main(["compress", "share", str(tiny), "--ratios", "0.4", "--methods", "svd-llm,geodrift", "--verdict-ratio",
+              "0", "--calib-windows", "2", "--select-windows", "1", "--save", str(saved), "--json-out", str(out), "--csv",
+              str(tmp_path / "s.csv"), "--plot", str(tmp_path / "s.png"), *FAST])
     assert exit_info.value.code == 0
     result = json.loads(out.read_text())
-    theory = next(c for c in result["curves"] if c["policy"] == "theory")
-    windows = load_setup(tiny, seq_len=32, calib_windows=1, eval_windows_count=4).evaluation
-    assert _hf_perplexity(saved, windows) == pytest.approx(theory["ppl"][0], rel=1e-4)
-    assert theory["ppl"][0] > result["baseline_ppl"] * 0.5
+    run = next(r for r in result["runs"] if r["method"] == "geodrift")
+    assert "Q4_1" not in result["weights"] and result["weights"].startswith("F32")
+    windows = load_compress_setup(tiny, seq_len=32, calib_windows=2, eval_count=4)[0].evaluation
+    model = load_factored(saved)
+    with torch.no_grad():
+        logits = model(windows[:, :-1]).logits.float()
+    nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none").mean(1)
+    assert math.exp(float(nll.mean())) == pytest.approx(run["ppl"], rel=1e-4)
+    saved_bytes = result["saved"]["bytes"]["model.safetensors"]
+    assert saved_bytes < result["saved"]["dense_bytes"] and "model.safetensors" in capsys.readouterr().out
+    assert (tmp_path / "s.png").stat().st_size > 0 and (tmp_path / "s.csv").read_text().startswith("model,weights")
 
 
 def _without(value: object, skip: set[str]) -> object:
@@ -120,14 +135,16 @@ def test_the_json_fields_and_csv_columns_are_documented(tiny: Path, tmp_path: Pa
 
     for kind, extra in (("prune", ["--max-remove", "1", "--methods", "geom-v1,angular", "--random-seeds", "2",
                                    "--null-draws", "10", "--k", "2", "--calib-windows", "1"]),
-                        ("share", ["--ratios", "0.4", "--policies", "theory", "--alone-ratio", "0.4"])):
+                        ("share", ["--ratios", "0.4", "--methods", "svd-llm,prune-bi,geodrift,geodrift:random-groups",
+                                   "--verdict-ratio", "0.4", "--calib-windows", "2", "--select-windows", "1"])):
         out, csv = tmp_path / f"{kind}.json", tmp_path / f"{kind}.csv"
         with pytest.raises(SystemExit) as exit_info:
             main(["compress", kind, str(tiny), "--json-out", str(out), "--csv", str(csv), *extra, *FAST])
         assert exit_info.value.code == 0
         doc = json.loads(out.read_text())
         text = _section(f"## kind: `compress_{kind}`") + _section("## Conventions")
-        skip = {"spaces", "differences", "corpus", "scores", "seconds"}  # data-keyed maps, documented by their contents
+        skip = {"spaces", "differences", "corpus", "scores", "seconds", "beats_random", "groups", "overlap", "floor",
+                "adjacent", "relative_loss"}  # data-keyed maps, documented by their contents
         missing = sorted(f for f in fields(_without(doc, skip)) if f"`{f}`" not in text)
         assert not missing, (kind, missing)
         header = csv.read_text().splitlines()[0].split(",")

@@ -258,7 +258,7 @@ def test_an_unknown_architecture_maps_with_names_in_the_vocabulary_of_roles(tmp_
 
 
 def test_compress_refuses_a_mixture_of_experts_that_calls_itself_llama(mixtral) -> None:
-    from geodrift.compress.model import open_llama
+    from geodrift.pretrained import open_llama
 
     with pytest.raises(GeodriftError, match=r"'llama' \(a mixture of experts\) has no forward implementation in geodrift; compress runs llama, mistral"):
         open_llama(mixtral["gguf"])

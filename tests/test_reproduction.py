@@ -45,8 +45,8 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
     rows = [line for line in md.splitlines() if line.startswith("| [")]
     assert any("[scan]" in r and "null" in r and ("**holds**" in r or "**fails**" in r) for r in rows)
     assert any("[transformer-tiny]" in r and "permutation null" in r for r in rows)
-    assert any("[compress-prune]" in r and "beats random removal" in r and "random orders' mean" in r
-               and re.search(r"\*\*(holds|fails|tie)\*\*", r) for r in rows)
+    assert any("[compress-prune]" in r and "beats random removal" in r and "rank test" in r
+               and re.search(r"\*\*(holds|fails|tie|n/a)\*\*", r) for r in rows)
     assert any("[compress-share]" in r and "**not run**" in r and "not run in smoke mode" in r for r in rows)
     data = json.loads((out / "report.json").read_text())
     assert data["kind"] == "paper_reproduction" and data["mode"] == "smoke"
@@ -80,7 +80,9 @@ def test_each_compression_section_names_the_command_that_reproduces_it():
     assert full.command("prune") == "geodrift compress prune" and full.command("share") == "geodrift compress share"
     assert quick.command("prune") == ("geodrift compress prune --max-remove 4 --methods "
                                       "geom-v1,geom-s2wa,block-influence,angular --eval-windows 4")
-    assert quick.command("share") == "geodrift compress share --ratios 0.1 --eval-windows 4"
+    assert quick.command("share") == ("geodrift compress share --ratios 0.2 --methods svd-llm,basis-sharing,theory,"
+                                      "geodrift,geodrift:random-groups --verdict-ratio 0 --calib-windows 12 "
+                                      "--eval-windows 8")
     assert compress_plan("smoke").share is None
 
 

@@ -1,9 +1,13 @@
-"""Compression guided (or not) by geometric continuity: layer pruning and shared bases.
+"""Compression guided (or not) by geometric continuity: layer pruning, and calibration-whitened low rank.
 
-- ``model``: one loaded Llama, its tokenizer, disjoint calibration/evaluation windows, forwards
-  that skip layers by index;
-- ``rank``: layer rankings (two data-free geometry scores, Block Influence, angular distance,
-  random, SLEB-style greedy);
-- ``prune``: the ``compress prune`` experiment; ``share`` / ``share_run``: shared bases in input or
-  output space and the ``compress share`` experiment; ``save``: the Hugging Face folder writer.
+- ``model``: one loaded Llama, its tokenizer, calibration/evaluation windows, forwards that skip
+  layers by index; ``sources``: ``compress share``'s texts (docstrings vs pydoc topics) and the
+  weights label;
+- ``rank`` / ``prune``: layer rankings and the ``compress prune`` experiment (rank-test verdict);
+- ``calibrate`` (input moments, cached), ``whiten`` (their square roots), ``lowrank`` (private and
+  shared whitened factors, closed-form refit), ``allocate`` (ranks), ``grouping`` (which layers
+  share), ``merge`` (LaCo), ``methods`` (every method at one ratio), ``penalty`` (per-projection
+  sharing evidence), ``evaluate`` (held-out NLL, paired differences), ``share_run`` (the
+  ``compress share`` experiment), ``factorized`` (apply, save small, load into transformers);
+  ``save``: the Hugging Face config of a saved model.
 """

@@ -2,7 +2,8 @@
 
 For n = 1..N removed layers, each method's removal set is evaluated on the held-out windows
 (one loaded model, layers skipped by index; a set two methods share is evaluated once). The
-random floor is the mean and std over ``random_seeds`` permutations. Spearman's rho (scipy)
+random floor is ``random_seeds`` permutations (20 by default): their median per n, and a rank test
+(:data:`BEATS_RANDOM`) that one order hitting a critical layer cannot flip. Spearman's rho (scipy)
 compares each data-free score with Block Influence, the angular distance of single layers
 (n = 1) and the greedy order (layers it removed ranked by step, the rest tied last).
 """
@@ -26,8 +27,14 @@ from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
 
 METHODS = ("geom-v1", "geom-s2wa", "block-influence", "angular", "greedy")
-BEATS_RANDOM = ("mean held-out log-perplexity over n = 1..N below the random orders' mean by more than 2 of their "
-                "standard deviations over seeds (holds); above by more than 2 (fails); otherwise tie")
+RANK_TEST_ORDERS = 20  # random orders the rank test needs: with 20, beating 19 of them is p = 2/21 < 0.1
+RANK_TEST_LEVEL = 0.10
+BEATS_RANDOM = ("rank test of the mean held-out log-perplexity over n = 1..N against R >= 20 random orders: holds when "
+                "p = (1 + #orders at or below it) / (R + 1) <= 0.10 (with 20 orders: it beats at least 19), fails when "
+                "(1 + #orders at or above it) / (R + 1) <= 0.10, otherwise tie. Exact under exchangeability: a random "
+                "order judged as a method holds (or fails) with probability 2/21 = 0.095, and one order that hits a "
+                "critical layer cannot flip the verdict. The fraction of orders it beats at each n and their median "
+                "are reported beside it")
 AGREES = "Spearman rho of the per-layer removability > 0 with p < 0.05 over the model's layers (else fails)"
 
 
@@ -45,7 +52,7 @@ class PruneSpec:
 
     max_remove: int = 10
     methods: tuple[str, ...] = METHODS
-    random_seeds: int = 3
+    random_seeds: int = RANK_TEST_ORDERS
     greedy_windows: int = 2
     k: int = 8
     null_draws: int = 100
@@ -62,7 +69,8 @@ class PruneSpec:
             raise GeodriftError(f"--max-remove: {self.max_remove} >= the model's {n_layers} layers; remove at most "
                                 f"{n_layers - 1}")
         if self.random_seeds < 2:
-            raise GeodriftError(f"--random-seeds: need at least 2 for a mean and std, got {self.random_seeds}")
+            raise GeodriftError(f"--random-seeds: need at least 2 for a median and spread, got {self.random_seeds} "
+                                f"(the rank-test verdict needs {RANK_TEST_ORDERS})")
         if self.greedy_windows < 1:
             raise GeodriftError(f"--greedy-windows: must be at least 1, got {self.greedy_windows}")
         MeasureSpec(k=self.k, null_draws=self.null_draws, seed=self.seed)
@@ -94,6 +102,8 @@ class PruneResult:
     random_mean: list[float]
     random_std: list[float]
     random_curves: list[Curve]
+    random_median: list[float]
+    beats_random: dict[str, list[float]]
     scores: dict[str, list[float]]
     geometry: list[dict[str, Any]]
     spearman: list[dict[str, Any]]
@@ -101,6 +111,7 @@ class PruneResult:
     eval_seconds: float
     notes: list[str] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
+    weights: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -117,6 +128,9 @@ class PruneResult:
         for n, (m, s) in enumerate(zip(self.random_mean, self.random_std, strict=True), 1):
             out.append({"model": self.model, "method": "random-mean", "n_removed": n, "removed": "",
                         "ppl": m, "nll_se": s, "baseline_ppl": self.baseline_ppl})
+        for n, m in enumerate(self.random_median, 1):
+            out.append({"model": self.model, "method": "random-median", "n_removed": n, "removed": "",
+                        "ppl": m, "nll_se": "", "baseline_ppl": self.baseline_ppl})
         return out
 
 
@@ -219,29 +233,59 @@ def run_prune(setup: Setup, spec: PruneSpec, progress: Progress | None = None) -
         calib_windows=setup.calib.shape[0], eval_windows=setup.evaluation.shape[0],
         baseline_ppl=perplexity_of(base), baseline_nll_se=spread(base), curves=curves,
         random_mean=by_n.mean(0).tolist(), random_std=by_n.std(0).tolist(), random_curves=random_curves,
+        random_median=by_n.quantile(0.5, dim=0).tolist(),
+        beats_random={c.method: beaten_fractions(c, random_curves) for c in curves},
         scores=scores, geometry=floors, spearman=correlations, seconds=seconds, eval_seconds=eval_seconds, notes=notes,
-        verdicts=prune_verdicts(curves, random_curves, correlations),
+        verdicts=prune_verdicts(curves, random_curves, correlations), weights=setup.weights,
     )
+
+
+def beaten_fractions(curve: Curve, random_curves: list[Curve]) -> list[float]:
+    """For each n, the fraction of random orders whose perplexity is above ``curve``'s (ties count half).
+
+    Example:
+        >>> c = Curve("geom-v1", [[0]], [40.0], [0.1])
+        >>> beaten_fractions(c, [Curve("r", [[1]], [p], [0.1]) for p in (30.0, 40.0, 50.0, 60.0)])
+        [0.625]
+    """
+    out = []
+    for n, mine in enumerate(curve.ppl):
+        others = [r.ppl[n] for r in random_curves]
+        out.append((sum(o > mine for o in others) + 0.5 * sum(o == mine for o in others)) / max(len(others), 1))
+    return out
+
+
+def rank_test(mine: float, random: list[float]) -> tuple[float, float]:
+    """One-sided exact rank p-values of ``mine`` among ``random`` (lower is better): ``(p_better, p_worse)``.
+
+    ``p_better = (1 + #random <= mine) / (R + 1)``; ``p_worse = (1 + #random >= mine) / (R + 1)``.
+
+    Example:
+        >>> rank_test(1.0, [2.0] * 20)
+        (0.047619047619047616, 1.0)
+    """
+    r = len(random)
+    return (1 + sum(x <= mine for x in random)) / (r + 1), (1 + sum(x >= mine for x in random)) / (r + 1)
 
 
 def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: list[dict[str, Any]]) -> list[Verdict]:
     """The paper's pruning corollary, judged for each data-free geometry ranking that ran.
 
-    Two claims per geometry method: its removal order beats random removal (:data:`BEATS_RANDOM`,
-    needs at least 2 random seeds), and it agrees with ShortGPT's Block Influence (:data:`AGREES`,
-    when Block Influence ran). The criteria use the random orders' spread and the rank test's p-value,
-    never a published number.
+    Two claims per geometry method: its removal order beats random removal (:data:`BEATS_RANDOM`, a
+    rank test against the random orders; ``n/a`` with fewer than :data:`RANK_TEST_ORDERS` of them),
+    and it agrees with ShortGPT's Block Influence (:data:`AGREES`, when Block Influence ran). The
+    criteria use the random orders' ranks and the rank correlation's p-value, never a published number.
 
     Args:
         curves: the ranking methods' curves; random_curves: one per random seed (same n = 1..N);
         spearman: the rows of ``PruneResult.spearman``.
 
     Returns:
-        One ``Verdict`` (``holds``, ``fails`` or ``tie``) per claim, in method order.
+        One ``Verdict`` (``holds``, ``fails``, ``tie`` or ``n/a``) per claim, in method order.
 
     Example:
         >>> c = Curve("geom-v1", [[3]], [40.0], [0.1])
-        >>> r = [Curve(f"random-{s}", [[s]], [p], [0.1]) for s, p in enumerate((50.0, 52.0))]
+        >>> r = [Curve(f"random-{s}", [[s]], [50.0 + s], [0.1]) for s in range(20)]
         >>> prune_verdicts([c], r, [])[0].verdict
         'holds'
     """
@@ -250,12 +294,21 @@ def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: li
     for c in curves:
         if not c.method.startswith("geom-"):
             continue
-        if len(logs) >= 2:
-            mine, mu, sd = statistics.fmean(math.log(p) for p in c.ppl), statistics.fmean(logs), statistics.stdev(logs)
-            verdict = "holds" if mine < mu - 2 * sd else "fails" if mine > mu + 2 * sd else "tie"
-            out.append(Verdict(f"Continuity tells which layers can go: the {c.method} order beats random removal",
-                               BEATS_RANDOM, f"mean log ppl {mine:.3f} vs random {mu:.3f} ± {sd:.3f} "
-                               f"({len(logs)} seeds; n = 1..{len(c.ppl)})", verdict))
+        claim = f"Continuity tells which layers can go: the {c.method} order beats random removal"
+        mine = statistics.fmean(math.log(p) for p in c.ppl)
+        beaten = beaten_fractions(c, random_curves)
+        medians = [statistics.median(r.ppl[n] for r in random_curves) for n in range(len(c.ppl))] \
+            if random_curves else []
+        per_n = ", ".join(f"n={n + 1}: {b:.0%} (median {m:.1f})" for n, (b, m) in enumerate(zip(beaten, medians, strict=True)))
+        if len(logs) < RANK_TEST_ORDERS:
+            out.append(Verdict(claim, BEATS_RANDOM, f"only {len(logs)} random orders (the rank test needs "
+                               f"{RANK_TEST_ORDERS}); orders beaten per n: {per_n}", "n/a"))
+        else:
+            p_better, p_worse = rank_test(mine, logs)
+            verdict = "holds" if p_better <= RANK_TEST_LEVEL else "fails" if p_worse <= RANK_TEST_LEVEL else "tie"
+            out.append(Verdict(claim, BEATS_RANDOM, f"mean log ppl {mine:.3f}, below {sum(x > mine for x in logs)} of "
+                               f"{len(logs)} random orders (median {statistics.median(logs):.3f}; p better "
+                               f"{p_better:.3f}, p worse {p_worse:.3f}); orders beaten per n: {per_n}", verdict))
         row = next((r for r in spearman if r["data_free"] == c.method and r["reference"] == "block-influence"), None)
         if row is not None:
             agrees = row["rho"] > 0 and row["p_value"] < 0.05

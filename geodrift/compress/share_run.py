@@ -1,19 +1,19 @@
-"""The ``compress share`` experiment: policies at equal parameter count, and each projection alone.
+"""The ``compress share`` experiment: every method at equal parameters, per calibration draw, and its verdicts.
 
-Whole-model policies (``geodrift.compress.share.POLICIES``) are evaluated on the held-out windows at
-each compression ratio of the projection parameters. Then each projection alone (everything else
-dense) at one ratio, factored in input space, output space or privately, and a verdict:
+For each calibration draw: one calibration pass (the projections' input moments,
+:mod:`~geodrift.compress.calibrate`), Block Influence and the greedy removal order on that draw,
+then every method of :mod:`~geodrift.compress.methods` at every ratio, each evaluated on the same
+held-out windows. Then, on the first draw, each projection's sharing evidence at both budgets
+(:mod:`~geodrift.compress.penalty`, no forward pass).
 
-- criterion: two configurations differ when their paired per-window mean-NLL difference is beyond
-  2 standard errors over the evaluation windows (``|mean d| > 2 std(d)/sqrt(W)``);
-- Q, K, Gate, Up (predicted input) and O, Down (predicted output): ``holds`` when the predicted
-  space beats the other space, ``fails`` when the other space beats it, ``tie`` otherwise;
-- V (predicted neither): ``holds`` when neither shared space beats private, ``fails`` otherwise.
+The question's verdict, per ratio (its criterion is :data:`BEATS`): geodrift's continuity-guided
+method against the best baseline of each draw (the lowest held-out NLL among ``svd-llm``,
+``svd-llm-v2``, ``basis-sharing``, ``prune-bi``, ``prune-greedy``) and against its own random-grouping
+control. Attribution controls are reported as paired differences beside it.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,206 +21,316 @@ from typing import Any
 
 import torch
 
-from geodrift.compress.model import Setup, perplexity_of, spread, window_nll
-from geodrift.compress.share import POLICIES, Assignment, Bases, groups_of, rank_for, swapped_weights
+from geodrift.compress import rank
+from geodrift.compress.calibrate import cached_moments, check_calibration
+from geodrift.compress.evaluate import heldout_nll, paired
+from geodrift.compress.factorized import Compressed, applied
+from geodrift.compress.merge import merge_targets
+from geodrift.compress.methods import BASELINES, CONTROLS, METHODS, Compressor
+from geodrift.compress.model import Setup, layer_states, nll_from_hidden, perplexity_of, spread
+from geodrift.compress.penalty import ProjectionSharing, sharing_evidence
+from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
-from geodrift.weights import ROLE_LABELS, TRANSFORMER_ROLES
 
-PREDICTED = {"attn_q": "input", "attn_k": "input", "mlp_gate": "input", "mlp_up": "input",
-             "attn_o": "output", "mlp_down": "output", "attn_v": None}
-CRITERION = "paired per-window NLL difference beyond 2 standard errors over the evaluation windows"
+MARGIN = 0.10  # nats/token: the issue's bar for "beats the best baseline"
+BEATS = (f"in every calibration draw, geodrift's held-out NLL is below the best baseline's by more than {MARGIN} "
+         "nats/token and by more than 2 paired standard errors over the windows, and below its own random-grouping "
+         "control's by more than 2 paired standard errors (holds); the best baseline is ahead by more than 2 SE in "
+         "every draw (fails); otherwise tie")
+KIND = {**{m: "baseline" for m in BASELINES}, "theory": "continuity", "geodrift": "continuity", "laco": "continuity",
+        **{m: "control" for m in CONTROLS}}
+CONTROL_OF = {"geodrift:random-groups": "geodrift", "geodrift:swapped": "geodrift",
+              "geodrift:loss-allocation": "geodrift", "geodrift:no-refit": "geodrift", "prune-greedy": "laco"}
 
 
 @dataclass(frozen=True)
 class ShareSpec:
-    """What to run: group size g, ratios, policies, and the per-projection ratio (None: skip)."""
+    """What to run.
 
+    Attributes:
+        ratios: fractions of the projection parameters removed.
+        methods: a subset of :data:`~geodrift.compress.methods.METHODS`.
+        group_size: layers per shared basis.
+        calib_draws: calibration draws (each a disjoint block of calibration windows).
+        first_draw: index of the first draw (draws ``first_draw .. first_draw + calib_draws - 1``).
+        greedy_windows: calibration windows that score the greedy search's candidates.
+        select_windows: calibration windows that settle geodrift's space per projection (0: the whitened loss alone).
+        verdict_ratio: ratio of the per-projection sharing evidence (None: skip it).
+    """
+
+    ratios: tuple[float, ...] = (0.2, 0.3, 0.4)
+    methods: tuple[str, ...] = METHODS
     group_size: int = 2
-    ratios: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
-    policies: tuple[str, ...] = tuple(POLICIES)
-    alone_ratio: float | None = 0.3
+    calib_draws: int = 1
+    first_draw: int = 0
+    greedy_windows: int = 2
+    select_windows: int = 4
+    verdict_ratio: float | None = 0.3
 
     def check(self, n_layers: int | None = None) -> None:
         """Raise GeodriftError naming the option on an invalid value."""
-        unknown = [p for p in self.policies if p not in POLICIES]
-        if unknown or not self.policies:
-            raise GeodriftError(f"--policies: unknown {', '.join(unknown) or '(empty)'}; choose from "
-                                f"{', '.join(POLICIES)}")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown or not self.methods:
+            raise GeodriftError(f"--methods: unknown {', '.join(unknown) or '(empty)'}; choose from {', '.join(METHODS)}")
         if self.group_size < 2:
             raise GeodriftError(f"--group-size: must be at least 2 (layers sharing a basis), got {self.group_size}")
         if n_layers is not None and self.group_size > n_layers:
             raise GeodriftError(f"--group-size: {self.group_size} > the model's {n_layers} layers")
         if not self.ratios:
-            raise GeodriftError("--ratios: give at least one ratio, e.g. 0.1,0.2,0.3,0.4")
-        for r in (*self.ratios, *([self.alone_ratio] if self.alone_ratio is not None else [])):
+            raise GeodriftError("--ratios: give at least one ratio, e.g. 0.2,0.3,0.4")
+        for r in (*self.ratios, *([self.verdict_ratio] if self.verdict_ratio is not None else [])):
             if not 0.0 < r < 1.0:
-                raise GeodriftError(f"--ratios/--alone-ratio: {r} is not a fraction of parameters removed in (0, 1)")
+                raise GeodriftError(f"--ratios/--verdict-ratio: {r} is not a fraction of parameters removed in (0, 1)")
+        if n_layers is not None and any(m.startswith(("prune", "laco")) for m in self.methods):
+            if round(max(self.ratios) * n_layers) >= n_layers:
+                raise GeodriftError(f"--ratios {max(self.ratios)}: pruning would remove every layer of {n_layers}")
+        if self.calib_draws < 1:
+            raise GeodriftError(f"--calib-draws: must be at least 1, got {self.calib_draws}")
+        if self.first_draw < 0:
+            raise GeodriftError(f"--first-draw: must be at least 0, got {self.first_draw}")
+
+    @property
+    def draw_ids(self) -> list[int]:
+        """The calibration draws run."""
+        return list(range(self.first_draw, self.first_draw + self.calib_draws))
+        if self.greedy_windows < 1:
+            raise GeodriftError(f"--greedy-windows: must be at least 1, got {self.greedy_windows}")
+        if self.select_windows < 0:
+            raise GeodriftError(f"--select-windows: must be at least 0, got {self.select_windows}")
 
 
 @dataclass
-class PolicyCurve:
-    """One policy's held-out perplexity per ratio, with the parameters it keeps."""
+class MethodRun:
+    """One method at one ratio on one calibration draw."""
 
-    policy: str
-    spaces: dict[str, str]
-    ppl: list[float]
-    nll_se: list[float]
-    kept_params: list[int]
-    dense_params: int
-
-
-@dataclass
-class AloneRow:
-    """One projection compressed alone in one space."""
-
-    role: str
-    label: str
-    space: str
-    ranks: list[int]
-    kept_params: int
+    method: str
+    kind: str
+    ratio: float
+    draw: int
     ppl: float
+    nll: float
     nll_se: float
-
-
-@dataclass
-class AloneVerdict:
-    """Per projection: the predicted space, the winner, the paired differences (nats/token) and the verdict."""
-
-    role: str
-    label: str
-    predicted: str
-    best: str
-    differences: dict[str, dict[str, float]]
-    verdict: str
-    criterion: str = CRITERION
+    kept_params: int
+    dense_params: int
+    build_seconds: float
+    eval_seconds: float
+    removed: list[int]
+    window_nll: list[float]
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ShareResult:
-    """Everything ``compress share`` measured."""
+    """Everything ``compress share`` measured (JSON: ``to_dict``; CSV: ``rows``)."""
 
     model: str
+    weights: str
     n_layers: int
     corpus: dict[str, str]
+    seq_len: int
+    calib_windows: int
     eval_windows: int
     group_size: int
     ratios: list[float]
+    methods: list[str]
+    calib_draws: int
+    draw_ids: list[int]
     baseline_ppl: float
     baseline_nll_se: float
-    curves: list[PolicyCurve]
-    alone_ratio: float | None
-    alone: list[AloneRow]
-    verdicts: list[AloneVerdict]
+    runs: list[MethodRun]
+    comparisons: list[dict[str, Any]]
+    choices: list[dict[str, Any]]
+    verdict_ratio: float | None
+    sharing: list[dict[str, Any]]
+    verdicts: list[Verdict]
+    whitening: list[str]
+    orders: list[dict[str, Any]]
     seconds: dict[str, float]
     eval_seconds: float
     notes: list[str] = field(default_factory=list)
+    saved: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
         return asdict(self)
 
     def rows(self) -> list[dict[str, Any]]:
-        """Tidy CSV rows: one per policy and ratio, then one per projection-alone configuration."""
-        out = []
-        for c in self.curves:
-            for ratio, ppl, se, kept in zip(self.ratios, c.ppl, c.nll_se, c.kept_params, strict=True):
-                out.append({"model": self.model, "experiment": "policy", "name": c.policy, "space": "",
-                            "ratio": ratio, "group_size": self.group_size, "kept_params": kept,
-                            "dense_params": c.dense_params, "ppl": ppl, "nll_se": se, "baseline_ppl": self.baseline_ppl})
-        for a in self.alone:
-            out.append({"model": self.model, "experiment": "alone", "name": a.label, "space": a.space,
-                        "ratio": self.alone_ratio, "group_size": self.group_size, "kept_params": a.kept_params,
-                        "dense_params": "", "ppl": a.ppl, "nll_se": a.nll_se, "baseline_ppl": self.baseline_ppl})
-        return out
+        """Tidy CSV rows: one per method, ratio and calibration draw."""
+        return [{"model": self.model, "weights": self.weights, "draw": r.draw, "ratio": r.ratio, "method": r.method,
+                 "kind": r.kind, "ppl": r.ppl, "nll": r.nll, "nll_se": r.nll_se, "kept_params": r.kept_params,
+                 "dense_params": r.dense_params, "seconds": r.build_seconds + r.eval_seconds,
+                 "baseline_ppl": self.baseline_ppl} for r in self.runs]
+
+    def run(self, method: str, ratio: float, draw: int) -> MethodRun | None:
+        """The run of ``method`` at ``ratio`` on ``draw`` (None when it did not run)."""
+        return next((r for r in self.runs if (r.method, r.ratio, r.draw) == (method, ratio, draw)), None)
 
 
-def run_share(setup: Setup, spec: ShareSpec, progress: Callable[[str, int, int], None] | None = None,
-              keep_bases: bool = False) -> tuple[ShareResult, Bases | None]:
-    """Evaluate every policy at every ratio, then each projection alone.
+Progress = Callable[[str, int, int], None]
+
+
+def _stage(report: Progress, label: str) -> Callable[[int, int], None]:
+    return lambda done, total: report(label, done, total)
+
+
+def _start(compressed: Compressed, n_layers: int) -> int:
+    # The first layer whose computation differs from the dense model's.
+    changed = list(compressed.removed) + [layer for _, layer in compressed.factors]
+    if compressed.replaced:
+        changed += list(merge_targets(n_layers, compressed.removed))
+    return min(changed) if changed else n_layers
+
+
+def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = None,
+              progress: Progress | None = None, cache: str | None = None,
+              keep: tuple[str, float] | None = None) -> tuple[ShareResult, Compressed | None]:
+    """Run every method at every ratio on every calibration draw, then the sharing evidence and the verdicts.
+
+    Args:
+        setup: the loaded model and its held-out windows (``setup.calib``: the first draw).
+        spec: what to run.
+        draws: calibration windows per draw index (None: ``[setup.calib]``); those of ``spec.draw_ids`` are used.
+        progress: ``(stage, done, total)`` callback.
+        cache: folder of the calibration-moment cache (None: none).
+        keep: ``(method, ratio)`` whose first-draw configuration to return (for ``--save``).
 
     Returns:
-        ``(result, bases)``; ``bases`` (to write a compressed model) only with ``keep_bases``.
+        ``(result, the kept configuration or None)``.
 
     Raises:
-        GeodriftError: on an invalid spec (e.g. a ratio leaving rank 0).
+        GeodriftError: on an invalid spec, too few calibration tokens or too few draws.
     """
     spec.check(setup.n_layers)
-    model = setup.model
+    draws = draws if draws is not None else [setup.calib]
+    if len(draws) <= spec.draw_ids[-1]:
+        raise GeodriftError(f"--calib-draws/--first-draw: draw {spec.draw_ids[-1]} asked, only {len(draws)} cut")
+    for d in spec.draw_ids:
+        check_calibration(setup.model, draws[d])
+    model, L = setup.model, setup.n_layers
     report = progress or (lambda stage, done, total: None)
-    groups = groups_of(setup.n_layers, spec.group_size)
-    weights = {key: w.detach().clone() for key, w in model.weight_tensors().items()}
-    shapes: dict[str, tuple[int, int]] = {role: (weights[(role, 0)].shape[0], weights[(role, 0)].shape[1])
-                                          for role in TRANSFORMER_ROLES}
-    assignments = [Assignment(p, POLICIES[p]) for p in spec.policies]
-    alone = ([Assignment(f"{role}:{space}", {role: space}) for role in TRANSFORMER_ROLES
-              for space in ("input", "output", "private")] if spec.alone_ratio is not None else [])
-    need: dict[tuple[str, str, int], int] = {}
-    jobs = [(a, r) for a in assignments for r in spec.ratios] + [(a, spec.alone_ratio) for a in alone]
-    for a, ratio in jobs:
-        assert ratio is not None
-        for key, r in a.needs(shapes, groups, ratio).items():
-            need[key] = max(need.get(key, 0), r)
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    base = window_nll(model, setup.evaluation)
+    prefix = layer_states(model, setup.evaluation)  # (L + 1, W, T, d): the dense model's layer inputs
+    base = torch.cat([nll_from_hidden(model, prefix[L, i: i + 8], setup.evaluation[i: i + 8, 1:])
+                      for i in range(0, setup.evaluation.shape[0], 8)])
     eval_seconds = time.perf_counter() - start
-    report("bases (SVD per projection, group and space)", 0, 1)
-    start = time.perf_counter()
-    bases = Bases(weights, groups, need)
-    seconds["bases"] = time.perf_counter() - start
-    results: dict[tuple[str, float], tuple[torch.Tensor, int, int]] = {}
-    start = time.perf_counter()
-    for done, (a, ratio) in enumerate(jobs, 1):
-        assert ratio is not None
-        new, kept, dense = a.weights(bases, shapes, ratio)
-        with swapped_weights(model, new):
-            results[(a.name, ratio)] = (window_nll(model, setup.evaluation), kept, dense)
-        report("held-out perplexity", done, len(jobs))
-    seconds["held-out evaluations"] = time.perf_counter() - start
-    curves = []
-    for a in assignments:
-        got = [results[(a.name, r)] for r in spec.ratios]
-        curves.append(PolicyCurve(a.name, dict(a.spaces), [perplexity_of(g[0]) for g in got],
-                                  [spread(g[0]) for g in got], [g[1] for g in got], got[0][2]))
-    rows, verdicts = [], []
-    if spec.alone_ratio is not None:
-        for role in TRANSFORMER_ROLES:
-            nll = {}
-            for space in ("input", "output", "private"):
-                x, kept, _ = results[(f"{role}:{space}", spec.alone_ratio)]
-                nll[space] = x
-                ranks = [rank_for(space, shapes[role], len(g), spec.alone_ratio) for g in groups]
-                rows.append(AloneRow(role, ROLE_LABELS[role], space, ranks, kept, perplexity_of(x), spread(x)))
-            verdicts.append(_verdict(role, nll))
-    notes = [f"groups of {spec.group_size}: " + " ".join(f"{g[0]}-{g[-1]}" for g in groups),
-             "data-free factorisation (no calibration whitening)"]
-    result = ShareResult(setup.label, setup.n_layers, setup.corpus, setup.evaluation.shape[0], spec.group_size,
-                         list(spec.ratios), perplexity_of(base), spread(base), curves, spec.alone_ratio, rows, verdicts,
-                         seconds, eval_seconds, notes)
-    return result, (bases if keep_bases else None)
+    runs: list[MethodRun] = []
+    orders: list[dict[str, Any]] = []
+    whitening: set[str] = set()
+    choices: list[dict[str, Any]] = []
+    sharing: list[ProjectionSharing] = []
+    kept: Compressed | None = None
+    total = spec.calib_draws * len(spec.ratios) * len(spec.methods)
+    done = 0
+    first = spec.draw_ids[0]
+    for d in spec.draw_ids:
+        calib = draws[d]
+        start = time.perf_counter()
+        moments, hit = cached_moments(model, calib, cache, _stage(report, f"draw {d}: calibration pass"))
+        seconds[f"draw {d}: calibration moments{' (cached)' if hit else ''}"] = time.perf_counter() - start
+        order: dict[str, list[int]] = {}
+        n_max = max(round(r * L) for r in spec.ratios)
+        if any(m in spec.methods for m in ("prune-bi",)):
+            start = time.perf_counter()
+            states = layer_states(model, calib)
+            order["prune-bi"] = rank.order_from_scores([-b for b in rank.block_influence(states)])
+            del states
+            seconds[f"draw {d}: block influence"] = time.perf_counter() - start
+        if any(m in spec.methods for m in ("prune-greedy", "laco")):
+            start = time.perf_counter()
+            order["prune-greedy"], _ = rank.greedy_order(
+                model, calib[: spec.greedy_windows], n_max,
+                progress=_stage(report, f"draw {d}: greedy search"))
+            seconds[f"draw {d}: greedy search"] = time.perf_counter() - start
+        orders.append({"draw": d, **{k: v[:n_max] for k, v in order.items()}})
+        comp = Compressor(model, moments, spec.group_size, order, seed=d,
+                          select=calib[: spec.select_windows] if spec.select_windows else None)
+        for ratio in spec.ratios:
+            for method in spec.methods:
+                start = time.perf_counter()
+                compressed = comp.build(method, ratio)
+                built = time.perf_counter() - start
+                with applied(model, compressed):
+                    nll = heldout_nll(model, setup.evaluation, compressed.removed, prefix, _start(compressed, L))
+                evaluated = time.perf_counter() - start - built
+                runs.append(MethodRun(method, KIND[method], ratio, d, perplexity_of(nll), float(nll.mean()),
+                                      spread(nll), compressed.kept_params, compressed.dense_params, built, evaluated,
+                                      list(compressed.removed), nll.tolist(), compressed.notes))
+                if keep == (method, ratio) and d == first:
+                    kept = compressed
+                done += 1
+                report(f"draw {d}: {method} at {ratio:.0%}", done, total)
+        if d == first and any(m.startswith("geodrift") for m in spec.methods):
+            choices = [{"ratio": ratio, **asdict(c)} for ratio in spec.ratios for c in comp.choices(ratio).values()]
+        if d == first and spec.verdict_ratio is not None:
+            start = time.perf_counter()
+            report("sharing evidence per projection (no forward pass)", 0, 1)
+            sharing = sharing_evidence(comp, spec.verdict_ratio)
+            seconds["sharing evidence (both budgets)"] = time.perf_counter() - start
+        whitening |= {f"draw {d}: {w}" for w in comp.whitening()}
+        seconds[f"draw {d}: building the methods"] = sum(r.build_seconds for r in runs if r.draw == d)
+        seconds[f"draw {d}: held-out evaluations"] = sum(r.eval_seconds for r in runs if r.draw == d)
+        del comp
+    comparisons = _comparisons(runs, spec)
+    verdicts = [v for ratio in spec.ratios if (v := _beats(runs, ratio, spec)) is not None]
+    verdicts += [v for p in sharing for v in p.verdicts]
+    notes = [f"evaluation: {setup.corpus.get('evaluation', 'held-out split')}; calibration: "
+             f"{setup.corpus.get('calibration', 'training split')}",
+             f"pruning removes round(ratio x {L}) layers: " + ", ".join(f"{r:.0%} -> {round(r * L)}" for r in spec.ratios)]
+    result = ShareResult(
+        model=setup.label, weights=setup.weights, n_layers=L, corpus=setup.corpus,
+        seq_len=setup.evaluation.shape[1] - 1, calib_windows=draws[first].shape[0],
+        eval_windows=setup.evaluation.shape[0], group_size=spec.group_size, ratios=list(spec.ratios),
+        methods=list(spec.methods), calib_draws=spec.calib_draws, draw_ids=spec.draw_ids,
+        baseline_ppl=perplexity_of(base),
+        baseline_nll_se=spread(base), runs=runs, comparisons=comparisons, choices=choices,
+        verdict_ratio=spec.verdict_ratio, sharing=[asdict(p) for p in sharing], verdicts=verdicts,
+        whitening=sorted(whitening) or ["every moment had a Cholesky factor"], orders=orders, seconds=seconds,
+        eval_seconds=eval_seconds, notes=notes)
+    return result, kept
 
 
-def paired(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
-    """Paired difference of window NLLs ``a - b``: mean, its standard error and whether it is beyond 2 SE."""
-    d = (a - b).double()
-    se = float(d.std() / math.sqrt(d.numel())) if d.numel() > 1 else float("inf")
-    mean = float(d.mean())
-    return {"mean": mean, "se": se, "significant": float(abs(mean) > 2 * se)}
+def best_baseline(runs: list[MethodRun], ratio: float, draw: int) -> MethodRun | None:
+    """The baseline with the lowest held-out NLL at ``ratio`` on ``draw`` (None when no baseline ran)."""
+    cands = [r for r in runs if r.kind == "baseline" and r.ratio == ratio and r.draw == draw]
+    return min(cands, key=lambda r: r.nll) if cands else None
 
 
-def _verdict(role: str, nll: dict[str, torch.Tensor]) -> AloneVerdict:
-    predicted = PREDICTED[role]
-    best = min(nll, key=lambda s: float(nll[s].mean()))
-    if predicted is None:
-        diffs = {f"{s} - private": paired(nll[s], nll["private"]) for s in ("input", "output")}
-        shared_wins = any(d["significant"] and d["mean"] < 0 for d in diffs.values())
-        verdict = "fails" if shared_wins else "holds"
-        label = "neither"
-    else:
-        other = "output" if predicted == "input" else "input"
-        diffs = {f"{predicted} - {other}": paired(nll[predicted], nll[other]),
-                 f"{predicted} - private": paired(nll[predicted], nll["private"])}
-        d = diffs[f"{predicted} - {other}"]
-        verdict = "tie" if not d["significant"] else ("holds" if d["mean"] < 0 else "fails")
-        label = predicted
-    return AloneVerdict(role, ROLE_LABELS[role], label, best, diffs, verdict)
+def _comparisons(runs: list[MethodRun], spec: ShareSpec) -> list[dict[str, Any]]:
+    out = []
+    for d in spec.draw_ids:
+        for ratio in spec.ratios:
+            best = best_baseline(runs, ratio, d)
+            by = {r.method: r for r in runs if r.ratio == ratio and r.draw == d}
+            pairs: list[tuple[str, str, str]] = []
+            if best is not None:
+                pairs += [(m, best.method, "against the best baseline") for m in ("geodrift", "theory", "laco")
+                          if m in by]
+            pairs += [(CONTROL_OF[c], c, "attribution control") for c in CONTROL_OF
+                      if c in by and CONTROL_OF[c] in by and (CONTROL_OF[c], c) not in {(a, b) for a, b, _ in pairs}]
+            for a, b, what in pairs:
+                out.append({"draw": d, "ratio": ratio, "a": a, "b": b, "what": what,
+                            **paired(by[a].window_nll, by[b].window_nll)})
+    return out
+
+
+def _beats(runs: list[MethodRun], ratio: float, spec: ShareSpec) -> Verdict | None:
+    if "geodrift" not in spec.methods or not any(m in spec.methods for m in BASELINES):
+        return None
+    parts, met, behind = [], 0, 0
+    for d in spec.draw_ids:
+        mine, best = next(r for r in runs if (r.method, r.ratio, r.draw) == ("geodrift", ratio, d)), \
+            best_baseline(runs, ratio, d)
+        assert best is not None
+        diff = paired(mine.window_nll, best.window_nll)
+        control = next((r for r in runs if (r.method, r.ratio, r.draw) == ("geodrift:random-groups", ratio, d)), None)
+        ctrl = paired(mine.window_nll, control.window_nll) if control is not None else None
+        ok = diff["mean"] < -MARGIN and diff["mean"] < -2 * diff["se"] and ctrl is not None and \
+            ctrl["mean"] < -2 * ctrl["se"]
+        met += ok
+        behind += diff["mean"] > 2 * diff["se"]
+        parts.append(f"draw {d}: geodrift - {best.method} {diff['mean']:+.3f} ± {diff['se']:.3f}"
+                     + (f", - random groups {ctrl['mean']:+.3f} ± {ctrl['se']:.3f}" if ctrl else ", no random-group control"))
+    verdict = "holds" if met == spec.calib_draws else "fails" if behind == spec.calib_draws else "tie"
+    return Verdict(f"At {ratio:.0%} of the projection parameters removed, geodrift's continuity-guided compression "
+                   "beats the best baseline", BEATS, "; ".join(parts) + " (nats/token)", verdict)

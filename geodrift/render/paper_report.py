@@ -97,7 +97,7 @@ def _figures(s: Section, figures: Path, dpi: int) -> list[Path]:
 
         return [plot_prune(s.result, figures / f"{s.key}.png", dpi)]
     if isinstance(s.result, ShareResult):
-        from geodrift.render.compress import plot_share
+        from geodrift.render.compress_share import plot_share
 
         return [plot_share(s.result, figures / f"{s.key}.png", dpi)]
     return []
@@ -127,14 +127,8 @@ def _claims(rep: PaperReproduction) -> list[str]:
 
 
 def _verdicts(s: Section) -> list[tuple[str, str, str, str]]:
-    if isinstance(s.result, Reproduction | PruneResult):
+    if isinstance(s.result, Reproduction | PruneResult | ShareResult):
         return [(v.claim, v.criterion, v.measured, v.verdict) for v in s.result.verdicts]
-    if isinstance(s.result, ShareResult):
-        return [(f"{v.label}: a basis shared across layers belongs in "
-                 + (f"{v.predicted} space (at equal parameters it beats the other space)" if v.predicted != "neither"
-                    else "neither space (sharing does not beat a private SVD)"), v.criterion,
-                 "; ".join(f"{k}: {d['mean']:+.4f} ± {d['se']:.4f} nats" for k, d in v.differences.items())
-                 + f" (alone at {s.result.alone_ratio:.0%} removed)", v.verdict) for v in s.result.verdicts]
     if isinstance(s.result, Report):
         out = []
         shapes = {(t.role, t.space): t for t in s.result.trajectory}
@@ -204,7 +198,8 @@ def _scan_table(report: Report) -> list[str]:
 
 def _compress_tables(result: PruneResult | ShareResult) -> list[str]:
     # The command's own tables (geodrift.render.compress), as Markdown; the paper tested neither corollary.
-    from geodrift.render.compress import prune_grids, share_grids
+    from geodrift.render.compress import prune_grids
+    from geodrift.render.compress_share import share_grids
 
     grids = prune_grids(result) if isinstance(result, PruneResult) else share_grids(result)
     where = ("its introduction and §6: continuity is \"a mechanistic basis for layer pruning\""

@@ -1,0 +1,272 @@
+"""A compressed model: applied to the loaded Llama for evaluation, written small on disk, loaded back.
+
+:class:`Compressed` describes a compression as changes to the one loaded model: low-rank factors
+per projection (``W ~ second @ first``; a shared basis is the same tensor object in several
+layers), removed layers, and replaced parameters (LaCo merges). :func:`applied` swaps the
+projections for :class:`LowRankLinear` modules (the forward then costs ``r (d_in + d_out)`` per
+token, not ``d_in d_out``) and puts everything back on exit.
+
+On disk (:func:`save_factored`), a Hugging Face-style folder:
+
+- ``model.safetensors``: every tensor of the model except the compressed projections' weights; for
+  each of those, ``<projection>.first.weight (r, d_in)`` and ``<projection>.second.weight (d_out, r)``,
+  except that a basis shared by several layers is stored once, as ``geodrift.shared.<k>.weight``;
+  removed layers are left out and the rest renumbered 0..L-n-1.
+- ``config.json``: the ``LlamaConfig`` plus ``geodrift_factored``: ``format`` (1), ``dtype`` and
+  ``projections``: ``{projection name: {"rank", "first", "second"}}`` naming the tensor of each factor.
+
+:func:`load_factored` builds a ``transformers.LlamaForCausalLM`` from it with those projections
+replaced by :class:`LowRankLinear` (shared factors are one module, so they stay tied).
+:func:`save_dense` writes the plain dense folder instead (factors multiplied out).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from geodrift.atomic import write_json, write_with
+from geodrift.compress.model import Setup, kept_layers
+from geodrift.errors import GeodriftError
+from geodrift.lm.hf import hf_config
+from geodrift.lm.llama import LlamaLM
+from geodrift.weights import HF_LLAMA_PROJECTIONS
+
+FORMAT = 1
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+Factors = tuple[torch.Tensor, torch.Tensor]  # (second (d_out, r), first (r, d_in))
+
+
+class LowRankLinear(nn.Module):
+    """``second(first(x))``: a bias-free ``Linear(d_in, d_out)`` of rank r, as two Linears.
+
+    Example:
+        >>> m = LowRankLinear(torch.ones(3, 2), torch.ones(2, 4))
+        >>> m(torch.ones(1, 4)).tolist()
+        [[8.0, 8.0, 8.0]]
+    """
+
+    def __init__(self, second: torch.Tensor | nn.Linear, first: torch.Tensor | nn.Linear) -> None:
+        super().__init__()
+        self.first = first if isinstance(first, nn.Linear) else _linear(first)
+        self.second = second if isinstance(second, nn.Linear) else _linear(second)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+
+def _linear(weight: torch.Tensor) -> nn.Linear:
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    layer.weight = nn.Parameter(weight.detach(), requires_grad=False)
+    return layer
+
+
+@dataclass
+class Compressed:
+    """One compressed configuration of the loaded model.
+
+    Attributes:
+        method: its name; ratio: fraction of the projection parameters removed (nominal).
+        factors: ``{(role, layer): (second (d_out, r), first (r, d_in))}``.
+        removed: layers left out.
+        replaced: ``{parameter name: tensor}`` overriding the loaded model's (LaCo merges).
+        kept_params, dense_params: projection parameters kept and of the dense model.
+        notes: what else a reader should know (rank fallbacks, the groups used).
+    """
+
+    method: str
+    ratio: float
+    factors: dict[tuple[str, int], Factors] = field(default_factory=dict)
+    removed: tuple[int, ...] = ()
+    replaced: dict[str, torch.Tensor] = field(default_factory=dict)
+    kept_params: int = 0
+    dense_params: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def applied(model: LlamaLM, compressed: Compressed) -> Iterator[LlamaLM]:
+    """The model with ``compressed``'s factors and replaced parameters in place (not its removals:
+    pass ``compressed.removed`` to the forward); everything is restored on exit."""
+    modules: dict[tuple[str, int], nn.Module] = {}
+    params: dict[str, torch.Tensor] = {}
+    shared: dict[int, nn.Linear] = {}
+
+    def module(t: torch.Tensor) -> nn.Linear:
+        if id(t) not in shared:
+            shared[id(t)] = _linear(t)
+        return shared[id(t)]
+
+    try:
+        for (role, layer), (second, first) in compressed.factors.items():
+            parent, name = _parent(model.model.layers[layer], HF_LLAMA_PROJECTIONS[role])
+            modules[(role, layer)] = getattr(parent, name)
+            setattr(parent, name, LowRankLinear(module(second), module(first)))
+        for name, tensor in compressed.replaced.items():
+            p = model.get_parameter(name)
+            params[name] = p.data
+            p.data = tensor
+        yield model
+    finally:
+        for (role, layer), original in modules.items():
+            parent, name = _parent(model.model.layers[layer], HF_LLAMA_PROJECTIONS[role])
+            setattr(parent, name, original)
+        for name, tensor in params.items():
+            model.get_parameter(name).data = tensor
+
+
+def _parent(root: nn.Module, path: str) -> tuple[nn.Module, str]:
+    head, _, name = path.rpartition(".")
+    return (root.get_submodule(head) if head else root), name
+
+
+def _state(setup: Setup, compressed: Compressed) -> tuple[dict[str, torch.Tensor], dict[int, int]]:
+    # The loaded model's state with replacements, without removed layers, renumbered.
+    keep = kept_layers(setup.n_layers, compressed.removed)
+    renumber = {old: new for new, old in enumerate(keep)}
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in setup.model.state_dict().items():
+        if name == "lm_head.weight" and setup.model.tie_embeddings:
+            continue
+        tensor = compressed.replaced.get(name, tensor)
+        if name.startswith("model.layers."):
+            index = int(name.split(".")[2])
+            if index not in renumber:
+                continue
+            name = f"model.layers.{renumber[index]}." + name.split(".", 3)[3]
+        state[name] = tensor.detach()
+    return state, renumber
+
+
+def save_factored(setup: Setup, compressed: Compressed, folder: str | Path, dtype: str = "float32", *,
+                  force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """Write ``compressed`` as a factored folder (module docstring), atomically (temporary sibling + rename).
+
+    Args:
+        force, inputs: as :func:`geodrift.outdir.replace_folder` (the output-folder policy).
+
+    Returns:
+        The folder.
+
+    Raises:
+        GeodriftError: ``folder`` holds a file geodrift did not write, holds geodrift's earlier output
+            without ``force``, is an input, or cannot be written.
+    """
+    state, renumber = _state(setup, compressed)
+    shared_names: dict[int, str] = {}
+    uses: dict[int, int] = {}
+    for second, first in compressed.factors.values():
+        for t in (second, first):
+            uses[id(t)] = uses.get(id(t), 0) + 1
+    spec: dict[str, dict[str, Any]] = {}
+    for (role, layer), (second, first) in sorted(compressed.factors.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if layer not in renumber:
+            continue
+        prefix = f"model.layers.{renumber[layer]}.{HF_LLAMA_PROJECTIONS[role]}"
+        del state[prefix + ".weight"]
+        entry: dict[str, Any] = {"rank": int(first.shape[0])}
+        for side, t in (("first", first), ("second", second)):
+            if uses[id(t)] > 1:
+                if id(t) not in shared_names:
+                    shared_names[id(t)] = f"geodrift.shared.{len(shared_names)}.weight"
+                    state[shared_names[id(t)]] = t
+                entry[side] = shared_names[id(t)]
+            else:
+                entry[side] = f"{prefix}.{side}.weight"
+                state[entry[side]] = t
+        spec[prefix] = entry
+    state = {k: v.to(DTYPES[dtype]).contiguous() for k, v in state.items()}
+    config = _config(setup, len(renumber), dtype)
+    config["geodrift_factored"] = {"format": FORMAT, "dtype": dtype, "method": compressed.method,
+                                   "ratio": compressed.ratio, "projections": spec}
+    return _write_folder(folder, state, config, force, inputs)
+
+
+def save_dense(setup: Setup, compressed: Compressed, folder: str | Path, dtype: str = "float32", *,
+               force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """Write ``compressed`` as a plain dense Hugging Face folder (factors multiplied out), as :func:`save_factored`."""
+    state, renumber = _state(setup, compressed)
+    for (role, layer), (second, first) in compressed.factors.items():
+        if layer in renumber:
+            state[f"model.layers.{renumber[layer]}.{HF_LLAMA_PROJECTIONS[role]}.weight"] = second @ first
+    state = {k: v.to(DTYPES[dtype]).contiguous() for k, v in state.items()}
+    return _write_folder(folder, state, _config(setup, len(renumber), dtype), force, inputs)
+
+
+def _config(setup: Setup, n_layers: int, dtype: str) -> dict[str, Any]:
+    # The one Llama config writer (geodrift.lm.hf), for the kept layers and the saved dtype.
+    config = hf_config(setup.model, n_layers=n_layers, context_length=setup.config.get("context_length"))
+    config["torch_dtype"] = dtype
+    return config
+
+
+def _write_folder(folder: str | Path, state: dict[str, torch.Tensor], config: dict[str, Any], force: bool,
+                  inputs: Iterable[str | Path | None]) -> Path:
+    # model.safetensors + config.json into a temporary sibling, renamed into place (geodrift.outdir's policy).
+    from safetensors.torch import save_file
+
+    from geodrift.outdir import replace_folder
+
+    def write(tmp: Path) -> None:
+        write_with(tmp / "model.safetensors", lambda path: save_file(state, str(path), metadata={"format": "pt"}))
+        write_json(tmp / "config.json", config)
+
+    return replace_folder(folder, write, force=force, inputs=inputs)
+
+
+def load_factored(folder: str | Path) -> Any:
+    """A ``transformers.LlamaForCausalLM`` (eval mode) from a :func:`save_factored` folder.
+
+    Raises:
+        GeodriftError: when transformers is missing, or the folder is not a factored geodrift model.
+    """
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        raise GeodriftError("loading a factored model needs transformers: pip install 'geodrift[hf]'") from None
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        spec = config.pop("geodrift_factored")
+        tensors = load_file(str(folder / "model.safetensors"))
+    except (OSError, KeyError, json.JSONDecodeError) as error:
+        raise GeodriftError(f"{folder}: not a factored geodrift model ({error}); write one with "
+                            "geodrift compress share --save DIR") from None
+    if spec.get("format") != FORMAT:
+        raise GeodriftError(f"{folder}: factored format {spec.get('format')!r}; this geodrift reads {FORMAT}")
+    dtype = DTYPES[spec["dtype"]]
+    model = LlamaForCausalLM(LlamaConfig(**config))
+    model.to(dtype)  # type: ignore[arg-type]
+    linears: dict[str, nn.Linear] = {}
+
+    def linear(name: str) -> nn.Linear:
+        if name not in linears:
+            linears[name] = _linear(tensors[name])
+        return linears[name]
+
+    for prefix, entry in spec["projections"].items():
+        parent, name = _parent(model, prefix)
+        setattr(parent, name, LowRankLinear(linear(entry["second"]), linear(entry["first"])))
+    full = {}
+    for name in model.state_dict():
+        if name in tensors:
+            full[name] = tensors[name]
+        elif name == "lm_head.weight" and config.get("tie_word_embeddings"):
+            full[name] = tensors["model.embed_tokens.weight"]
+    missing = [n for n in model.state_dict() if n not in full and not n.endswith((".first.weight", ".second.weight"))]
+    if missing:
+        raise GeodriftError(f"{folder}: model.safetensors lacks {missing[0]} (and {len(missing) - 1} more)")
+    model.load_state_dict(full, strict=False)
+    if config.get("tie_word_embeddings"):
+        model.tie_weights()
+    return model.eval()

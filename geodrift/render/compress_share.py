@@ -1,0 +1,192 @@
+"""Render ``compress share``: one table per ratio, the attribution controls, geodrift's choices,
+the per-projection sharing evidence at both budgets, the verdicts, the cost, and the figure.
+
+Every table names the weights it ran on (``ShareResult.weights``, e.g. 4-bit Q4_1, dequantized)
+and the held-out windows; every perplexity carries the standard error of its mean window NLL, and
+every overlap or alignment its floor (random subspaces, unrelated layers).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from rich.markup import escape
+
+from geodrift.compress.evaluate import paired
+from geodrift.compress.share_run import ShareResult, best_baseline
+from geodrift.render import console, fmt, lit
+from geodrift.render.figures import COLUMN_WIDTH_IN, save_figure, style
+from geodrift.render.layout import Col, Grid, print_grid
+from geodrift.render.verdicts import verdict_grid
+
+
+def _caption(result: ShareResult) -> str:
+    return (f"Weights: {result.weights}. Held-out: {result.eval_windows} windows of {result.seq_len} tokens "
+            f"({escape(result.corpus.get('evaluation', result.corpus['name']))}); ± after a perplexity: standard "
+            "error of the mean window NLL (nats); Δ: paired per-window NLL difference to the best baseline of "
+            "that draw (nats/token ± SE).")
+
+
+def ratio_grids(result: ShareResult) -> list[Grid]:
+    """One table per ratio: method × (perplexity ± SE, Δ best baseline, parameters kept, seconds) per draw."""
+    grids = []
+    for ratio in result.ratios:
+        cols = [Col("method", "left"), Col("kind", "left")]
+        for d in result.draw_ids:
+            tag = f" (draw {d})" if result.calib_draws > 1 else ""
+            cols += [Col(f"perplexity{tag}"), Col(f"Δ best baseline{tag}")]
+        cols += [Col("params kept"), Col("seconds")]
+        grid = Grid(f"{ratio:.0%} of the projection parameters removed — {result.model} (dense "
+                    f"{result.baseline_ppl:.2f} ± {result.baseline_nll_se:.3f})", cols, keys=1, caption=_caption(result))
+        for method in result.methods:
+            cells = []
+            first = result.run(method, ratio, result.draw_ids[0])
+            if first is None:
+                continue
+            for d in result.draw_ids:
+                run, best = result.run(method, ratio, d), best_baseline(result.runs, ratio, d)
+                assert run is not None
+                cells.append(f"{run.ppl:.2f} [dim]±{run.nll_se:.3f}[/dim]")
+                if best is None or best.method == method:
+                    cells.append("best" if best is not None else "—")
+                else:
+                    p = paired(run.window_nll, best.window_nll)
+                    cells.append(f"{p['mean']:+.3f} ± {p['se']:.3f}")
+            cells += [f"{first.kept_params / first.dense_params:.3f}", f"{first.build_seconds + first.eval_seconds:.0f}"]
+            grid.add(method, first.kind, *cells)
+        grids.append(grid)
+    return grids
+
+
+def comparison_grid(result: ShareResult) -> Grid:
+    """Paired differences: the continuity methods against the best baseline, and each attribution control."""
+    grid = Grid("Paired differences a − b (nats/token ± SE over the held-out windows; negative: a is better)",
+                [Col("ratio"), Col("draw"), Col("a", "left"), Col("b", "left"), Col("a − b"), Col("beyond 2 SE", "left"),
+                 Col("what", "left")], keys=2,
+                caption="Controls undo one of geodrift's choices each: random-groups (grouping), swapped (space), "
+                "loss-allocation (ranks by loss per parameter), no-refit (refit); prune-greedy is laco's (merge vs removal of the same "
+                "layers).")
+    for c in result.comparisons:
+        grid.add(f"{c['ratio']:.0%}", str(c["draw"]), c["a"], c["b"], f"{c['mean']:+.3f} ± {c['se']:.3f}",
+                 "yes" if c["significant"] else "no", c["what"])
+    return grid
+
+
+def choice_grid(result: ShareResult) -> Grid:
+    """geodrift's grouping and space per projection (first draw), with the overlaps' random floor."""
+    grid = Grid(f"geodrift's choices (draw {result.draw_ids[0]}): groups by maximum-weight matching of the whitened "
+                "subspace overlap; space first by the lowest relative whitened loss, then by calibration NLL",
+                [Col("ratio"), Col("Proj", "left"), Col("rank"), Col("space", "left"), Col("by loss", "left"),
+                 Col("calib. NLL priv / in / out"), Col("rel. loss priv / in / out"),
+                 Col("overlap in (floor)"), Col("overlap out (floor)"), Col("adjacent pairs in / out (random)")], keys=2,
+                caption="overlap: mean ||Q_a^T Q_b||²/r within the matched groups; floor r/d (random subspaces). "
+                "adjacent pairs: fraction of matched pairs that are depth neighbours; random: 2/L.")
+    for c in result.choices:
+        loss, sel = c["relative_loss"], c["selection_nll"]
+        grid.add(f"{c['ratio']:.0%}", c["role"], str(c["rank"]), c["space"], c["loss_space"],
+                 " / ".join(f"{sel[s]:.4f}" if s in sel else "—" for s in ("private", "input", "output")),
+                 f"{loss['private']:.4f} / {loss['input']:.4f} / {loss['output']:.4f}",
+                 f"{c['overlap']['input']:.3f} ({c['floor']['input']:.3f})",
+                 f"{c['overlap']['output']:.3f} ({c['floor']['output']:.3f})",
+                 f"{c['adjacent']['input']:.2f} / {c['adjacent']['output']:.2f} ({c['adjacent_floor']:.2f})")
+    return grid
+
+
+def _ms(values: list[float]) -> str:
+    clean = [v for v in values if v == v]
+    if not clean:
+        return "—"
+    mean = statistics.fmean(clean)
+    se = statistics.stdev(clean) / math.sqrt(len(clean)) if len(clean) > 1 else float("nan")
+    return f"{mean:+.3f} ± {fmt(se)}"
+
+
+def sharing_grid(result: ShareResult) -> Grid:
+    """Per projection and space: equal-rank penalty, unrelated ceiling, alignment (adjacent, random), equal-parameter excess."""
+    grid = Grid(f"Sharing a basis across adjacent layers, per projection, at {result.verdict_ratio:.0%} removed "
+                f"(whitened error relative to the group's energy; mean ± SE over the groups; draw {result.draw_ids[0]})",
+                [Col("Proj", "left"), Col("space", "left"), Col("rank r"), Col("penalty at r"), Col("unrelated at r"),
+                 Col("alignment adjacent"), Col("alignment random pairs"), Col("rank at equal params"),
+                 Col("shared − private at equal params")], keys=2,
+                caption="penalty = err_shared(r) − err_private(r), each layer at rank r; unrelated: the same with the "
+                "group's other layers rotated at random in that space (no shared structure); alignment = 1 − "
+                "penalty/unrelated (0: nothing shared, 1: the whole rank-r subspace shared). Weights: "
+                f"{result.weights}.")
+    for p in result.sharing:
+        for space in ("input", "output"):
+            s = p["spaces"][space]
+            grid.add(p["label"], space + (" (predicted)" if p["predicted"] == space else ""), str(p["rank"]),
+                     _ms(s["penalty"]), _ms(s["unrelated"]), _ms(s["alignment"]), _ms(s["alignment_random"]),
+                     str(s["rank_equal_params"]), _ms(s["excess"]))
+    return grid
+
+
+def share_grids(result: ShareResult) -> list[Grid]:
+    """Every table of a share result, in print order."""
+    grids = ratio_grids(result)
+    if result.comparisons:
+        grids.append(comparison_grid(result))
+    if result.verdicts:
+        grids.append(verdict_grid(result.verdicts, "Verdicts (criteria from the paired window differences and the "
+                                  "groups' spread, never from a published number)"))
+    if result.choices:
+        grids.append(choice_grid(result))
+    if result.sharing:
+        grids.append(sharing_grid(result))
+    cost = Grid("Cost (wall seconds)", [Col("stage", "left"), Col("seconds"), Col("× one evaluation")])
+    for stage, s in result.seconds.items():
+        cost.add(stage, f"{s:.1f}", f"{s / max(result.eval_seconds, 1e-9):.1f}")
+    cost.add("one dense evaluation (recording the layer inputs)", f"{result.eval_seconds:.1f}", "1.0")
+    return grids + [cost]
+
+
+def render_share(result: ShareResult, wide: bool = False) -> None:
+    """Print every share table, the notes, then a one-line summary."""
+    for grid in share_grids(result):
+        print_grid(grid, wide=wide)
+    for note in [*result.notes, *(f"whitening: {w}" for w in result.whitening)]:
+        console.print(lit(f"note: {note}", "dim"), soft_wrap=True)
+    if result.saved:
+        sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in result.saved["bytes"].items())
+        console.print(lit(f"saved {result.saved['folder']}: {result.saved['method']} at {result.saved['ratio']:.0%}, "
+                          f"{result.saved['format']} {result.saved['dtype']} ({sizes}; the dense model in float32: "
+                          f"{result.saved['dense_bytes'] / 1e6:.1f} MB)"), soft_wrap=True)
+    console.print(lit(share_summary(result), "bold"), soft_wrap=True)
+
+
+def share_summary(result: ShareResult) -> str:
+    """One line: the best method per ratio (first draw), and the verdict counts."""
+    best = []
+    for ratio in result.ratios:
+        runs = [r for r in result.runs if r.ratio == ratio and r.draw == result.draw_ids[0]]
+        top = min(runs, key=lambda r: r.nll)
+        best.append(f"{ratio:.0%}: {top.method} {top.ppl:.2f}")
+    held = sum(v.verdict == "holds" for v in result.verdicts)
+    return (f"{result.model} ({result.weights}): dense {result.baseline_ppl:.2f}; best " + ", ".join(best)
+            + f"; {held}/{len(result.verdicts)} claims hold")
+
+
+def plot_share(result: ShareResult, path: str | Path, dpi: int = 300) -> Path:
+    """Held-out perplexity against the ratio removed: one line per method (geometric mean over draws), dense dotted."""
+    import matplotlib.pyplot as plt
+
+    with style():
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3.4), layout="constrained")
+        x = [100 * r for r in result.ratios]
+        for method in result.methods:
+            ys = []
+            for ratio in result.ratios:
+                nll = [r.nll for r in result.runs if r.method == method and r.ratio == ratio]
+                ys.append(math.exp(statistics.fmean(nll)) if nll else float("nan"))
+            kind = next(r.kind for r in result.runs if r.method == method)
+            ax.plot(x, ys, marker=".", lw=0.9, ls={"baseline": "--", "control": ":"}.get(kind, "-"), label=method)
+        ax.axhline(result.baseline_ppl, color="0.35", ls=":", lw=0.9, label=f"dense ({result.baseline_ppl:.1f})")
+        ax.set_yscale("log")
+        ax.set_xlabel("projection parameters removed (%)")
+        ax.set_ylabel("held-out perplexity")
+        ax.set_title(f"{result.model.split(' ')[0]} ({result.weights.split(',')[0]}); "
+                     f"{result.eval_windows} windows, {result.calib_draws} draw(s)", fontsize=6.5)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=5.5)
+        return save_figure(fig, path, dpi)
