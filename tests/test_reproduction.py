@@ -8,6 +8,7 @@ import re
 import pytest
 
 from geodrift.cli.main import main
+from geodrift.manifest import MANIFEST
 from geodrift.reproduction import plan
 
 
@@ -52,7 +53,8 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
     assert data["kind"] == "paper_reproduction" and data["mode"] == "smoke"
     assert data["stamp"]["git"]["commit"] == data["git_revision"] and data["stamp"]["wall_s"]["total"] > 0
     assert sorted(data["files"]) == sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
-                                           if p.is_file() and "runs" not in p.relative_to(out).parts)
+                                           if p.is_file() and "runs" not in p.relative_to(out).parts
+                                           and p.name != MANIFEST)  # the output-folder policy's bookkeeping
     assert {s["key"] for s in data["sections"]} >= {"proofs", "scan", "mlp-smoke", "transformer-tiny"}
     from test_output_schema import _documented
 
@@ -121,5 +123,5 @@ def test_a_report_md_that_geodrift_did_not_write_is_refused_before_any_work(tmp_
     with pytest.raises(SystemExit) as exit_info:
         main(["reproduce", "--smoke", "--out", str(tmp_path), "--force", "--quiet"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "report.md: not written by geodrift" in err and len(err.splitlines()) == 1
+    assert exit_info.value.code == 2 and "report.md, which geodrift did not write" in err and len(err.splitlines()) == 1
     assert (tmp_path / "report.md").read_text() == "# my notes\n" and not (tmp_path / "runs").exists()

@@ -134,6 +134,15 @@ class Simulator(ABC):
         """The seeds trained together: one ensemble (``batched``, where the simulator can), else one per run."""
         return [list(seeds)] if batched and self.ensembles else [[s] for s in seeds]
 
+    def check_data(self, name: str, where: str) -> str:
+        """``name`` if the runs can load it (a grid file's ``data``), else a one-line error naming ``where``.
+
+        The transformer reads an existing corpus file or folder; the MLP also knows named data sets.
+        """
+        if not Path(name).expanduser().exists():
+            raise GeodriftError(f"{where}: no data set {name!r}; use an existing text file or folder")
+        return name
+
     def save_hf(self, spec: RunSpec, model: nn.Module, run_folder: Path, step: int) -> None:
         """Save ``model`` after ``step`` steps as a Hugging Face folder under ``run_folder``.
 
@@ -183,6 +192,17 @@ class MLPSimulator(Simulator):
     def default_spec(self) -> RunSpec:
         # The paper's toy MLP with every default (the same spec as a Table 1 row).
         return RunSpec(self.name, "Res+ReLU", MLPConfig(), ImageData(), TrainConfig(), TrackConfig())
+
+    def check_data(self, name: str, where: str) -> str:
+        from geodrift.sim.augment import parse_augmented
+        from geodrift.sim.data import DATASET_NAMES
+
+        if name in DATASET_NAMES or parse_augmented(name) is not None:
+            return name
+        if not Path(name).expanduser().exists():
+            raise GeodriftError(f"{where}: no data set {name!r}; use {' or '.join(DATASET_NAMES)} (or NAME-aug60k), "
+                                "an existing folder of IDX files or .npz file")
+        return name
 
     def ablated_label(self, spec: RunSpec, model: Model, ablations: list[str]) -> str:
         # A row labelled with the paper's name of its model keeps that naming after ablations.

@@ -51,7 +51,6 @@ from geodrift.sim.record import slug
 from geodrift.sim.simulator import simulator
 from geodrift.sweep.grid_check import (
     MAX_JOBS,
-    check_data,
     check_field,
     check_seeds,
     check_size,
@@ -122,7 +121,7 @@ def grid_from_dict(payload: Any, where: str = "grid") -> Grid:
     base += [_config_spec(sim, c, f"{where}: configs[{i}]") for i, c in enumerate(configs)]
     if not base:
         raise GeodriftError(f"{where}: no configuration; add [[configs]] tables or preset = NAME")
-    datas = [check_data(sim, d, f"{where}: data") for d in _str_list(payload["data"], f"{where}: data")] \
+    datas = [simulator(sim).check_data(d, f"{where}: data") for d in _str_list(payload["data"], f"{where}: data")] \
         if "data" in payload else None
     steps = [check_field("steps", n, "int", f"{where}:") for n in _int_list(payload["steps"], f"{where}: steps")] \
         if "steps" in payload else None
@@ -172,7 +171,7 @@ def _config_spec(sim: str, entry: dict[str, Any], where: str) -> RunSpec:
         label = f"{start.label}+{'+'.join([*ablations, *(f'{k}={v}' for k, v in entry.get('model', {}).items())])}"
     data = start.data
     if "data" in entry:
-        name = check_data(sim, _str_list(entry["data"], f"{where}.data")[0], f"{where}.data")
+        name = simulator(sim).check_data(_str_list(entry["data"], f"{where}.data")[0], f"{where}.data")
         data = ImageData(name) if isinstance(data, ImageData) else replace(data, corpus=name)
     return RunSpec(sim, label, model, data, train, track)
 

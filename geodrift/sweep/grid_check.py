@@ -138,21 +138,6 @@ def check_seeds(value: Any, where: str) -> list[int]:
     return list(values)
 
 
-def check_data(sim: str, name: str, where: str) -> str:
-    """A data set the runs can load: for the MLP a named set (``--data``) or an existing path; for the
-    transformer an existing corpus file or folder."""
-    from geodrift.sim.augment import parse_augmented
-    from geodrift.sim.data import DATASET_NAMES
-
-    if sim == "mlp" and (name in DATASET_NAMES or parse_augmented(name) is not None):
-        return name
-    if not Path(name).expanduser().exists():
-        known = f"{' or '.join(DATASET_NAMES)} (or NAME-aug60k), " if sim == "mlp" else ""
-        raise GeodriftError(f"{where}: no data set {name!r}; use {known}an existing "
-                            f"{'folder of IDX files or .npz file' if sim == 'mlp' else 'text file or folder'}")
-    return name
-
-
 def check_size(model: Any, vocab: int, where: str) -> None:
     """Refuse a model whose parameter count exceeds :data:`MAX_PARAMETERS` (before any run allocates it)."""
     d, layers = model.d_model, model.n_layers
