@@ -16,7 +16,7 @@ the two splits share no document.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,6 @@ from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import encode_ids, eval_windows, load_corpus
 from geodrift.lm.tokenizer import Tokenizer
 from geodrift.pretrained import llama_from_checkpoint, llama_parameters, open_llama, tokenizer_for
-from geodrift.scan.checkpoint import Checkpoint
 
 # Windows per forward call: (8, 128) tokens keep the (B, T, vocab) logits near 200 MB for a 49k vocabulary.
 BATCH = 8
@@ -63,15 +62,16 @@ class Setup:
         return len(self.model.model.layers)
 
 
-def memory_estimate(ckpt: Checkpoint, seq_len: int, windows: int) -> int:
-    """Bytes a compression run needs at most: the float32 model, one forward batch (logits, MLP and
-    attention scores) and the per-layer states of ``windows`` windows (pruning's cached prefixes).
+def memory_estimate(cfg: Mapping[str, Any], params: int, seq_len: int, windows: int) -> int:
+    """Bytes a compression run needs at most: the float32 model (``params`` parameters), one forward
+    batch (logits, MLP and attention scores) and the per-layer states of ``windows`` windows (pruning's
+    cached prefixes). ``cfg`` is the checkpoint's config (``d_model``, ``vocab_size``, ``d_ff``, ...).
 
-    The sizes come from the config, checked against the tensors first
-    (:func:`geodrift.pretrained.llama_parameters`).
+    Example:
+        >>> cfg = {"d_model": 64, "vocab_size": 100, "d_ff": 128, "n_heads": 4, "n_layers": 2}
+        >>> memory_estimate(cfg, params=50_000, seq_len=16, windows=2)
+        884032
     """
-    params = llama_parameters(ckpt)
-    cfg = ckpt.config
     d, vocab, ff, heads, layers = (int(cfg[k]) for k in ("d_model", "vocab_size", "d_ff", "n_heads", "n_layers"))
     forward = BATCH * seq_len * (2 * vocab + 4 * ff + 8 * d) + BATCH * heads * seq_len * seq_len
     states = (layers + 1) * windows * seq_len * d
@@ -98,7 +98,7 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
     """
     ckpt = open_llama(path)
     if max_memory is not None:
-        need = memory_estimate(ckpt, seq_len, max(calib_windows, eval_windows_count))
+        need = memory_estimate(ckpt.config, llama_parameters(ckpt), seq_len, max(calib_windows, eval_windows_count))
         if need > max_memory:
             raise GeodriftError(
                 f"--seq-len {seq_len}, --calib-windows {calib_windows}, --eval-windows {eval_windows_count}: "
