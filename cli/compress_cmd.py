@@ -81,7 +81,7 @@ def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi:
 
 
 def _inputs(model: str | None, corpus: Path | None) -> list[Path]:
-    from geodrift.scan.embedded import embedded_model_path
+    from geodrift.pretrained import embedded_model_path
 
     return [Path(model) if model is not None else embedded_model_path(), *([corpus] if corpus else [])]
 
