@@ -202,7 +202,7 @@ def test_checking_an_output_path_creates_nothing(tmp_path: Path, capsys: pytest.
     (["sweep", "grid.toml", "--device", "tpu"], "--device", "'auto', 'cpu', 'cuda'"),
     (["reproduce", "--backend", "spark"], "--backend", "'local', 'ray'"),
     (["compress", "prune", "--save-method", "random"], "--save-method", "'geom-v1'"),
-    (["compress", "share", "--save-policy", "best"], "--save-policy", "'theory', 'swapped'"),
+    (["compress", "share", "--save-method", "best"], "--save-method", "'svd-llm', 'svd-llm-v2'"),
 ])
 def test_a_value_outside_a_choice_is_one_line_naming_the_option_and_its_choices(
         args: list[str], option: str, listed: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -98,6 +98,7 @@ def collect_moments(model: LlamaLM, windows: torch.Tensor, key: str = "",
         def add(_module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> None:
             x = args[0].reshape(-1, args[0].shape[-1])
             xx = (x.T @ x).double()  # float32 products within a batch (2x faster), float64 sums across batches
+            xx = (xx + xx.T) / 2  # float32 rounding leaves X^T X slightly asymmetric; the moment is symmetric
             second[slot] = second[slot] + xx if slot in second else xx
         return add
 

@@ -137,6 +137,7 @@ def refit_coefficients(W: torch.Tensor, Bt: torch.Tensor, C: torch.Tensor) -> to
         True
     """
     B, Cd = Bt.double().T, C.double()
+    Cd = (Cd + Cd.T) / 2  # a moment summed in float32 is asymmetric by rounding; the symmetric pinv needs it exact
     gram = B.T @ Cd @ B
     return (W.double() @ Cd @ B @ torch.linalg.pinv(gram, hermitian=True)).float()
 

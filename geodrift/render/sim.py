@@ -130,8 +130,8 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
         if reference is not None:
             print_grid(reference_grid(rep, reference), wide=wide)
     if rep.verdicts:
-        what = ("; v1/u1 continuity is Eq. 1, a frame shared across layers (the depth path is judged per projection "
-                "in the transformer only)" if rep.sim == "mlp" else "")
+        what = ("" if per_projection else "; v1/u1 continuity is Eq. 1, a frame shared across layers (the depth path "
+                "is judged per projection, in the transformer only)")
         print_grid(verdict_grid(rep.verdicts, "Claims (criteria from the noise floors and seed spread, not from the "
                                 f"paper's values{what})"), wide=wide)
     for note in rep.notes:
