@@ -83,7 +83,8 @@ def open_model(path: str | Path | None) -> Checkpoint:
 
     Raises:
         GeodriftError: another architecture outside a Hugging Face folder (GGUF or a bare
-            ``.safetensors``: transformers needs the folder's ``config.json``), and the reader's errors.
+            ``.safetensors``: transformers needs the folder's ``config.json``), a mixture of experts
+            (untested here), and the reader's errors.
 
     Example:
         >>> runs_in_geodrift(open_model(None))
@@ -92,9 +93,10 @@ def open_model(path: str | Path | None) -> Checkpoint:
     ckpt = open_checkpoint(path)
     if runs_in_geodrift(ckpt):
         return ckpt
-    if path is not None and Path(path).is_dir() and (Path(path) / "config.json").is_file():
+    moe = any(kind == "router" for kind, _ in ckpt.plan)
+    if not moe and path is not None and Path(path).is_dir() and (Path(path) / "config.json").is_file():
         return ckpt
-    return open_llama(path)  # its error names the architecture and the formats
+    return open_llama(path)  # its error names the architecture (or the mixture of experts) and the formats
 
 
 def runs_in_geodrift(ckpt: Checkpoint) -> bool:

@@ -146,3 +146,14 @@ def test_geodrift_llama_and_transformers_agree_on_the_embedded_model(tmp_path: P
     b = window_nll(slow, fast.evaluation, [3, 7])
     assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), (a, b)
     assert torch.allclose(window_nll(fast.model, fast.evaluation), window_nll(slow, fast.evaluation), atol=1e-5)
+
+
+def test_without_transformers_the_error_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    qwen = qwen2_folder(tmp_path / "qwen", n_layers=2)
+    monkeypatch.setitem(__import__("sys").modules, "transformers", None)  # as if not installed
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compress", "prune", str(qwen), "--max-remove", "1", *FAST])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'geodrift[hf]'" in lines[0], lines
