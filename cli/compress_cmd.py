@@ -22,7 +22,9 @@ app = typer.Typer(help="Layer pruning and calibration-whitened low-rank compress
                   no_args_is_help=True)
 
 Model = Annotated[str | None, typer.Argument(help="A Llama-family .gguf, .safetensors or Hugging Face folder (with "
-                                             "tokenizer.json unless GGUF). Default: the embedded SmolLM2-135M-Instruct.")]
+                                             "tokenizer.json unless GGUF); prune also runs any other transformers "
+                                             "causal LM's Hugging Face folder (pip install 'geodrift[hf]'). "
+                                             "Default: the embedded SmolLM2-135M-Instruct.")]
 Corpus = Annotated[Path | None, typer.Option("--corpus", help="Text file, folder of .txt or WikiText folder "
                                              "(default: the embedded stdlib-docs corpus). Calibration windows come "
                                              "from its training split, evaluation windows from its held-out split.")]
@@ -141,7 +143,7 @@ def prune_command(
     from geodrift.compress.model import load_setup
     from geodrift.compress.prune import METHODS, PruneSpec, run_prune
     from geodrift.errors import GeodriftError
-    from geodrift.pretrained import open_llama
+    from geodrift.pretrained import open_model
     from geodrift.render.progress import JobProgress, announce
 
     spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or METHODS,
@@ -159,7 +161,7 @@ def prune_command(
     if save is not None and not 1 <= save_n <= max_remove:
         raise GeodriftError(f"--save-n: {save_n} is outside 1..--max-remove ({max_remove})")
     _check_save(save, force, model, corpus)
-    spec.check(int(open_llama(model).config["n_layers"]))
+    spec.check(int(open_model(model).config["n_layers"]))
     setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows,
                        max_memory=limit, on_stage=lambda text: announce(text, quiet=quiet))
     with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
@@ -173,11 +175,14 @@ def prune_command(
     if save is not None:
         from geodrift.compress.model import kept_layers
         from geodrift.lm.hf import save_hf
+        from geodrift.lm.llama import LlamaLM
 
         curve = next(c for c in result.curves if c.method == save_method.value)
         kept = kept_layers(setup.n_layers, curve.removed[save_n - 1])
+        net = setup.model
         written.append(_replace(save, force, model, corpus, lambda d: save_hf(
-            setup.model, d, layers=kept, context_length=setup.config.get("context_length"))))
+            net, d, layers=kept, context_length=setup.config.get("context_length")) if isinstance(net, LlamaLM)
+            else net.save_pruned(d, kept)))
     if as_json:
         sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
     else:

@@ -7,6 +7,9 @@ checkpoints only through here.
 
 - :func:`open_llama`: open a checkpoint and check it is a Llama-family model geodrift can run
   (:data:`SUPPORTED_ARCHITECTURES`);
+- :func:`open_model`, :func:`model_from_checkpoint`: what ``compress prune`` runs - geodrift's Llama for
+  llama/mistral (the fast path), any other Hugging Face folder through ``transformers``
+  (:class:`~geodrift.lm.hf_causal.HFCausalLM`);
 - :func:`llama_from_checkpoint`: a Llama-family checkpoint's weights in a ``LlamaLM``
   (its logits match ``transformers.LlamaForCausalLM``; a test checks it);
 - :func:`tokenizer_for`: the tokenizer that goes with a checkpoint (a GGUF's own, or the
@@ -31,13 +34,14 @@ import torch
 from geodrift.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
+from geodrift.lm.hf_causal import HFCausalLM, load_hf_causal
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import eval_windows, perplexity
 from geodrift.lm.tokenizer import Tokenizer, gguf_bpe_tokenizer
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.embedded import embedded_model_path
 from geodrift.scan.gguf_header import read_gguf_header
-from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint
+from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint, weightset
 from geodrift.scan.scan import load_weights, scan
 from geodrift.weights import TRANSFORMER_ROLES
 
@@ -67,9 +71,64 @@ def open_llama(path: str | Path | None) -> Checkpoint:
     if ckpt.architecture not in SUPPORTED_ARCHITECTURES or moe:
         raise GeodriftError(
             f"MODEL {ckpt.label}: architecture {ckpt.architecture!r}{' (a mixture of experts)' if moe else ''} has "
-            f"no forward implementation in geodrift; compress runs {', '.join(SUPPORTED_ARCHITECTURES)} checkpoints "
-            "(GGUF, safetensors or HF folder)")
+            f"no forward implementation in geodrift; compress share runs {', '.join(SUPPORTED_ARCHITECTURES)} "
+            "checkpoints (GGUF, safetensors or HF folder); compress prune also runs other architectures' Hugging "
+            "Face folders (config.json beside the weights) through transformers")
     return ckpt
+
+
+def open_model(path: str | Path | None) -> Checkpoint:
+    """Open ``path`` for ``compress prune``: a Llama-family checkpoint (geodrift's own Llama, the fast
+    path) or a Hugging Face folder of any other architecture (run through ``transformers``).
+
+    Raises:
+        GeodriftError: another architecture outside a Hugging Face folder (GGUF or a bare
+            ``.safetensors``: transformers needs the folder's ``config.json``), a mixture of experts
+            (untested here), and the reader's errors.
+
+    Example:
+        >>> runs_in_geodrift(open_model(None))
+        True
+    """
+    ckpt = open_checkpoint(path)
+    if runs_in_geodrift(ckpt):
+        return ckpt
+    moe = any(kind == "router" for kind, _ in ckpt.plan)
+    if not moe and path is not None and Path(path).is_dir() and (Path(path) / "config.json").is_file():
+        return ckpt
+    return open_llama(path)  # its error names the architecture (or the mixture of experts) and the formats
+
+
+def runs_in_geodrift(ckpt: Checkpoint) -> bool:
+    """Whether geodrift's own Llama runs this checkpoint (llama/mistral, not a mixture of experts)."""
+    return ckpt.architecture in SUPPORTED_ARCHITECTURES and not any(kind == "router" for kind, _ in ckpt.plan)
+
+
+def model_from_checkpoint(ckpt: Checkpoint, *, via_transformers: bool = False) -> LlamaLM | HFCausalLM:
+    """The checkpoint's model: a :class:`LlamaLM` for llama/mistral (:func:`llama_from_checkpoint`), else
+    the Hugging Face folder loaded by ``transformers`` (:class:`~geodrift.lm.hf_causal.HFCausalLM`).
+
+    Args:
+        ckpt: from :func:`open_model`.
+        via_transformers: load a llama/mistral Hugging Face folder through transformers too (the
+            parity check of the two paths).
+
+    Raises:
+        GeodriftError: transformers missing (names ``pip install 'geodrift[hf]'``) or the folder's weights
+            incomplete.
+    """
+    if runs_in_geodrift(ckpt) and not via_transformers:
+        return llama_from_checkpoint(ckpt)
+    weights = weightset(ckpt, "raw")
+    roles = [r for r in TRANSFORMER_ROLES if r in weights.roles()]
+    return load_hf_causal(ckpt.path, weights.select(roles), f"{ckpt.label} ({ckpt.architecture})")
+
+
+def model_parameters(ckpt: Checkpoint) -> int:
+    """Parameters of the model :func:`model_from_checkpoint` builds (headers only; Llama sizes checked)."""
+    if runs_in_geodrift(ckpt):
+        return llama_parameters(ckpt)
+    return sum(math.prod(ckpt.shape(name)) for name in ckpt.tensor_names())
 
 
 _BITS = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q6_K": 6, "Q8_0": 8, "Q8_K": 8,

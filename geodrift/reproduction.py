@@ -204,7 +204,7 @@ def run_compression(mode: str, threads: int = 1,
     """
     import torch
 
-    from geodrift.compress.model import load_setup
+    from geodrift.compress.model import llama_only, load_setup
     from geodrift.compress.prune import run_prune
     from geodrift.compress.share_run import run_share
     from geodrift.compress.sources import load_texts
@@ -232,7 +232,7 @@ def run_compression(mode: str, threads: int = 1,
             t0 = time.perf_counter()
             texts = load_texts(tokenizer_for(None), None, "sources", p.seq_len, p.share_calib_windows,
                                p.share_eval_windows, p.share.calib_draws)
-            compress_setup = replace(setup, calib=texts.draws[0], evaluation=texts.evaluation, corpus=texts.corpus)
+            compress_setup = replace(llama_only(setup, "compress share"), calib=texts.draws[0], evaluation=texts.evaluation, corpus=texts.corpus)
             share.result = run_share(compress_setup, p.share, texts.draws)[0]
             share.seconds = time.perf_counter() - t0
     finally:

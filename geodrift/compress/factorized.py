@@ -128,7 +128,7 @@ def _parent(root: nn.Module, path: str) -> tuple[nn.Module, str]:
     return (root.get_submodule(head) if head else root), name
 
 
-def _state(setup: Setup, compressed: Compressed) -> tuple[dict[str, torch.Tensor], dict[int, int]]:
+def _state(setup: Setup[LlamaLM], compressed: Compressed) -> tuple[dict[str, torch.Tensor], dict[int, int]]:
     # The loaded model's state with replacements, without removed layers, renumbered.
     keep = kept_layers(setup.n_layers, compressed.removed)
     renumber = {old: new for new, old in enumerate(keep)}
@@ -146,7 +146,7 @@ def _state(setup: Setup, compressed: Compressed) -> tuple[dict[str, torch.Tensor
     return state, renumber
 
 
-def save_factored(setup: Setup, compressed: Compressed, folder: str | Path, dtype: str = "float32", *,
+def save_factored(setup: Setup[LlamaLM], compressed: Compressed, folder: str | Path, dtype: str = "float32", *,
                   force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
     """Write ``compressed`` as a factored folder (module docstring), atomically (temporary sibling + rename).
 
@@ -190,7 +190,7 @@ def save_factored(setup: Setup, compressed: Compressed, folder: str | Path, dtyp
     return _write_folder(folder, state, config, force, inputs)
 
 
-def save_dense(setup: Setup, compressed: Compressed, folder: str | Path, dtype: str = "float32", *,
+def save_dense(setup: Setup[LlamaLM], compressed: Compressed, folder: str | Path, dtype: str = "float32", *,
                force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
     """Write ``compressed`` as a plain dense Hugging Face folder (factors multiplied out), as :func:`save_factored`."""
     state, renumber = _state(setup, compressed)
@@ -201,7 +201,7 @@ def save_dense(setup: Setup, compressed: Compressed, folder: str | Path, dtype: 
     return _write_folder(folder, state, _config(setup, len(renumber), dtype), force, inputs)
 
 
-def _config(setup: Setup, n_layers: int, dtype: str) -> dict[str, Any]:
+def _config(setup: Setup[LlamaLM], n_layers: int, dtype: str) -> dict[str, Any]:
     # The one Llama config writer (geodrift.lm.hf), for the kept layers and the saved dtype.
     config = hf_config(setup.model, n_layers=n_layers, context_length=setup.config.get("context_length"))
     config["torch_dtype"] = dtype

@@ -1,9 +1,11 @@
-"""One loaded Llama, its tokenizer and two disjoint text sets; forwards that skip layers by index.
+"""One loaded model, its tokenizer and two disjoint text sets; forwards that skip layers by index.
 
-Everything in ``geodrift.compress`` works on ONE :class:`~geodrift.lm.llama.LlamaLM` loaded once
-(:func:`load_setup`, through ``geodrift.pretrained``): pruning never copies the model -
-:func:`window_nll` runs the decoder stack over the kept layer indices only
-(``LlamaLM.run_layers``) - and shared bases overwrite projection weights in place and put the
+Everything in ``geodrift.compress`` works on ONE model loaded once (:func:`load_setup`, through
+``geodrift.pretrained``): geodrift's :class:`~geodrift.lm.llama.LlamaLM` for llama/mistral checkpoints,
+or (pruning only) any other Hugging Face folder's ``transformers`` model behind the same interface
+(:class:`~geodrift.lm.hf_causal.HFCausalLM`; :class:`LayerStack` is what pruning uses). Pruning never
+copies the model - :func:`window_nll` runs the decoder stack over the kept layer indices only
+(``run_layers``) - and shared bases overwrite projection weights in place and put the
 originals back (:func:`~geodrift.compress.share.swapped_weights`).
 
 Texts (deterministic, disjoint): the corpus of ``geodrift.lm.text.load_corpus`` (the embedded
@@ -19,33 +21,55 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
 from geodrift.checks import format_size
 from geodrift.errors import GeodriftError
+from geodrift.lm.hf_causal import HFCausalLM
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import encode_ids, eval_windows, load_corpus
 from geodrift.lm.tokenizer import Tokenizer
 from geodrift.pretrained import (
-    llama_from_checkpoint,
-    llama_parameters,
-    open_llama,
+    model_from_checkpoint,
+    model_parameters,
+    open_model,
     tokenizer_for,
     weights_label,
 )
+from geodrift.weights import WeightSet
 
 # Windows per forward call: (8, 128) tokens keep the (B, T, vocab) logits near 200 MB for a 49k vocabulary.
 BATCH = 8
 
 
+class LayerStack(Protocol):
+    """What pruning needs of a model: ``LlamaLM`` and ``HFCausalLM`` both have it."""
+
+    @property
+    def n_layers(self) -> int: ...
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+    def run_layers(self, h: torch.Tensor, layers: Iterable[int],
+                   record: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor: ...
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor: ...
+
+    def weightset(self, origin: str = ...) -> WeightSet: ...
+
+
+ModelT = TypeVar("ModelT", bound=LayerStack)
+
+
 @dataclass
-class Setup:
+class Setup(Generic[ModelT]):
     """The model under compression and its texts.
 
     Attributes:
-        model: the loaded LlamaLM (eval mode, float32, CPU).
+        model: the loaded model (eval mode, float32, CPU): a LlamaLM, or for another architecture's
+            Hugging Face folder an HFCausalLM (``compress prune`` only).
         label: the checkpoint's name for tables (``SmolLM2-135M-Instruct.Q4_1.gguf (embedded default)``).
         config: the checkpoint's shape (``n_layers``, ``d_model``, ...), what ``--save`` writes.
         calib: ``(Wc, T + 1)`` calibration windows (training split).
@@ -56,7 +80,7 @@ class Setup:
             :func:`geodrift.pretrained.weights_label`).
     """
 
-    model: LlamaLM
+    model: ModelT
     label: str
     config: dict[str, Any]
     calib: torch.Tensor
@@ -68,7 +92,15 @@ class Setup:
     @property
     def n_layers(self) -> int:
         """Decoder layers of the loaded model."""
-        return len(self.model.model.layers)
+        return self.model.n_layers
+
+
+def llama_only(setup: Setup[Any], command: str) -> Setup[LlamaLM]:
+    """``setup`` when its model is geodrift's Llama; else a one-line error (``command`` needs its projections)."""
+    if not isinstance(setup.model, LlamaLM):
+        raise GeodriftError(f"MODEL {setup.label}: {command} runs llama/mistral checkpoints only (it rewrites their "
+                            "projections); compress prune runs any transformers causal LM")
+    return setup
 
 
 def memory_estimate(cfg: Mapping[str, Any], params: int, seq_len: int, windows: int) -> int:
@@ -81,7 +113,8 @@ def memory_estimate(cfg: Mapping[str, Any], params: int, seq_len: int, windows: 
         >>> memory_estimate(cfg, params=50_000, seq_len=16, windows=2)
         884032
     """
-    d, vocab, ff, heads, layers = (int(cfg[k]) for k in ("d_model", "vocab_size", "d_ff", "n_heads", "n_layers"))
+    d, vocab, heads, layers = (int(cfg[k]) for k in ("d_model", "vocab_size", "n_heads", "n_layers"))
+    ff = int(cfg.get("d_ff") or 4 * d)  # GPT-2's n_inner: None means 4 d
     forward = BATCH * seq_len * (2 * vocab + 4 * ff + 8 * d) + BATCH * heads * seq_len * seq_len
     states = (layers + 1) * windows * seq_len * d
     return 4 * (params + forward + states)
@@ -89,7 +122,7 @@ def memory_estimate(cfg: Mapping[str, Any], params: int, seq_len: int, windows: 
 
 def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq_len: int = 128,
                calib_windows: int = 8, eval_windows_count: int = 16, max_memory: int | None = None,
-               on_stage: Callable[[str], None] | None = None) -> Setup:
+               on_stage: Callable[[str], None] | None = None) -> Setup[LlamaLM | HFCausalLM]:
     """Load the model once and cut the calibration and evaluation windows.
 
     Args:
@@ -102,12 +135,13 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
             never precedes an error about the inputs).
 
     Raises:
-        GeodriftError: unsupported architecture, a config that does not match its tensors, a run
+        GeodriftError: an architecture neither geodrift's Llama nor transformers runs (transformers
+            missing: names ``pip install 'geodrift[hf]'``), a config that does not match its tensors, a run
             above ``max_memory``, missing tokenizer, or a text too short for one window.
     """
-    ckpt = open_llama(path)
+    ckpt = open_model(path)
     if max_memory is not None:
-        need = memory_estimate(ckpt.config, llama_parameters(ckpt), seq_len, max(calib_windows, eval_windows_count))
+        need = memory_estimate(ckpt.config, model_parameters(ckpt), seq_len, max(calib_windows, eval_windows_count))
         if need > max_memory:
             raise GeodriftError(
                 f"--seq-len {seq_len}, --calib-windows {calib_windows}, --eval-windows {eval_windows_count}: "
@@ -121,13 +155,15 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
                      "--calib-windows", corpus)
     evaluation = _windows(_encode_prefix(tokenizer, text.valid, seq_len * eval_windows_count + 1), seq_len,
                           eval_windows_count, "--eval-windows", corpus)
-    llama_parameters(ckpt)  # the config's sizes, checked against the tensors
+    model_parameters(ckpt)  # a Llama config's sizes, checked against the tensors
     if tokenizer.vocab_size > int(ckpt.config["vocab_size"]):
         raise GeodriftError(f"MODEL {ckpt.label}: tokenizer has {tokenizer.vocab_size} ids but the model "
                             f"{ckpt.config['vocab_size']}; use the model's own tokenizer.json")
     if on_stage is not None:
         on_stage("loading the model")
-    model = llama_from_checkpoint(ckpt)
+    model = model_from_checkpoint(ckpt)
+    if isinstance(model, HFCausalLM):
+        model.check(evaluation[:1, :-1])  # layer by layer = the model's own forward, or refused
     return Setup(model, ckpt.label, dict(ckpt.config), calib, evaluation,
                  {"name": text.name, "source": text.source, "sha256": text.sha256}, tokenizer.token_bytes(),
                  weights_label(ckpt))
@@ -162,15 +198,15 @@ def kept_layers(n_layers: int, removed: Iterable[int]) -> list[int]:
 
 
 @torch.no_grad()
-def nll_from_hidden(model: LlamaLM, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def nll_from_hidden(model: LayerStack, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token NLL per window ``(B,)`` from final hidden states ``h (B, T, d)`` and ``targets (B, T)``."""
-    logits = model.lm_head(model.model.norm(h)).float()  # (B, T, vocab)
+    logits = model.logits(h).float()  # (B, T, vocab)
     loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
     return loss.mean(1)
 
 
 @torch.no_grad()
-def window_nll(model: LlamaLM, windows: torch.Tensor, removed: Iterable[int] = (),
+def window_nll(model: LayerStack, windows: torch.Tensor, removed: Iterable[int] = (),
                prefix: torch.Tensor | None = None) -> torch.Tensor:
     """Mean NLL (nats/token) of each window ``(W, T + 1)`` with the layers ``removed`` skipped: ``(W,)``.
 
@@ -178,29 +214,29 @@ def window_nll(model: LlamaLM, windows: torch.Tensor, removed: Iterable[int] = (
     model's layer inputs on these windows, :func:`layer_states`) lets the forward start at the first
     removed layer, since everything before it is unchanged.
     """
-    n_layers = len(model.model.layers)
+    n_layers = model.n_layers
     gone = sorted(set(removed))
     first = gone[0] if gone and prefix is not None else 0
     layers = [i for i in kept_layers(n_layers, gone) if i >= first]
     out = []
     for i in range(0, windows.shape[0], BATCH):
         chunk = windows[i: i + BATCH]
-        h = prefix[first, i: i + BATCH] if prefix is not None else model.model.embed_tokens(chunk[:, :-1])
+        h = prefix[first, i: i + BATCH] if prefix is not None else model.embed(chunk[:, :-1])
         out.append(nll_from_hidden(model, model.run_layers(h, layers), chunk[:, 1:]))
     return torch.cat(out)
 
 
 @torch.no_grad()
-def layer_states(model: LlamaLM, windows: torch.Tensor) -> torch.Tensor:
+def layer_states(model: LayerStack, windows: torch.Tensor) -> torch.Tensor:
     """Residual-stream states entering each layer and leaving the last: ``(L + 1, W, T, d)``."""
-    n_layers = len(model.model.layers)
+    n_layers = model.n_layers
     per_layer: dict[int, list[torch.Tensor]] = {i: [] for i in range(n_layers + 1)}
 
     def record(i: int, x: torch.Tensor) -> None:
         per_layer[i].append(x)
 
     for i in range(0, windows.shape[0], BATCH):
-        h = model.run_layers(model.model.embed_tokens(windows[i: i + BATCH, :-1]), range(n_layers), record=record)
+        h = model.run_layers(model.embed(windows[i: i + BATCH, :-1]), range(n_layers), record=record)
         per_layer[n_layers].append(h)
     return torch.stack([torch.cat(per_layer[j]) for j in range(n_layers + 1)])
 

@@ -25,6 +25,8 @@ from geodrift.compress.model import Setup, layer_states, perplexity_of, spread, 
 from geodrift.continuity import MeasureSpec
 from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
+from geodrift.lm.hf_causal import HFCausalLM
+from geodrift.lm.llama import LlamaLM
 
 METHODS = ("geom-v1", "geom-s2wa", "block-influence", "angular", "greedy")
 RANK_TEST_ORDERS = 20  # random orders the rank test needs: with 20, beating 19 of them is p = 2/21 < 0.1
@@ -137,7 +139,7 @@ class PruneResult:
 Progress = Callable[[str, int, int], None]
 
 
-def run_prune(setup: Setup, spec: PruneSpec, progress: Progress | None = None) -> PruneResult:
+def run_prune(setup: Setup[LlamaLM | HFCausalLM], spec: PruneSpec, progress: Progress | None = None) -> PruneResult:
     """Rank the layers by every method and evaluate the pruned model for n = 1..N.
 
     Args:

@@ -37,15 +37,14 @@ from collections.abc import Callable
 
 import torch
 
-from geodrift.compress.model import BATCH, kept_layers, nll_from_hidden
+from geodrift.compress.model import BATCH, LayerStack, kept_layers, nll_from_hidden
 from geodrift.continuity import MeasureSpec, Report, measure
-from geodrift.lm.llama import LlamaLM
 from geodrift.weights import PREDICTED_SPACE
 
 GEOMETRY_METHODS = ("geom-v1", "geom-s2wa")
 
 
-def geometry_report(model: LlamaLM, spec: MeasureSpec) -> Report:
+def geometry_report(model: LayerStack, spec: MeasureSpec) -> Report:
     """The continuity Report of the model's seven projections (the scan's numbers, without OV)."""
     return measure(model.weightset(origin="compress"), spec)
 
@@ -142,7 +141,7 @@ def order_from_scores(scores: list[float]) -> list[int]:
 
 
 @torch.no_grad()
-def greedy_order(model: LlamaLM, windows: torch.Tensor, steps: int,
+def greedy_order(model: LayerStack, windows: torch.Tensor, steps: int,
                  progress: Callable[[int, int], None] | None = None) -> tuple[list[int], list[float]]:
     """SLEB-style greedy removal order by calibration NLL.
 
@@ -155,7 +154,7 @@ def greedy_order(model: LlamaLM, windows: torch.Tensor, steps: int,
     Returns:
         ``(order, nll)``: the removed layers in order and the calibration mean NLL after each step.
     """
-    n_layers = len(model.model.layers)
+    n_layers = model.n_layers
     total = sum(n_layers - s for s in range(steps))
     done = 0
     removed: list[int] = []
@@ -170,7 +169,7 @@ def greedy_order(model: LlamaLM, windows: torch.Tensor, steps: int,
         kept = kept_layers(n_layers, removed)
         inputs.clear()
         for b in range(0, windows.shape[0], BATCH):
-            model.run_layers(model.model.embed_tokens(windows[b: b + BATCH, :-1]), kept, record=record)
+            model.run_layers(model.embed(windows[b: b + BATCH, :-1]), kept, record=record)
         best: tuple[float, int] | None = None
         for pos, cand in enumerate(kept):
             rest = kept[pos + 1:]

@@ -31,6 +31,7 @@ from geodrift.compress.model import Setup, layer_states, nll_from_hidden, perple
 from geodrift.compress.penalty import ProjectionSharing, sharing_evidence
 from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
+from geodrift.lm.llama import LlamaLM
 
 MARGIN = 0.10  # nats/token: the issue's bar for "beats the best baseline"
 BEATS = (f"in every calibration draw, geodrift's held-out NLL is below the best baseline's by more than {MARGIN} "
@@ -181,7 +182,7 @@ def _start(compressed: Compressed, n_layers: int) -> int:
     return min(changed) if changed else n_layers
 
 
-def run_share(setup: Setup, spec: ShareSpec, draws: list[torch.Tensor] | None = None,
+def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] | None = None,
               progress: Progress | None = None, cache: str | None = None,
               keep: tuple[str, float] | None = None) -> tuple[ShareResult, Compressed | None]:
     """Run every method at every ratio on every calibration draw, then the sharing evidence and the verdicts.

@@ -30,6 +30,7 @@ import torch
 from geodrift.checks import format_size
 from geodrift.compress.model import Setup, _encode_prefix, memory_estimate
 from geodrift.errors import GeodriftError
+from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import eval_windows, load_corpus, stdlib_documents
 from geodrift.pretrained import (
     llama_from_checkpoint,
@@ -111,7 +112,7 @@ def load_texts(tokenizer: object, corpus: str | Path | None, split: str, seq_len
 def load_compress_setup(path: str | Path | None, corpus: str | Path | None = None, *, split: str = "sources",
                         seq_len: int = 128, calib_windows: int = 24, eval_count: int = 64,
                         draws: int = 1, max_memory: int | None = None,
-                        on_stage: Callable[[str], None] | None = None) -> tuple[Setup, Texts]:
+                        on_stage: Callable[[str], None] | None = None) -> tuple[Setup[LlamaLM], Texts]:
     """Load the model once and cut its texts; ``setup.calib`` is the first draw.
 
     Args:

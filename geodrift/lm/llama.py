@@ -235,7 +235,19 @@ class LlamaLM(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, vocab)`` for token ids ``(B, T)``."""
-        h = self.run_layers(self.model.embed_tokens(ids), range(len(self.model.layers)))
+        return self.logits(self.run_layers(self.embed(ids), range(self.n_layers)))
+
+    @property
+    def n_layers(self) -> int:
+        """Decoder layers."""
+        return len(self.model.layers)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """Residual-stream input ``(B, T, d_model)`` for token ids ``(B, T)``."""
+        return self.model.embed_tokens(ids)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, T, vocab)`` from final hidden states ``(B, T, d_model)``: final norm, then ``lm_head``."""
         return self.lm_head(self.model.norm(h))
 
     def run_layers(self, h: torch.Tensor, layers: Iterable[int],
