@@ -60,7 +60,7 @@ def test_a_state_dict_without_tensors_and_a_wrong_object_are_one_line_errors(tmp
         geodrift.scan({"epoch": 3, "optimizer": {"lr": 1.0, "momentum": 0.9}})
     with pytest.raises(GeodriftError, match="cannot scan a int"):
         geodrift.scan(3)
-    with pytest.raises(GeodriftError, match="--k"):
+    with pytest.raises(GeodriftError, match="^k=0: must be at least 1"):
         geodrift.scan(_model(), k=0)
     with pytest.raises(GeodriftError, match="unknown projection 'qq'"):
         geodrift.scan(_model(), roles=["q", "qq"])
