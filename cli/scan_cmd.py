@@ -55,16 +55,16 @@ def scan_command(
     from geodrift.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
+    from geodrift.provenance import report_provenance
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import pairs_csv_path, write_csv
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan
     from geodrift.scan.distributed import RaySource, check_backend
-    from geodrift.scan.preflight import check_plan
-    from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
-    from geodrift.provenance import report_provenance
     from geodrift.scan.embedded import embedded_model_path
     from geodrift.scan.fingerprint import file_fingerprint
+    from geodrift.scan.preflight import check_plan
+    from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.stdio import report_only_stdout
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)

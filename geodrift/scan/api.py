@@ -31,9 +31,9 @@ from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.provenance import report_provenance
 from geodrift.scan.checkpoint import Checkpoint
+from geodrift.scan.fingerprint import checkpoint_fingerprint
 from geodrift.scan.mapping import NameRule, load_name_mapping
 from geodrift.scan.readers import open_checkpoint, weightset
-from geodrift.scan.fingerprint import checkpoint_fingerprint
 from geodrift.scan.safetensors_reader import StateDictCheckpoint
 from geodrift.scan.scan import heads_of, parse_layers, parse_roles
 from geodrift.scan.scan import scan as scan_weights
