@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -54,11 +55,14 @@ def scan_command(
     from geodrift.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
+    from geodrift.provenance import report_provenance
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import pairs_csv_path, write_csv
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan
     from geodrift.scan.distributed import RaySource, check_backend
+    from geodrift.scan.embedded import embedded_model_path
+    from geodrift.scan.fingerprint import file_fingerprint
     from geodrift.scan.preflight import check_plan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.stdio import report_only_stdout
@@ -83,6 +87,8 @@ def scan_command(
                       progress=lambda label: bar.update(advance=1, description=label),
                       ray=(RaySource(model, view.value, names, role_list, address)
                            if backend == choices.Backend.ray else None))
+    report.provenance = report_provenance("geodrift " + shlex.join(sys.argv[1:]),
+                                          file_fingerprint(model if model is not None else embedded_model_path()))
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("continuity_report", report.to_dict()))
