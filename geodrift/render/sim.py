@@ -123,7 +123,7 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
     and training, notes, summary."""
     per_projection = rep.simulator.per_projection and bool(rep.results)
     if per_projection:
-        render_scan(rep.results[0].report, detail=detail, wide=wide, summary=False)
+        render_scan(rep.results[0].report, full=detail, wide=wide, summary=False)
     print_grid(comparison_grid(rep), wide=wide)
     if per_projection:
         print_grid(training_grid(rep), wide=wide)
