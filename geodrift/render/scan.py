@@ -199,7 +199,7 @@ def criteria_lines(report: Report, grouped: bool = False) -> list[str]:
 
 
 FULL_HINT = ("--full: σ²-WA, median and random floors, depth profiles, k = 1..K, trajectory shape and each "
-             "projection's criterion (--json / --csv: every number)")
+             "projection's criterion; --json: every number")
 
 
 def render_scan(report: Report, full: bool = False, wide: bool = False, summary: bool = True) -> None:
