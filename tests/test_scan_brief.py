@@ -78,3 +78,22 @@ def test_full_prints_every_table_and_detail_is_its_older_name(monkeypatch):
         assert title in full.stdout and title not in brief.stdout
     assert "Q: frame " in full.stdout and "frame criterion (" not in full.stdout  # per projection, not grouped
     assert full.stdout.splitlines()[-1] == brief.stdout.splitlines()[-1]  # the same summary
+
+
+def test_a_projection_without_a_prediction_shows_dashes_and_says_why(monkeypatch):
+    from dataclasses import replace
+
+    from geodrift.render.layout import plain
+    from geodrift.render.scan import brief_grid
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    result = runner.invoke(app, ["scan", "--layers", "0-3", "--roles", "q,k", "--k", "2", "--null-draws", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    report = Report.from_dict(payload_of(json.loads(result.stdout)))
+    assert "no prediction" not in (brief_grid(report).caption or "")
+    report.roles[1] = replace(report.roles[1], verdict="no prediction")
+    grid = brief_grid(report)
+    cells = [plain(c) for c in grid.rows[1]]
+    assert [cells[1], cells[4], cells[5]] == ["—", "—", "—"] and "(" in cells[2] and "(" in cells[3]  # numbers stay
+    assert plain(grid.rows[0][4]) == report.roles[0].verdict
+    assert "—: the theory makes no prediction for this projection" in (grid.caption or "")

@@ -96,6 +96,8 @@ def brief_grid(report: Report) -> Grid:
             f"under the permutation null ({report.null_draws} draws, seed {report.seed}); pred: the space the "
             "theory predicts continuous (bold). frame: Eq. 1 in that space; path: nearby layers agree more "
             "than far ones."
+            + (" —: the theory makes no prediction for this projection." if any(
+                r.verdict == "no prediction" for r in report.roles) else "")
         ),
     )
     for r in report.roles:
