@@ -40,7 +40,10 @@ def scan_command(
                                               "distance, 3-PC EVR) as NAME_trajectory.EXT beside it (and, for a "
                                               "mixture of experts, the experts' figure as NAME_experts.EXT); the "
                                               "suffix gives the format: .png, .pdf or .svg.")] = None,
-    detail: Annotated[bool, typer.Option("--detail/--brief", help="Also show the k = 1..K table.")] = True,
+    full: Annotated[bool, typer.Option("--full/--brief", "--detail", help="Every table: σ²-WA and both floors, depth "
+                                       "profiles, k = 1..K, trajectory shape, each projection's criterion (default "
+                                       "brief: one row per projection, its verdicts beside its numbers; --detail is "
+                                       "an older name of --full).")] = False,
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
                                                 "(Eq. 2) is exact instead of bounded (slower).")] = False,
@@ -108,6 +111,6 @@ def scan_command(
     if as_json:
         sys.stdout.write(to_json(document("continuity_report", report.to_dict())) + "\n")
     else:
-        render_scan(report, detail=detail, wide=wide)
+        render_scan(report, full=full, wide=wide)
     if written:
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)

@@ -42,7 +42,9 @@ Json = Annotated[bool, typer.Option("--json", help="Print the reproduction as JS
 CheckpointEvery = Annotated[int, typer.Option("--checkpoint-every", help="Save a resumable checkpoint every N "
                                               "steps under --out (0: none).")]
 Threads = Annotated[int | None, typer.Option("--threads", help="torch CPU threads (default: torch's choice).")]
-Detail = Annotated[bool, typer.Option("--detail", help="Also print the k = 1..K table of the final weights.")]
+Detail = Annotated[bool, typer.Option("--full", "--detail", help="Every scan table of the final weights (σ²-WA, depth "
+                                      "profiles, k = 1..K, trajectory shape; default: one row per projection with its "
+                                      "verdicts; --detail is an older name of --full).")]
 
 
 @app.command("mlp")

@@ -94,7 +94,11 @@ def test_the_scan_command_prints_the_experts_tables_and_writes_their_figure(mixt
     monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "out"
     out.mkdir()
-    result = runner.invoke(app, ["scan", str(mixtral["gguf"]), "--k", "4", "--null-draws", "12", "--quiet",
+    brief = runner.invoke(app, ["scan", str(mixtral["gguf"]), "--k", "4", "--null-draws", "12", "--quiet"])
+    assert brief.exit_code == 0, brief.output
+    assert "Experts across depth" in brief.stdout and "Each expert across depth" not in brief.stdout  # --full's
+    assert "│ Router │" in brief.stdout and "--full:" in brief.stdout
+    result = runner.invoke(app, ["scan", str(mixtral["gguf"]), "--k", "4", "--null-draws", "12", "--quiet", "--full",
                                  "--plot", str(out / "scan.png"), "--json-out", str(out / "scan.json"),
                                  "--csv", str(out / "scan.csv")])
     assert result.exit_code == 0, result.output
