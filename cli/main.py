@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str] | None) -> int:
+    from geodrift.signals import resume_hint
+
     click_exception = _click_exception()
+    resume_hint(None)  # an earlier in-process command's hint is not this one's
     try:
         code = app(args=argv, standalone_mode=False)
     except GeodriftError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -39,7 +40,10 @@ def scan_command(
                                               "distance, 3-PC EVR) as NAME_trajectory.EXT beside it (and, for a "
                                               "mixture of experts, the experts' figure as NAME_experts.EXT); the "
                                               "suffix gives the format: .png, .pdf or .svg.")] = None,
-    detail: Annotated[bool, typer.Option("--detail/--brief", help="Also show the k = 1..K table.")] = True,
+    full: Annotated[bool, typer.Option("--full/--brief", "--detail", help="Every table: σ²-WA and both floors, depth "
+                                       "profiles, k = 1..K, trajectory shape, each projection's criterion (default "
+                                       "brief: one row per projection, its verdicts beside its numbers; --detail is "
+                                       "an older name of --full).")] = False,
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
     full_spectrum: Annotated[bool, typer.Option("--full-spectrum", help="Full SVD of every matrix so σ²-WA "
                                                 "(Eq. 2) is exact instead of bounded (slower).")] = False,
@@ -54,11 +58,14 @@ def scan_command(
     from geodrift.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
+    from geodrift.provenance import report_provenance
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import pairs_csv_path, write_csv
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan
     from geodrift.scan.distributed import RaySource, check_backend
+    from geodrift.scan.embedded import embedded_model_path
+    from geodrift.scan.fingerprint import file_fingerprint
     from geodrift.scan.preflight import check_plan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.stdio import report_only_stdout
@@ -83,6 +90,8 @@ def scan_command(
                       progress=lambda label: bar.update(advance=1, description=label),
                       ray=(RaySource(model, view.value, names, role_list, address)
                            if backend == choices.Backend.ray else None))
+    report.provenance = report_provenance("geodrift " + shlex.join(sys.argv[1:]),
+                                          file_fingerprint(model if model is not None else embedded_model_path()))
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("continuity_report", report.to_dict()))
@@ -102,6 +111,6 @@ def scan_command(
     if as_json:
         sys.stdout.write(to_json(document("continuity_report", report.to_dict())) + "\n")
     else:
-        render_scan(report, detail=detail, wide=wide)
+        render_scan(report, full=full, wide=wide)
     if written:
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)

@@ -42,7 +42,9 @@ Json = Annotated[bool, typer.Option("--json", help="Print the reproduction as JS
 CheckpointEvery = Annotated[int, typer.Option("--checkpoint-every", help="Save a resumable checkpoint every N "
                                               "steps under --out (0: none).")]
 Threads = Annotated[int | None, typer.Option("--threads", help="torch CPU threads (default: torch's choice).")]
-Detail = Annotated[bool, typer.Option("--detail", help="Also print the k = 1..K table of the final weights.")]
+Detail = Annotated[bool, typer.Option("--full", "--detail", help="Every scan table of the final weights (σ²-WA, depth "
+                                      "profiles, k = 1..K, trajectory shape; default: one row per projection with its "
+                                      "verdicts; --detail is an older name of --full).")]
 
 
 @app.command("mlp")
@@ -86,7 +88,8 @@ def transformer_command(
                          ] = None,
     vocab: Annotated[int | None, typer.Option("--vocab", help="BPE vocabulary size.")] = None,
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
-                                          "beside.")] = True,
+                                          "beside (cached in --out; without --out scanned in memory, nothing "
+                                          "written).")] = True,
     save_hf_every: Annotated[int, typer.Option("--save-hf-every", help="Save the weights as a Hugging Face folder "
                                                "(model.safetensors + config.json) under --out, in "
                                                "<run>/hf/step-<n>/, at step 0, every N steps and at the end "
@@ -188,11 +191,14 @@ def _simulate(sim: str, preset: str, overrides: Overrides, seeds: str | None, *,
         from geodrift.pretrained import smollm2_reference
 
         track = rep.specs[0].track
-        with JobProgress("scanning SmolLM2-135M (reference column, cached)", 0, "matrices", quiet=quiet) as bar:
+        if out is None:
+            announce("scanning SmolLM2-135M (the reference column) in memory, not cached: no --out, nothing written",
+                     quiet=quiet)
+        with JobProgress("scanning SmolLM2-135M (reference column)", 0, "matrices", quiet=quiet) as bar:
             def on_matrix(done: int, total: int, label: str) -> None:
                 bar.update(completed=done, description=label, total=total)
 
-            reference = smollm2_reference(out or Path("runs/transformer"),
+            reference = smollm2_reference(out,
                                           MeasureSpec(k=track.final_k, null_draws=track.final_null_draws), on_matrix)
     if plot is not None:
         from geodrift.render.sim_plots import write_plots

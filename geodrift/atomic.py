@@ -31,7 +31,7 @@ from geodrift.errors import GeodriftError
 from geodrift.manifest import record_written
 
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 # Top-level keys of a document that are about the file, not the payload (see :func:`payload_of`).
 ENVELOPE_KEYS = ("schema_version", "kind", "nonfinite")
 NONFINITE_NOTE = (
@@ -289,7 +289,7 @@ def document(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
 
     Example:
         >>> document("proofs", {"seed": 0})
-        {'schema_version': '1.1', 'kind': 'proofs', 'seed': 0}
+        {'schema_version': '1.2', 'kind': 'proofs', 'seed': 0}
     """
     clash = [k for k in ENVELOPE_KEYS if k in payload]
     if clash:

@@ -314,17 +314,18 @@ def smollm2_perplexity(text: str, seq_len: int = 128, max_windows: int = 32) -> 
     return perplexity(model, eval_windows(ids, seq_len, max_windows), tokenizer.token_bytes(), batch=8)
 
 
-def smollm2_reference(out: str | Path, spec: MeasureSpec,
+def smollm2_reference(out: str | Path | None, spec: MeasureSpec,
                       progress: Callable[[int, int, str], None] | None = None) -> Report:
     """The embedded SmolLM2-135M-Instruct's scan (the same table as ``geodrift scan``), cached in ``out``.
 
     Args:
-        out: folder of the cache file.
+        out: folder of the cache file ``smollm2-135m_scan_k{k}_n{null_draws}_s{seed}.json``; None: scan in
+            memory and write nothing (``geodrift simulate transformer`` without ``--out``).
         spec: what to measure.
         progress: called with ``(done, total, "role[layer]")`` after each matrix when it has to scan.
     """
-    path = Path(out) / f"smollm2-135m_scan_k{spec.k}_n{spec.null_draws}_s{spec.seed}.json"
-    if path.exists():
+    path = None if out is None else Path(out) / f"smollm2-135m_scan_k{spec.k}_n{spec.null_draws}_s{spec.seed}.json"
+    if path is not None and path.exists():
         try:
             return Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (json.JSONDecodeError, GeodriftError):
@@ -338,5 +339,6 @@ def smollm2_reference(out: str | Path, spec: MeasureSpec,
             progress(done[0], len(weights), label)
 
     report = scan(weights, spec, heads=heads, progress=step)
-    write_json(path, document("continuity_report", report.to_dict()))
+    if path is not None:
+        write_json(path, document("continuity_report", report.to_dict()))
     return report

@@ -347,3 +347,23 @@ def run_recorded(main: Callable[[], Any], path: str | Path, title: str) -> Path:
         main()
     s = stamp(command_line(), load_before=before, wall_s={"total": time.perf_counter() - start})
     return write_results(path, title, f"```text\n{copy.getvalue().rstrip()}\n```", s)
+
+
+def report_provenance(call: str, model: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The provenance a scan report carries: what made it, when, from which model.
+
+    Args:
+        call: the command line (``geodrift scan ...``) or the Python call (``geodrift.scan(...)``).
+        model: the model's fingerprint (``geodrift.scan.fingerprint``), or None.
+
+    Returns:
+        ``{"geodrift": version, "call": call, "written": UTC ISO 8601, "model": model}``.
+
+    Example:
+        >>> p = report_provenance("geodrift scan", None)
+        >>> sorted(p), p["written"].endswith("Z")
+        (['call', 'geodrift', 'model', 'written'], True)
+    """
+    return {"geodrift": library_versions(("geodrift",))["geodrift"], "call": call,
+            "written": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "model": dict(model) if model is not None else None}

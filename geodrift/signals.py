@@ -51,6 +51,7 @@ def message(signum: int) -> str:
     """The one line printed for ``signum``, with the resume hint when one is registered.
 
     Example:
+        >>> resume_hint(None)  # no resumable command registered
         >>> message(signal.SIGINT)
         'interrupted'
     """

@@ -60,7 +60,7 @@ def test_a_state_dict_without_tensors_and_a_wrong_object_are_one_line_errors(tmp
         geodrift.scan({"epoch": 3, "optimizer": {"lr": 1.0, "momentum": 0.9}})
     with pytest.raises(GeodriftError, match="cannot scan a int"):
         geodrift.scan(3)
-    with pytest.raises(GeodriftError, match="--k"):
+    with pytest.raises(GeodriftError, match="^k=0: must be at least 1"):
         geodrift.scan(_model(), k=0)
     with pytest.raises(GeodriftError, match="unknown projection 'qq'"):
         geodrift.scan(_model(), roles=["q", "qq"])
@@ -95,13 +95,124 @@ def test_import_geodrift_stays_light_and_to_frame_without_pandas_is_a_one_line_e
     assert out.startswith("True GeodriftError") and "pip install 'geodrift[frame]'" in out
 
 
-def test_the_readme_notebook_example_runs_as_written():
+def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     text = README.read_text(encoding="utf-8")
     block = re.search(r"<!-- api-example -->\n```python\n(.*?)```", text, re.S)
     assert block is not None, "README: the Python API example (after <!-- api-example -->) is missing"
-    lines = block.group(1).strip().splitlines()
-    assert len(lines) == 5
+    assert "report.plot(" in block.group(1) and "report.summary()" in block.group(1)
+    monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
     exec(compile(block.group(1), "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
-    frame = namespace["frame"]
-    assert len(frame) > 0 and {"abs_cos", "null_mean", "random_floor"} <= set(frame.columns)  # type: ignore[attr-defined]
+    summary, report = namespace["summary"], namespace["report"]
+    assert len(summary) == 2 * len(report.roles)  # type: ignore[arg-type, attr-defined]
+    assert {"mean", "null_mean", "z", "verdict", "criterion", "path_verdict", "path_criterion"} <= set(summary)  # type: ignore[arg-type]
+    assert (tmp_path / "scan.png").read_bytes()[:4] == b"\x89PNG"
+    assert type(namespace["figure"]).__name__ == "Figure"
+
+
+def test_summary_has_the_summary_csv_columns_and_its_k1_rows(tmp_path: Path):
+    from geodrift.render.files import write_csv
+
+    report = geodrift.scan(_model(), null_draws=8, k=2, ov=False)
+    summary = report.summary()
+    assert summary.equals(report.to_frame(kind="summary"))
+    csv_path = write_csv(report, tmp_path / "scan.csv")[0]
+    pd = pytest.importorskip("pandas")
+    from_csv = pd.read_csv(csv_path)
+    assert list(summary.columns) == list(from_csv.columns)
+    k1 = from_csv[from_csv.k == 1].reset_index(drop=True)
+    assert len(summary) == len(report.roles) * 2 == len(k1)
+    assert list(summary.verdict) == list(k1.verdict) and list(summary.criterion) == list(k1.criterion)
+    assert summary["mean"].tolist() == pytest.approx(k1["mean"].tolist(), abs=1e-12)
+    q = report.role("q")
+    row = summary[(summary.role == "attn_q") & (summary.space == "v")].iloc[0]
+    assert (row["mean"], row["null_mean"], row["z"]) == pytest.approx(
+        (q.spaces["v"].vectors[0].mean, q.spaces["v"].vectors[0].null_mean, q.spaces["v"].vectors[0].z))
+    assert row["path_criterion"] == q.path_criterion
+    assert set(summary.columns) - {"model", "label", "layers"} <= set(report.to_dict()["roles"][0]) | {
+        "space", "dim", "k", "mean", "median", "baseline", "null_mean", "null_std", "z", "sigma2_wa", "view",
+        "sigma2_wa_upper", "sigma2_null_mean", "subspace_overlap", "subspace_baseline"}
+    assert len(report.to_frame()) == 7 * 2 * 2 * 3  # the default is still the per-pair table
+    with pytest.raises(GeodriftError, match=r"to_frame\(kind='rows'\): unknown kind"):
+        report.to_frame(kind="rows")
+
+
+def test_role_accepts_the_roles_names_and_the_repr_is_a_few_lines():
+    report = geodrift.scan(_model(), null_draws=8, k=1)
+    assert report.role("q") is report.role("attn_q") is report.role("Q") is report.roles[0]
+    assert report.role("gate").role == "mlp_gate" and report.role("mlp_gate") is report.role("gate")
+    assert report.role("router") is None and report.role("attn_ov") is None  # no head counts in memory: no OV
+    text = repr(report)
+    assert len(text.splitlines()) <= 6 and len(text) < 600
+    assert text.startswith("ScanReport(LlamaLM (in memory), raw weights, k=1, 8 null draws, seed 0)")
+    assert "7 projections (Q K V O Gate Up Down) over 4 layers 0..3" in text
+    assert "shared frame: " in text and "depth path: " in text and "geodrift.scan(<LlamaLM>, k=1, null_draws=8)" in text
+
+
+def test_python_errors_name_the_keyword_argument_and_elide_long_lists():
+    model = _model()
+    cases = [({"layers": list(range(94))}, r"^layers=\[0, 1, 2, \.\.\. \(94 in all\)\]: 4, 5, 6, 7, 8 \.\.\. \(90 in all\)"),
+             ({"layers": "0-2,x"}, r"^layers='0-2,x': cannot read"),
+             ({"layers": [0, -1]}, r"^layers=\[0, -1\]: \[-1\] are not layer indices"),
+             ({"roles": "q,zz"}, r"^roles='q,zz': unknown projection 'zz'"),
+             ({"null_draws": 1}, r"^null_draws=1: must be in \[2, "),
+             ({"seed": -1}, r"^seed=-1: must be an integer"),
+             ({"view": "cooked"}, r"^view='cooked': 'cooked' is not a view")]
+    for options, message in cases:
+        with pytest.raises(GeodriftError, match=message) as caught:
+            geodrift.scan(model, **options)
+        assert "--" not in str(caught.value) and len(str(caught.value)) < 300, str(caught.value)
+
+
+def test_the_cli_still_names_its_options(tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from geodrift.cli.main import app
+
+    result = CliRunner().invoke(app, ["scan", "--layers", "0-2,x"])
+    assert result.exit_code != 0 and str(result.exception).startswith("--layers: cannot read")
+
+
+def test_every_scan_report_carries_its_provenance(tmp_path: Path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from geodrift.cli.main import app
+    from geodrift.scan.embedded import embedded_model_path
+    from geodrift.scan.fingerprint import file_fingerprint
+
+    report = geodrift.scan(layers=[0, 1, 2], roles="q", null_draws=4, k=1)
+    p = report.provenance
+    assert p["call"] == "geodrift.scan(roles='q', layers=[0, 1, 2], k=1, null_draws=4)"
+    assert p["geodrift"] == geodrift.__version__ and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", p["written"])
+    assert p["model"] == file_fingerprint(embedded_model_path()) and p["model"]["files"] == 1
+    out = tmp_path / "scan.json"
+    result = CliRunner().invoke(app, ["scan", "--roles", "q", "--layers", "0-2", "--k", "1", "--null-draws", "4",
+                                      "--json-out", str(out), "--quiet", "--brief"])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())["provenance"]
+    assert written["model"] == p["model"] and written["call"].startswith("geodrift ")
+    # different weights, different fingerprints; the same weights in memory, the same one
+    a, b = geodrift.scan(_model(0), null_draws=4, k=1), geodrift.scan(_model(1), null_draws=4, k=1)
+    assert a.provenance["model"]["sha256"] != b.provenance["model"]["sha256"]
+    assert geodrift.scan(_model(0), null_draws=4, k=1).provenance["model"] == a.provenance["model"]
+    assert geodrift.ScanReport.of(geodrift.continuity.Report.from_dict(a.to_dict())).provenance == a.provenance
+
+
+def test_plot_returns_the_scan_figure_and_saves_it_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from geodrift.render.scan_plot import write_plot
+
+    monkeypatch.chdir(tmp_path)
+    report = geodrift.scan(_model(), null_draws=4, k=1, ov=False)
+    figure = report.plot()
+    assert list(tmp_path.iterdir()) == []
+    titles = [ax.get_title() for ax in figure.axes]
+    assert len(titles) == 7 and titles[0].startswith("Q")
+    trajectory = report.plot(tmp_path / "t.svg", kind="trajectory")
+    assert (tmp_path / "t.svg").read_text().lstrip().startswith("<?xml") and len(trajectory.axes) == 7
+    write_plot(report, tmp_path / "cli.png", dpi=72)  # what --plot writes: the same figure, pixel for pixel
+    report.plot(tmp_path / "api.png", dpi=72)
+    assert (tmp_path / "api.png").read_bytes() == (tmp_path / "cli.png").read_bytes()
+    with pytest.raises(GeodriftError, match=r"plot\(kind='bars'\): unknown kind"):
+        report.plot(kind="bars")

@@ -94,7 +94,11 @@ def test_the_scan_command_prints_the_experts_tables_and_writes_their_figure(mixt
     monkeypatch.setenv("COLUMNS", "80")
     out = tmp_path / "out"
     out.mkdir()
-    result = runner.invoke(app, ["scan", str(mixtral["gguf"]), "--k", "4", "--null-draws", "12", "--quiet",
+    brief = runner.invoke(app, ["scan", str(mixtral["gguf"]), "--k", "4", "--null-draws", "12", "--quiet"])
+    assert brief.exit_code == 0, brief.output
+    assert "Experts across depth" in brief.stdout and "Each expert across depth" not in brief.stdout  # --full's
+    assert "│ Router │" in brief.stdout and "--full:" in brief.stdout
+    result = runner.invoke(app, ["scan", str(mixtral["gguf"]), "--k", "4", "--null-draws", "12", "--quiet", "--full",
                                  "--plot", str(out / "scan.png"), "--json-out", str(out / "scan.json"),
                                  "--csv", str(out / "scan.csv")])
     assert result.exit_code == 0, result.output
@@ -199,7 +203,7 @@ def test_roles_select_the_router_a_family_one_expert_or_every_expert(mixtral) ->
         ["router"] + [f"expert_gate.{e}" for e in range(EXPERTS)]
     assert [r.role for r in geodrift.scan(path, roles="expert_up.2", **FAST).roles] == ["expert_up.2"]
     assert len(geodrift.scan(path, roles="experts", **FAST).roles) == 3 * EXPERTS
-    with pytest.raises(GeodriftError, match=r"--roles: expert_up\.9 not in .*expert_up\.0-3"):
+    with pytest.raises(GeodriftError, match=r"^roles='expert_up\.9': expert_up\.9 not in .*expert_up\.0-3"):
         geodrift.scan(path, roles="expert_up.9", **FAST)
 
 

@@ -63,7 +63,7 @@ def scan_report() -> Report:
 
 def test_scan_at_80_columns_prints_every_value_whole(scan_report: Report, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    result = runner.invoke(app, SCAN)
+    result = runner.invoke(app, [*SCAN, "--full"])  # every table (the brief default: tests/test_scan_brief.py)
     assert result.exit_code == 0, result.output
     _assert_whole(result.stdout, 80, _numbers(scan_report))
     assert "(part 1 of" in result.stdout  # the wide table really was split, not squeezed
@@ -73,7 +73,7 @@ def test_scan_at_80_columns_prints_every_value_whole(scan_report: Report, monkey
 def test_scan_piped_to_another_program_prints_every_value_whole(scan_report: Report):
     # A real pipe (no terminal anywhere, no COLUMNS): what a notebook's `!`, tee or a CI log sees.
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.run([sys.executable, "-m", "geodrift", *SCAN], capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([sys.executable, "-m", "geodrift", *SCAN, "--full"], capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stderr
     _assert_whole(proc.stdout, 80, _numbers(scan_report))
@@ -81,7 +81,7 @@ def test_scan_piped_to_another_program_prints_every_value_whole(scan_report: Rep
 
 def test_wide_prints_each_table_whole_beyond_the_terminal(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
-    result = runner.invoke(app, [*SCAN, "--wide"])
+    result = runner.invoke(app, [*SCAN, "--full", "--wide"])
     assert result.exit_code == 0, result.output
     assert "(part " not in result.stdout and "…" not in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) > 80

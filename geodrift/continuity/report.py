@@ -14,6 +14,10 @@ from typing import Any
 from geodrift.atomic import payload_of
 from geodrift.continuity.trajectory import TrajectoryShape
 from geodrift.errors import GeodriftError
+from geodrift.weights import canonical_role
+
+# What to_frame(kind=...) gives: the per-pair table, or the summary (one row per projection and space).
+FRAME_KINDS = ("pairs", "summary")
 
 
 @dataclass(frozen=True)
@@ -84,13 +88,19 @@ class RoleReport:
     path_criterion: str
 
 
-@dataclass
+@dataclass(repr=False)
 class Report:
     """A whole WeightSet's continuity report.
+
+    ``provenance`` (set by ``geodrift scan`` and ``geodrift.scan``): geodrift's version, the command or
+    Python call, the UTC time and the model's fingerprint (``geodrift.scan.fingerprint``); None elsewhere.
 
     Example:
         >>> Report("tensors", "raw", 2, 10, 0, []).to_dict()["k"]
         2
+        >>> Report("tensors", "raw", 2, 10, 0, [])
+        Report(tensors, raw weights, k=2, 10 null draws, seed 0)
+          no projections measured
     """
 
     origin: str
@@ -104,10 +114,37 @@ class Report:
     # Mixture of experts: each layer's experts compared with one another (geodrift.scan.experts); a
     # RoleReport per expert family and layer whose ``layers`` are the experts, in index order.
     across_experts: list[RoleReport] = field(default_factory=list)
+    provenance: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        head = f"{type(self).__name__}({self.origin}, {self.view} weights, k={self.k}, " \
+               f"{self.null_draws} null draws, seed {self.seed})"
+        if not self.roles:
+            return f"{head}\n  no projections measured"
+        layers = sorted({layer for r in self.roles for layer in r.layers})
+        lines = [head, f"  {len(self.roles)} projections ({' '.join(r.label for r in self.roles)}) over "
+                       f"{len(layers)} layers {layers[0]}..{layers[-1]}"]
+        for name, attr in (("shared frame", "verdict"), ("depth path", "path_verdict")):
+            counts: dict[str, int] = {}
+            for r in self.roles:
+                counts[getattr(r, attr)] = counts.get(getattr(r, attr), 0) + 1
+            lines.append(f"  {name}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        if self.across_experts:
+            lines.append(f"  experts compared within {len(self.across_experts)} layer families")
+        if self.provenance:
+            lines.append(f"  from {self.provenance.get('call', '?')} at {self.provenance.get('written', '?')}")
+        return "\n".join(lines)
 
     def role(self, name: str) -> RoleReport | None:
-        """The report of role ``name``, or None when it was not measured."""
-        return next((r for r in self.roles if r.role == name), None)
+        """The report of projection ``name``: a ``--roles`` name (``q``, ``attn_q``, ``Gate``) or a measured role
+        (``attn_ov``); None when it was not measured.
+
+        Example:
+            >>> Report("tensors", "raw", 2, 10, 0, []).role("q") is None
+            True
+        """
+        canonical = canonical_role(name)
+        return next((r for r in self.roles if r.role in (name, canonical)), None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (tuples become lists)."""
@@ -145,9 +182,37 @@ class Report:
                         "sigma2_null_mean": s.sigma2_null_mean,
                         "subspace_overlap": s.subspace_overlap, "subspace_baseline": s.subspace_baseline,
                         "predicted_space": r.predicted_space or "none", "verdict": r.verdict,
-                        "path_verdict": r.path_verdict,
+                        "path_verdict": r.path_verdict, "criterion": r.criterion,
+                        "path_criterion": r.path_criterion,
                     })
         return out
+
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """One row per projection and space: the ``k = 1`` rows of :meth:`rows` (the summary CSV's columns,
+        named as the JSON fields), verdicts and criteria included."""
+        return [row for row in self.rows() if row["k"] == 1]
+
+    def summary(self) -> Any:
+        """The summary table: one row per projection and space (:meth:`summary_rows`).
+
+        Columns: ``model``, ``view``, ``role``, ``label``, ``layers``, ``space``, ``dim``, ``k`` (1),
+        ``mean`` (Eq. 1, mean |cos| over adjacent pairs), ``median``, ``baseline`` (``sqrt(2/(pi d))``),
+        ``null_mean``, ``null_std``, ``z`` (its permutation null), ``sigma2_wa``, ``sigma2_wa_upper``,
+        ``sigma2_null_mean``, ``subspace_overlap``, ``subspace_baseline``, ``predicted_space``,
+        ``verdict`` and ``criterion`` (shared frame), ``path_verdict`` and ``path_criterion`` (depth path).
+
+        Returns:
+            A ``pandas.DataFrame`` when pandas is installed (``geodrift[frame]``), else the list of dicts.
+
+        Example:
+            >>> Report("tensors", "raw", 2, 10, 0, []).summary_rows()
+            []
+        """
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            return self.summary_rows()
+        return self.to_frame(kind="summary")
 
     def pair_rows(self) -> list[dict[str, Any]]:
         """Tidy rows for the long CSV: one per (projection, space, k, adjacent layer pair).
@@ -172,19 +237,23 @@ class Report:
                         })
         return out
 
-    def to_frame(self) -> Any:
-        """The tidy per-pair table as a pandas DataFrame (the rows of :meth:`pair_rows`).
+    def to_frame(self, kind: str = "pairs") -> Any:
+        """The tidy per-pair table as a pandas DataFrame (the rows of :meth:`pair_rows`); ``kind="summary"``:
+        the summary instead (:meth:`summary`'s columns).
 
         One row per projection, space, k and adjacent layer pair: ``abs_cos`` (the statistic),
         ``null_mean``/``null_std`` (that pair's permutation null), ``z`` and ``random_floor``
         (``sqrt(2/(pi d))``), plus ``model``, ``view``, ``projection``, ``role``, ``space``, ``dim``,
         ``k``, ``layer``, ``next_layer``, ``null_draws``.
 
+        Args:
+            kind: ``"pairs"`` (default) or ``"summary"``.
+
         Returns:
             ``pandas.DataFrame`` with those columns.
 
         Raises:
-            GeodriftError: when pandas is not installed (``pip install 'geodrift[frame]'``).
+            GeodriftError: an unknown ``kind``; pandas not installed (``pip install 'geodrift[frame]'``).
 
         Example:
             >>> import torch
@@ -196,11 +265,15 @@ class Report:
             >>> frame.groupby(["projection", "space"]).abs_cos.count().tolist()  # 2 adjacent pairs per space
             [2, 2]
         """
+        if kind not in FRAME_KINDS:
+            raise GeodriftError(f"to_frame(kind={kind!r}): unknown kind; use one of {', '.join(FRAME_KINDS)}")
         try:
             import pandas as pd
         except ImportError:
             raise GeodriftError("Report.to_frame needs pandas, which is not installed; "
                                 "pip install 'geodrift[frame]' (or pandas>=2)") from None
+        if kind == "summary":
+            return pd.DataFrame(self.summary_rows())
         rows = self.pair_rows()
         columns = list(rows[0]) if rows else ["model", "view", "projection", "role", "space", "dim", "k", "layer",
                                               "next_layer", "abs_cos", "null_mean", "null_std", "z",

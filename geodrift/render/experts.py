@@ -4,7 +4,7 @@ The router and the shared expert are rows of the main scan table (``geodrift.ren
 module prints what has one row per expert or per layer:
 
 - **experts across depth**: one row per expert family (Gate, Up, Down) summarising its experts,
-  then (``--detail``, up to 16 experts unless ``--wide``) one row per expert and family, each cell
+  then (``--full``, up to 16 experts unless ``--wide``) one row per expert and family, each cell
   ``mean |cos| (null mean) z`` of v1 and u1;
 - **experts within a layer**: one row per family and space, the mean over layers of the experts'
   adjacent ``|cos|`` with its null, and the per-layer profile; "no prediction" (the theory is

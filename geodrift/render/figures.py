@@ -135,8 +135,8 @@ def draw_random_floor(ax: Any, floor: float, label: str | None = None) -> None:
     ax.axhline(floor, color="0.35", ls=":", lw=0.9, label=label)
 
 
-def save_figure(fig: Any, path: str | Path, dpi: int = DEFAULT_DPI) -> Path:
-    """Write ``fig`` atomically in the format of ``path``'s suffix, then close it.
+def save_figure(fig: Any, path: str | Path, dpi: int = DEFAULT_DPI, close: bool = True) -> Path:
+    """Write ``fig`` atomically in the format of ``path``'s suffix, then close it (unless ``close=False``).
 
     Raises:
         GeodriftError: an unsupported suffix or dpi.
@@ -144,5 +144,6 @@ def save_figure(fig: Any, path: str | Path, dpi: int = DEFAULT_DPI) -> Path:
     fmt = figure_format(path)
     check_dpi(dpi)
     write_with(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", pad_inches=0.03))
-    pyplot().close(fig)
+    if close:
+        pyplot().close(fig)
     return Path(path)

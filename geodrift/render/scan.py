@@ -1,4 +1,9 @@
-"""Render a continuity Report in the terminal: the per-projection table, depth profiles, k table, summary.
+"""Render a continuity Report in the terminal: brief by default, every table with ``full``.
+
+Brief (the default of ``geodrift scan``): one row per projection with its v1/u1 continuity, each
+beside its permutation-null mean, and its two verdicts on the same row; the criteria once; the
+summary line. Full (``--full``): the per-projection table with both floors and σ²-WA, the depth
+profiles, the k = 1..K table, the trajectory shape and each projection's criterion.
 
 Every table is a :class:`~geodrift.render.layout.Grid`, so at 80 columns or in a pipe it is split
 by columns rather than truncated (``--wide`` prints each whole). Files (CSV) are written by
@@ -64,6 +69,48 @@ def scan_grid(report: Report, title: str | None = None) -> Grid:
         grid.add(lit(r.label), f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), _cell(v1), _cell(u1),
                  _wa(r, "v"), _wa(r, "u"), _verdicts(r))
     return grid
+
+
+def brief_grid(report: Report) -> Grid:
+    """One row per projection: v1 and u1 |cos| with z and null mean, then its frame and path verdicts.
+
+    The predicted space's cell is bold; a projection without a prediction shows "—" for both verdicts.
+
+    Args:
+        report: a scan's report (per-expert roles are rendered apart, see ``render_scan``).
+
+    Returns:
+        A 6-column :class:`Grid` (Proj, pred, v1, u1, frame, path), 76 cells wide with 3-digit z.
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> [c.header for c in brief_grid(Report("m", "raw", 8, 20, 0, [])).columns]
+        ['Proj', 'pred', 'v1 |cos| (null)', 'u1 |cos| (null)', 'frame', 'path']
+    """
+    grid = Grid(
+        f"Geometric continuity — {report.origin} ({report.view} weights)",
+        [Col("Proj", "left", style="bold"), Col("pred", "left"), Col("v1 |cos| (null)"), Col("u1 |cos| (null)"),
+         Col("frame", "left"), Col("path", "left")],
+        caption=(
+            "v1/u1: mean |cos| of adjacent layers' first singular vectors (Eq. 1), its z and mean (in brackets) "
+            f"under the permutation null ({report.null_draws} draws, seed {report.seed}); pred: the space the "
+            "theory predicts continuous (bold). frame: Eq. 1 in that space; path: nearby layers agree more "
+            "than far ones."
+            + (" —: the theory makes no prediction for this projection." if any(
+                r.verdict == "no prediction" for r in report.roles) else "")
+        ),
+    )
+    for r in report.roles:
+        judged = r.verdict != "no prediction"
+        cells = [_brief_cell(r.spaces[s].vectors[0], bold=judged and r.predicted_space == s) for s in ("v", "u")]
+        grid.add(lit(r.label), {"v": "v", "u": "u", None: "none"}[r.predicted_space] if judged else "—", *cells,
+                 _styled(r.verdict) if judged else "—", _styled(r.path_verdict) if judged else "—")
+    return grid
+
+
+def _brief_cell(vc: VectorContinuity, bold: bool) -> str:
+    number = f"[bold]{fmt(vc.mean)}[/bold]" if bold else fmt(vc.mean)
+    return f"{number} z={_z(vc.z)} [dim]({fmt(vc.null_mean)})[/dim]"
 
 
 def _styled(verdict: str) -> str:
@@ -132,10 +179,20 @@ def summary_line(report: Report) -> str:
     return head + (" — " + "; ".join(parts) if parts else "")
 
 
-def criteria_lines(report: Report) -> list[str]:
-    """Each projection's two verdicts with the frame criterion, then the depth-path criterion once."""
-    lines = [f"{r.label}: frame {r.verdict}, path {r.path_verdict} — frame criterion: {r.criterion}"
-             for r in report.roles if r.verdict != "no prediction"]
+def criteria_lines(report: Report, grouped: bool = False) -> list[str]:
+    """Each projection's two verdicts with the frame criterion, then the depth-path criterion once.
+
+    ``grouped`` (the brief output, whose table holds the verdicts): each distinct frame criterion
+    once, naming the projections it judged, e.g. ``frame criterion (Q, K, Gate, Up): v1 beats ...``.
+    """
+    judged = [r for r in report.roles if r.verdict != "no prediction"]
+    if grouped:
+        by_text: dict[str, list[str]] = {}
+        for r in judged:
+            by_text.setdefault(r.criterion, []).append(r.label)
+        lines = [f"frame criterion ({', '.join(labels)}): {text}" for text, labels in by_text.items()]
+    else:
+        lines = [f"{r.label}: frame {r.verdict}, path {r.path_verdict} — frame criterion: {r.criterion}" for r in judged]
     if any(r.predicted_space is not None and r.verdict != "no prediction" for r in report.roles):
         lines += [f"frame: {FRAME_NOTE}", f"path criterion: {PATH_CRITERION}"]
     if any(r.role == "attn_v" and r.predicted_space is None for r in report.roles):
@@ -143,23 +200,33 @@ def criteria_lines(report: Report) -> list[str]:
     return lines
 
 
-def render_scan(report: Report, detail: bool = True, wide: bool = False, summary: bool = True) -> None:
+FULL_HINT = ("--full: σ²-WA, median and random floors, depth profiles, k = 1..K, trajectory shape and each "
+             "projection's criterion; --json: every number")
+
+
+def render_scan(report: Report, full: bool = False, wide: bool = False, summary: bool = True) -> None:
     """Print the scan report to the terminal (tables reflowed to fit unless ``wide``), then its summary line.
 
+    Brief (default): :func:`brief_grid`, the criteria grouped, a pointer to ``--full``. ``full``: the
+    per-projection table, depth profiles, k = 1..K and trajectory tables, each projection's criterion.
     A mixture of experts' per-expert roles get tables of their own (``geodrift.render.experts``).
     """
     from geodrift.render.experts import render_experts, without_experts
 
-    report, full = without_experts(report), report
-    print_grid(scan_grid(report), wide=wide)
-    print_grid(profile_grid(report), wide=wide)
-    if detail:
+    report, whole = without_experts(report), report
+    if full:
+        print_grid(scan_grid(report), wide=wide)
+        print_grid(profile_grid(report), wide=wide)
         print_grid(k_grid(report), wide=wide)
-    if report.trajectory:
-        print_grid(trajectory_grid(report), wide=wide)
-    for line in criteria_lines(report):
+        if report.trajectory:
+            print_grid(trajectory_grid(report), wide=wide)
+    else:
+        print_grid(brief_grid(report), wide=wide)
+    for line in criteria_lines(report, grouped=not full):
         console.print(lit(line, "dim"))
-    render_experts(full, detail=detail, wide=wide)
+    render_experts(whole, detail=full, wide=wide)
+    if not full:
+        console.print(lit(FULL_HINT, "dim"))
     for note in report.notes:
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     if summary:

@@ -31,12 +31,19 @@ SPACE_NAMES = {"v": "v1 (input space)", "u": "u1 (output space)"}
 
 
 def write_plot(report: Report, path: str | Path, dpi: int = 300, title: str | None = None) -> Path:
-    """Write the depth-profile figure of ``report`` to ``path`` (.png, .pdf or .svg).
-
-    A mixture of experts' per-expert roles are left to ``geodrift.render.experts_plot``.
+    """Write the depth-profile figure of ``report`` (:func:`continuity_figure`) to ``path`` (.png, .pdf or .svg).
 
     Raises:
         GeodriftError: an unsupported suffix or dpi.
+    """
+    with style():
+        return save_figure(continuity_figure(report, title), path, dpi)
+
+
+def continuity_figure(report: Report, title: str | None = None) -> Any:
+    """The depth-profile figure of ``report`` (a matplotlib Figure): one panel per projection.
+
+    A mixture of experts' per-expert roles are left to ``geodrift.render.experts_plot``.
     """
     roles = [r for r in report.roles if split_expert_role(r.role) is None]
     with style():
@@ -47,7 +54,7 @@ def write_plot(report: Report, path: str | Path, dpi: int = 300, title: str | No
         label_outer(fig, axes, cols, "layer l (pair l, l+1)", "|cos| (Eq. 1)")
         fig.suptitle(title or f"{report.origin}, {report.view} weights")
         figure_legend(fig, axes)
-        return save_figure(fig, path, dpi)
+        return fig
 
 
 def _panel(ax: Any, role: RoleReport) -> None:
@@ -79,12 +86,19 @@ def trajectory_plot_path(path: str | Path) -> Path:
 
 
 def write_trajectory_plot(report: Report, path: str | Path, dpi: int = 300) -> Path:
-    """App. A.2 as numbers: per projection, mean |cos| of layers l and l+k against k for v1 and u1, each
-    with its permutation-null band and the random floor; the 3-PC explained variance (and its random
-    baseline) in the panel title.
+    """Write :func:`trajectory_figure` to ``path`` (.png, .pdf or .svg).
 
     Raises:
         GeodriftError: an unsupported suffix or dpi.
+    """
+    with style():
+        return save_figure(trajectory_figure(report), path, dpi)
+
+
+def trajectory_figure(report: Report) -> Any:
+    """App. A.2 as numbers (a matplotlib Figure): per projection, mean |cos| of layers l and l+k against k for
+    v1 and u1, each with its permutation-null band and the random floor; the 3-PC explained variance (and its
+    random baseline) in the panel title.
     """
     labels = list(dict.fromkeys(t.label for t in report.trajectory))
     with style():
@@ -104,4 +118,4 @@ def write_trajectory_plot(report: Report, path: str | Path, dpi: int = 300) -> P
         label_outer(fig, axes, 2, "layer distance k", "mean |cos(l, l+k)|")
         fig.suptitle(f"Trajectory shape across depth — {report.origin}")
         figure_legend(fig, axes)
-        return save_figure(fig, path, dpi)
+        return fig

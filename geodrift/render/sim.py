@@ -120,10 +120,10 @@ def summary_line(rep: Reproduction) -> str:
 def render_reproduction(rep: Reproduction, reference: Report | None = None, detail: bool = False,
                         wide: bool = False) -> None:
     """Print the comparison, the verdicts, (per-projection simulators: the transformer) the first run's scan table
-    and training, notes, summary."""
+    (brief; every scan table with ``detail``, the CLI's ``--full``) and training, notes, summary."""
     per_projection = rep.simulator.per_projection and bool(rep.results)
     if per_projection:
-        render_scan(rep.results[0].report, detail=detail, wide=wide, summary=False)
+        render_scan(rep.results[0].report, full=detail, wide=wide, summary=False)
     print_grid(comparison_grid(rep), wide=wide)
     if per_projection:
         print_grid(training_grid(rep), wide=wide)

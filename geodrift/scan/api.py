@@ -4,25 +4,34 @@
 researcher holds - a path (GGUF, safetensors, a Hugging Face folder, a PyTorch pickle), an
 ``nn.Module`` (its ``state_dict()``; a Hugging Face model's ``config`` gives the head counts for the
 OV composite) or a state dict, bare or wrapped (``{"model": ...}``, ``{"state_dict": ...}``) - and
-runs the same scan as ``geodrift scan``. ``report.to_frame()`` gives the tidy pandas DataFrame.
+runs the same scan as ``geodrift scan``. ``report.summary()`` is the table of verdicts (one row per
+projection and space), ``report.to_frame()`` the tidy per-pair DataFrame, ``report.plot()`` the
+``--plot`` figure. Errors name the keyword argument (``layers=``), not the command-line option.
+
+This module is a face of the package, like the CLI: it sits above ``render`` (tests/test_layering.py).
 
 Example::
 
     import geodrift
     report = geodrift.scan("path/to/model", layers="0-9")
-    frame = report.to_frame()
-    frame.groupby(["projection", "space"]).abs_cos.mean()
+    report.summary()
+    report.plot("scan.png")
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
+from geodrift.provenance import report_provenance
 from geodrift.scan.checkpoint import Checkpoint
+from geodrift.scan.fingerprint import checkpoint_fingerprint
 from geodrift.scan.mapping import NameRule, load_name_mapping
 from geodrift.scan.readers import open_checkpoint, weightset
 from geodrift.scan.safetensors_reader import StateDictCheckpoint
@@ -30,8 +39,93 @@ from geodrift.scan.scan import heads_of, parse_layers, parse_roles
 from geodrift.scan.scan import scan as scan_weights
 from geodrift.scan.state_dict import module_config, unwrap_state_dict
 
-# What geodrift.scan returns: the continuity Report (tables, JSON, CSV and to_frame()).
-ScanReport = Report
+# The options of geodrift.scan named as the CLI names them in messages -> their keyword argument.
+KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-draws": "null_draws=",
+            "--seed": "seed=", "--view": "view=", "--names": "names="}
+_FLAG = re.compile("|".join(re.escape(flag) + r"\b(?!-)" for flag in sorted(KEYWORDS, key=len, reverse=True)))
+FIGURE_KINDS = ("continuity", "trajectory")
+
+
+@dataclass(repr=False)
+class ScanReport(Report):
+    """What :func:`scan` returns: the continuity :class:`~geodrift.continuity.Report` (``.summary()``,
+    ``.to_frame()``, ``.role("q")``, ``.to_dict()``) with its figure, :meth:`plot`."""
+
+    @classmethod
+    def of(cls, report: Report) -> ScanReport:
+        """``report`` (e.g. ``Report.from_dict`` of a ``geodrift scan --json`` file) as a ScanReport."""
+        return cls(**{f.name: getattr(report, f.name) for f in fields(Report)})
+
+    def plot(self, path: str | Path | None = None, *, kind: str = "continuity", dpi: int = 300) -> Any:
+        """The figure of ``geodrift scan --plot`` (matplotlib, imported now): ``kind="continuity"`` is
+        ``--plot FILE``, ``"trajectory"`` its ``FILE_trajectory`` figure.
+
+        Args:
+            path: also write the figure there (.png, .pdf or .svg, atomically); None: only return it.
+            kind: ``"continuity"`` (|cos| of adjacent layers across depth, per projection) or ``"trajectory"``.
+            dpi: resolution of a written raster figure.
+
+        Returns:
+            The ``matplotlib.figure.Figure`` (open: ``fig.show()``, or shown by a notebook).
+
+        Raises:
+            GeodriftError: an unknown ``kind``, a report without a trajectory, an unsupported suffix or dpi.
+        """
+        from geodrift.render.figures import save_figure, style
+        from geodrift.render.scan_plot import continuity_figure, trajectory_figure
+
+        if kind not in FIGURE_KINDS:
+            raise GeodriftError(f"plot(kind={kind!r}): unknown kind; use one of {', '.join(FIGURE_KINDS)}")
+        if kind == "trajectory" and not self.trajectory:
+            raise GeodriftError("plot(kind='trajectory'): this report has no trajectory (it needs a projection "
+                                "with at least 3 layers)")
+        with style():
+            fig = continuity_figure(self) if kind == "continuity" else trajectory_figure(self)
+            if path is not None:
+                save_figure(fig, path, dpi, close=False)
+        return fig
+
+
+@contextlib.contextmanager
+def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
+    """Re-raise a GeodriftError with the options named as :func:`scan`'s keyword arguments: a message that
+    starts ``--k: ...`` starts ``k=0: ...`` (the value as given, a long list elided); ``--roles`` elsewhere
+    in it reads ``roles=``.
+
+    Example:
+        >>> with keyword_errors({"layers": list(range(94))}):
+        ...     raise GeodriftError("--layers: 90 not in m.gguf")
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: layers=[0, 1, 2, ... (94 in all)]: 90 not in m.gguf
+    """
+    try:
+        yield
+    except GeodriftError as error:
+        text = str(error)
+        first = _FLAG.match(text)
+        if first and text[first.end():first.end() + 1] == ":" and KEYWORDS[first.group(0)][:-1] in given:
+            name = KEYWORDS[first.group(0)]
+            text = f"{name}{_shown(given[name[:-1]])}{text[first.end():]}"
+        raise GeodriftError(_FLAG.sub(lambda m: KEYWORDS[m.group(0)], text)) from None
+
+
+def _shown(value: Any) -> str:
+    # An argument as a call shows it; long lists elided.
+    if isinstance(value, (list, tuple)) and len(value) > 6:
+        return f"[{', '.join(map(repr, value[:3]))}, ... ({len(value)} in all)]"
+    if value is None or isinstance(value, (str, int, float, bool, Path, list, tuple)):
+        return repr(str(value) if isinstance(value, Path) else value)
+    return f"<{type(value).__name__}>"
+
+
+def _layer_list(layers: str | list[int] | None) -> list[int] | None:
+    if layers is None or isinstance(layers, str):
+        return parse_layers(layers)
+    bad = [x for x in layers if not isinstance(x, int) or isinstance(x, bool) or x < 0]
+    if bad:
+        raise GeodriftError(f"--layers: {_shown(bad)} are not layer indices (integers >= 0); "
+                            "pass e.g. [0, 1, 2] or \"0-9,20\"")
+    return sorted(set(layers))
 
 
 def open_model(model: Any = None, names: str | Path | list[NameRule] | None = None,
@@ -94,12 +188,14 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         progress: called with ``"role[layer]"`` after each matrix.
 
     Returns:
-        ScanReport (``geodrift.continuity.Report``): ``.roles``, ``.trajectory``, ``.to_dict()``,
-        ``.to_frame()``; for a mixture of experts, each expert's roles among ``.roles`` and the
+        ScanReport (a ``geodrift.continuity.Report``): ``.roles``, ``.role("q")``, ``.summary()``, ``.plot()``,
+        ``.to_frame()``, ``.to_dict()``, ``.provenance`` (this call, the time, the model's fingerprint,
+        ``geodrift.scan.fingerprint``); for a mixture of experts, each expert's roles among ``.roles`` and the
         experts of each layer compared in ``.across_experts`` (docs/models.md).
 
     Raises:
-        GeodriftError: any unreadable input or out-of-range option, checked before the work starts.
+        GeodriftError: any unreadable input or out-of-range option, checked before the work starts; the
+            message names the keyword argument (``layers=``).
 
     Example:
         >>> import geodrift  # doctest: +SKIP
@@ -107,11 +203,20 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         >>> k.verdict, k.path_verdict  # shared frame; depth path: 4 layers are too few to judge  # doctest: +SKIP
         ('holds', 'n/a')
     """
-    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
-    role_list = parse_roles(roles if isinstance(roles, str) or roles is None else ",".join(roles))
-    layer_list = parse_layers(layers) if isinstance(layers, str) else layers
-    if view not in ("raw", "folded"):
-        raise GeodriftError(f"view: {view!r} is not a view; use raw or folded")
-    ckpt = open_model(model, names, architecture, config)
-    ws = weightset(ckpt, view=view).select(role_list, layer_list)
-    return scan_weights(ws, spec, progress=progress, heads=heads_of(ckpt) if ov else None)
+    given = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
+             "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum}
+    defaults = {"roles": None, "layers": None, "k": 8, "null_draws": 100, "seed": 0, "view": "raw",
+                "architecture": None, "ov": True, "full_spectrum": False}
+    call = "geodrift.scan(" + ", ".join([_shown(model)] * (model is not None) + [
+        f"{name}={_shown(value)}" for name, value in given.items() if value != defaults[name]]) + ")"
+    with keyword_errors(given):
+        spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
+        role_list = parse_roles(roles if isinstance(roles, str) or roles is None else ",".join(roles))
+        layer_list = _layer_list(layers)
+        if view not in ("raw", "folded"):
+            raise GeodriftError(f"--view: {view!r} is not a view; use raw or folded")
+        ckpt = open_model(model, names, architecture, config)
+        ws = weightset(ckpt, view=view).select(role_list, layer_list)
+        report = ScanReport.of(scan_weights(ws, spec, progress=progress, heads=heads_of(ckpt) if ov else None))
+    report.provenance = report_provenance(call, checkpoint_fingerprint(ckpt))
+    return report

@@ -1,0 +1,99 @@
+"""The default scan output fits the eye: the embedded model's scan fits 60 rows at 80 columns, each projection's
+frame and path verdicts on the row of its numbers, every |cos| beside its z and permutation-null mean, the
+criteria stated once; ``--full`` (and its older name ``--detail``) prints every table.
+
+The real CLI runs in a real pipe (``COLUMNS=80``) on the real embedded SmolLM2-135M, all layers, default ``--k``;
+only ``--null-draws`` is small (it changes numbers, not the number of rows).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.cells import cell_len
+from typer.testing import CliRunner
+
+from geodrift.atomic import payload_of
+from geodrift.cli.main import app
+from geodrift.continuity import Report
+from geodrift.render import fmt
+
+MAX_ROWS = 60
+WIDTH = 80
+runner = CliRunner()
+
+
+def _rows_on_screen(text: str) -> int:
+    # A line wider than the terminal (the one-line summary) takes several rows of it.
+    return sum(max(1, math.ceil(cell_len(line) / WIDTH)) for line in text.splitlines())
+
+
+def _cell(vc) -> str:
+    return f"{fmt(vc.mean)} z={vc.z:.0f} ({fmt(vc.null_mean)})"
+
+
+def test_the_default_scan_of_the_embedded_model_fits_60_rows_with_each_verdict_beside_its_numbers(tmp_path: Path):
+    report_file = tmp_path / "scan.json"
+    env = {**{k: v for k, v in os.environ.items() if k != "LINES"}, "COLUMNS": str(WIDTH)}
+    proc = subprocess.run([sys.executable, "-m", "geodrift", "scan", "--null-draws", "10", "--quiet",
+                           "--json-out", str(report_file)],
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=env)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert _rows_on_screen(text) <= MAX_ROWS, text
+    assert not [line for line in text.splitlines() if set(line) & set("│┃┏└") and cell_len(line) > WIDTH]
+    report = Report.from_dict(payload_of(json.loads(report_file.read_text())))
+    assert len(report.roles) == 8  # Q, K, V, O, Gate, Up, Down, OV
+    table = [line for line in text.splitlines() if line.startswith("│")]
+    assert len(table) == len(report.roles)  # one row per projection
+    for role, line in zip(report.roles, table, strict=True):
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        v1, u1 = role.spaces["v"].vectors[0], role.spaces["u"].vectors[0]
+        assert cells == [role.label, {"v": "v", "u": "u", None: "none"}[role.predicted_space],
+                         _cell(v1), _cell(u1), role.verdict, role.path_verdict], line
+    # every similarity on screen sits beside its null: two "|cos| z=.. (null)" cells a row, no other decimals
+    for line in table:
+        assert len(re.findall(r"\d\.\d{3}", line)) == 2 * len(re.findall(r"\d\.\d{3} z=-?\d+ \(\d\.\d{3}\)", line)) == 4
+    # the criteria once, not per projection
+    assert text.count("path criterion: depth path") == 1
+    criteria = {r.criterion for r in report.roles}
+    assert text.count("frame criterion (") == len(criteria) < len(report.roles)
+    assert "Trajectory shape" not in text and "k=1" not in text and "--full" in text
+    assert text.rstrip().splitlines()[-1].startswith("frame 8/8, path ")  # the summary line, last
+
+
+def test_full_prints_every_table_and_detail_is_its_older_name(monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    small = ["scan", "--layers", "0-7", "--k", "3", "--null-draws", "8", "--quiet"]
+    full, detail, brief = (runner.invoke(app, [*small, *flag]) for flag in (["--full"], ["--detail"], []))
+    assert full.exit_code == detail.exit_code == brief.exit_code == 0, (full.output, brief.output)
+    assert full.stdout == detail.stdout
+    for title in ("Depth profile", "Continuity by singular-vector index k", "Trajectory shape", "σ²-WA v"):
+        assert title in full.stdout and title not in brief.stdout
+    assert "Q: frame " in full.stdout and "frame criterion (" not in full.stdout  # per projection, not grouped
+    assert full.stdout.splitlines()[-1] == brief.stdout.splitlines()[-1]  # the same summary
+
+
+def test_a_projection_without_a_prediction_shows_dashes_and_says_why(monkeypatch):
+    from dataclasses import replace
+
+    from geodrift.render.layout import plain
+    from geodrift.render.scan import brief_grid
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    result = runner.invoke(app, ["scan", "--layers", "0-3", "--roles", "q,k", "--k", "2", "--null-draws", "8", "--json"])
+    assert result.exit_code == 0, result.output
+    report = Report.from_dict(payload_of(json.loads(result.stdout)))
+    assert "no prediction" not in (brief_grid(report).caption or "")
+    report.roles[1] = replace(report.roles[1], verdict="no prediction")
+    grid = brief_grid(report)
+    cells = [plain(c) for c in grid.rows[1]]
+    assert [cells[1], cells[4], cells[5]] == ["—", "—", "—"] and "(" in cells[2] and "(" in cells[3]  # numbers stay
+    assert plain(grid.rows[0][4]) == report.roles[0].verdict
+    assert "—: the theory makes no prediction for this projection" in (grid.caption or "")
