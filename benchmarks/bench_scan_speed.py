@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import io
-import os
 import statistics
 import sys
 import threading
@@ -142,12 +140,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--profile-only", action="store_true", help="only the stage profile")
-    parser.add_argument("--write-results", type=Path, default=None, help="replace this file's speed section")
+    parser.add_argument("--write-results", type=Path, default=None,
+                        help="also write what this prints to this file, with the stamp of geodrift.provenance")
     args = parser.parse_args()
-    load_before = os.getloadavg()
-    tee = _Tee(sys.stdout)
-    if args.write_results is not None:  # everything printed also goes into the results file
-        sys.stdout = tee
     if args.profile_only:
         wall, clock = stage_profile(args.k)
         print_profile(wall, clock)
@@ -235,35 +230,6 @@ def main() -> None:
     print(f"full64       float64 SVD, 1 thread                       {full64_single:7.2f} s   full64 (best) / top-k = "
           f"{full64 / topk:5.1f}  (target >= 20);  one worker: {full64 / topk_serial:5.1f}")
     print_profile(profile_wall, clock)
-    if args.write_results is not None:
-        write_results(args.write_results, tee.getvalue(), load_before)
-
-
-class _Tee(io.StringIO):
-    # Writes through to the terminal and keeps a copy for the results file.
-    def __init__(self, out: Any) -> None:
-        super().__init__()
-        self.out = out
-
-    def write(self, text: str) -> int:
-        self.out.write(text)
-        return super().write(text)
-
-
-def write_results(path: Path, printed: str, load_before: tuple[float, float, float]) -> None:
-    """Replace the speed section of ``path`` with this run's stamp and output."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _stamp import stamp_lines
-
-    from geodrift.atomic import write_text
-
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Scan benchmarks\n"
-    marker = "## Speed on the embedded SmolLM2-135M"
-    head, _, rest = text.partition(marker)
-    tail = rest[rest.index("\n## "):] if "\n## " in rest else ""
-    body = [marker, "", *stamp_lines(load_before), "", "```", printed.rstrip(), "```", ""]
-    write_text(path, head.rstrip() + "\n\n" + "\n".join(body) + tail)
-    print(f"wrote {path}", file=sys.stderr)
 
 
 def print_profile(wall: float, clock: StageClock) -> None:
@@ -279,4 +245,9 @@ def print_profile(wall: float, clock: StageClock) -> None:
 if __name__ == "__main__":
     from geodrift.provenance import run_recorded
 
-    run_recorded(main, "benchmarks/RESULTS_scan.md", "Scan speed on the embedded SmolLM2-135M")  # what it prints, with the stamp
+    results = next((Path(a.split("=", 1)[1]) if "=" in a else Path(sys.argv[i + 2]) for i, a in enumerate(sys.argv[1:])
+                    if a.startswith("--write-results") and ("=" in a or i + 2 < len(sys.argv))), None)
+    if results is None:
+        main()
+    else:  # what it prints, after the stamp (the whole file is this run's)
+        run_recorded(main, results, "Scan speed on the embedded SmolLM2-135M")

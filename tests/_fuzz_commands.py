@@ -200,7 +200,9 @@ def _compress(command: str, area: dict[str, Path], rng: random.Random, model: st
                  "--calib-windows", _value(rng, ["1", "2"], p_valid=0.9), "--greedy-windows", "1"]
     else:
         argv += ["--ratios", _value(rng, ["0.3", "0.2,0.4"], HOSTILE_TEXT + ["2", "-0.1", "nan"], 0.85),
-                 "--policies", _value(rng, ["theory", "theory,svd"], HOSTILE_TEXT, 0.85), "--alone-ratio", "0"]
+                 "--methods", _value(rng, ["svd-llm", "svd-llm,geodrift", "basis-sharing,theory"], HOSTILE_TEXT, 0.85),
+                 "--calib-windows", _value(rng, ["8"], HOSTILE_INTS, 0.9), "--greedy-windows", "1",
+                 "--select-windows", _value(rng, ["0", "1"], p_valid=0.9), "--verdict-ratio", "0"]
     if rng.random() < 0.25:
         argv += ["--corpus", str(rng.choice([area["root"] / n for n in ("corpus.txt", "empty.txt", "binary.txt",
                                                                          "fifo", "nope.txt")] + [area["mine"]]))]
