@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes, each with its own user's area")
     parser.add_argument("--results", type=Path, default=None, help="append a Markdown section here")
     args = parser.parse_args()
+    from geodrift.provenance import git_dirty, git_revision
+
     start = time.perf_counter()
     share = -(-args.cases // args.workers)
     jobs = [(first, min(share, args.cases - first), args.seed, args.timeout) for first in range(0, args.cases, share)]
@@ -109,6 +111,7 @@ def main() -> None:
         section = [f"\n## Commands: run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n",
                    f"Command: `{command}`  ",
                    f"Machine: {platform.machine()}, {os.cpu_count()} cores, load {load[0]:.1f} at the end  ",
+                   f"Commit: {git_revision() or 'not a git checkout'}{' (dirty)' if git_dirty() else ''}  ",
                    *[f"- {line}" for line in lines]]
         with args.results.open("a", encoding="utf-8") as handle:
             handle.write("\n".join(section) + "\n")
