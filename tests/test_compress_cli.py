@@ -34,6 +34,7 @@ def _fails(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> 
     (["prune", "{tiny}", "--max-remove", "0"], "--max-remove"),
     (["prune", "{tiny}", "--methods", "geom-v1,banana"], "--methods"),
     (["prune", "{tiny}", "--random-seeds", "1"], "--random-seeds"),
+    (["prune", "{tiny}", "--random-seeds", str(2**64)], "--random-seeds"),  # the command fuzz's hang
     (["prune", "{tiny}", "--plot", "fig.gif"], "--plot"),
     (["prune", "{tiny}", "--save", "x", "--save-method", "random"], "--save-method"),
     (["prune", "{tiny}", "--max-remove", "1", "--eval-windows", "100000"], "--eval-windows"),

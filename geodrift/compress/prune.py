@@ -30,6 +30,8 @@ from geodrift.lm.llama import LlamaLM
 
 METHODS = ("geom-v1", "geom-s2wa", "block-influence", "angular", "greedy")
 RANK_TEST_ORDERS = 20  # random orders the rank test needs: with 20, beating 19 of them is p = 2/21 < 0.1
+# More random orders than this is no longer a check but a hang: each order costs --max-remove evaluations.
+MAX_RANDOM_ORDERS = 10_000
 RANK_TEST_LEVEL = 0.10
 BEATS_RANDOM = ("rank test of the mean held-out log-perplexity over n = 1..N against R >= 20 random orders: holds when "
                 "p = (1 + #orders at or below it) / (R + 1) <= 0.10 (with 20 orders: it beats at least 19), fails when "
@@ -73,6 +75,10 @@ class PruneSpec:
         if self.random_seeds < 2:
             raise GeodriftError(f"--random-seeds: need at least 2 for a median and spread, got {self.random_seeds} "
                                 f"(the rank-test verdict needs {RANK_TEST_ORDERS})")
+        if self.random_seeds > MAX_RANDOM_ORDERS:
+            raise GeodriftError(f"--random-seeds: {self.random_seeds} random orders would each need {self.max_remove} "
+                                f"held-out evaluations; use at most {MAX_RANDOM_ORDERS} (the rank test needs "
+                                f"{RANK_TEST_ORDERS})")
         if self.greedy_windows < 1:
             raise GeodriftError(f"--greedy-windows: must be at least 1, got {self.greedy_windows}")
         MeasureSpec(k=self.k, null_draws=self.null_draws, seed=self.seed)
