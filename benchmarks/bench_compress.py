@@ -76,6 +76,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", help=f"comma list of {', '.join(RUNS)} (default all)")
     parser.add_argument("--out", type=Path, default=Path("runs/compress"))
+    parser.add_argument("--results", type=Path, default=None,
+                        help="also write what this prints, and the tables of every run's JSON, to this file with the "
+                        "stamp of geodrift.provenance")
     args = parser.parse_args()
     for name in args.only.split(",") if args.only else RUNS:
         if name not in RUNS:
@@ -92,5 +95,29 @@ def main() -> None:
         print(flush=True)
 
 
-if __name__ == "__main__":
+def main_with_tables() -> None:
+    """:func:`main`, then the tables of every JSON it wrote (``compress_tables.py``)."""
     main()
+    import json
+
+    from compress_tables import prune_tables, share_tables
+
+    args = argparse.ArgumentParser(add_help=False)
+    args.add_argument("--out", type=Path, default=Path("runs/compress"))
+    out = args.parse_known_args()[0].out
+    shares = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("share*.json"))]
+    if (out / "prune.json").is_file():
+        print(prune_tables(json.loads((out / "prune.json").read_text(encoding="utf-8"))))
+    if shares:
+        print(share_tables(shares))
+
+
+if __name__ == "__main__":
+    results = next((Path(sys.argv[i + 2]) for i, a in enumerate(sys.argv[1:]) if a == "--results" and i + 2 < len(sys.argv)),
+                   None)
+    if results is None:
+        main()
+    else:
+        from geodrift.provenance import run_recorded
+
+        run_recorded(main_with_tables, results, "Compression at the commands' defaults")
