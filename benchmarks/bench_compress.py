@@ -105,7 +105,8 @@ def main_with_tables() -> None:
     args = argparse.ArgumentParser(add_help=False)
     args.add_argument("--out", type=Path, default=Path("runs/compress"))
     out = args.parse_known_args()[0].out
-    shares = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("share*.json"))]
+    shares = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("share*.json"))
+              if not p.name.endswith(".timing.json")]
     if (out / "prune.json").is_file():
         print(prune_tables(json.loads((out / "prune.json").read_text(encoding="utf-8"))))
     if shares:

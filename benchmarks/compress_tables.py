@@ -143,15 +143,28 @@ def _ms(values: list[float]) -> str:
 
 
 def main() -> None:
-    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in sys.argv[1:]]
-    for path, doc in zip(sys.argv[1:], docs, strict=True):
+    paths = [a for a in sys.argv[1:] if a.endswith(".json")]
+    docs = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+    for path in paths:  # the run's own timing record beside its JSON (bench_compress.py writes it)
+        timing = Path(path).with_suffix(".timing.json")
+        if timing.is_file():
+            t = json.loads(timing.read_text(encoding="utf-8"))
+            print(f"Run `{t['command']}`: wall {t['wall_s']:.0f} s, CPU {t['cpu_s']:.0f} s (1 torch thread); "
+                  f"load before: {t['load_before']}; after: {t['load_after']}; one held-out evaluation "
+                  f"{t['eval_seconds']:.1f} s.\n")
+    for path, doc in zip(paths, docs, strict=True):
         if doc["kind"] == "compress_prune":
             print(f"<!-- {path} -->\n{prune_tables(doc)}\n")
     shares = [d for d in docs if d["kind"] == "compress_share"]
     if shares:
-        print(f"<!-- {', '.join(p for p, d in zip(sys.argv[1:], docs, strict=True) if d['kind'] == 'compress_share')} -->")
+        print(f"<!-- {', '.join(p for p, d in zip(paths, docs, strict=True) if d['kind'] == 'compress_share')} -->")
         print(share_tables(shares))
 
 
 if __name__ == "__main__":
-    main()
+    if "--results" in sys.argv[1:-1]:  # the tables after the stamp of geodrift.provenance
+        from geodrift.provenance import run_recorded
+
+        run_recorded(main, sys.argv[sys.argv.index("--results") + 1], "Compression at the commands' defaults")
+    else:
+        main()
