@@ -120,6 +120,21 @@ def memory_estimate(cfg: Mapping[str, Any], params: int, seq_len: int, windows: 
     return 4 * (params + forward + states)
 
 
+def check_memory(cfg: Mapping[str, Any], label: str, params: int, seq_len: int, calib_windows: int,
+                 eval_windows_count: int, max_memory: int) -> None:
+    """Refuse, before anything is loaded, a run whose :func:`memory_estimate` exceeds ``max_memory`` bytes.
+
+    Raises:
+        GeodriftError: naming the options that set the size and ``--max-memory``.
+    """
+    need = memory_estimate(cfg, params, seq_len, max(calib_windows, eval_windows_count))
+    if need > max_memory:
+        raise GeodriftError(
+            f"--seq-len {seq_len}, --calib-windows {calib_windows}, --eval-windows {eval_windows_count}: "
+            f"{label} would need about {format_size(need)}, above --max-memory {format_size(max_memory)}; "
+            "lower them or raise --max-memory")
+
+
 def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq_len: int = 128,
                calib_windows: int = 8, eval_windows_count: int = 16, max_memory: int | None = None,
                on_stage: Callable[[str], None] | None = None) -> Setup[LlamaLM | HFCausalLM]:
@@ -141,12 +156,8 @@ def load_setup(path: str | Path | None, corpus: str | Path | None = None, *, seq
     """
     ckpt = open_model(path)
     if max_memory is not None:
-        need = memory_estimate(ckpt.config, model_parameters(ckpt), seq_len, max(calib_windows, eval_windows_count))
-        if need > max_memory:
-            raise GeodriftError(
-                f"--seq-len {seq_len}, --calib-windows {calib_windows}, --eval-windows {eval_windows_count}: "
-                f"{ckpt.label} would need about {format_size(need)}, above --max-memory {format_size(max_memory)}; "
-                "lower them or raise --max-memory")
+        check_memory(ckpt.config, ckpt.label, model_parameters(ckpt), seq_len, calib_windows, eval_windows_count,
+                     max_memory)
     tokenizer = tokenizer_for(path)
     text = load_corpus(corpus)
     if not text.train.strip() or not text.valid.strip():

@@ -27,8 +27,7 @@ from pathlib import Path
 
 import torch
 
-from geodrift.checks import format_size
-from geodrift.compress.model import Setup, _encode_prefix, memory_estimate
+from geodrift.compress.model import Setup, _encode_prefix, check_memory
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import eval_windows, load_corpus, stdlib_documents
@@ -127,12 +126,7 @@ def load_compress_setup(path: str | Path | None, corpus: str | Path | None = Non
     ckpt = open_llama(path)
     params = llama_parameters(ckpt)  # the config's sizes, checked against the tensors
     if max_memory is not None:
-        need = memory_estimate(ckpt.config, params, seq_len, max(calib_windows, eval_count))
-        if need > max_memory:
-            raise GeodriftError(
-                f"--seq-len {seq_len}, --calib-windows {calib_windows}, --eval-windows {eval_count}: {ckpt.label} "
-                f"would need about {format_size(need)}, above --max-memory {format_size(max_memory)}; lower them or "
-                "raise --max-memory")
+        check_memory(ckpt.config, ckpt.label, params, seq_len, calib_windows, eval_count, max_memory)
     tokenizer = tokenizer_for(path)
     texts = load_texts(tokenizer, corpus, split, seq_len, calib_windows, eval_count, draws)
     if tokenizer.vocab_size > int(ckpt.config["vocab_size"]):
