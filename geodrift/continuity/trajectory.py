@@ -371,7 +371,7 @@ def order_null(vectors: torch.Tensor, bank: PermutationBank) -> tuple[float, flo
     Clifford's (1991) sequential p-value, ``hits / drawn`` when the hits were reached, else ``(1 + hits) /
     (1 + drawn)``; valid as a permutation p-value, and precise where it matters (about 10 % near 0.001).
     The ``(L, L)`` Gram matrix is computed once; the random orders come from the report's bank
-    (:meth:`PermutationBank.layer_orders`), drawn once per layer count and shared by every stack of that
+    (:meth:`PermutationBank.order_pairs`), drawn once per layer count and shared by every stack of that
     depth (each stack's p stays an exact permutation p-value; only the stacks' nulls are correlated).
 
     Args:
@@ -394,16 +394,17 @@ def order_null(vectors: torch.Tensor, bank: PermutationBank) -> tuple[float, flo
     n_layers = vectors.shape[0]
     observed = float(gram.diagonal(1).mean())
 
-    def values(orders: torch.Tensor) -> torch.Tensor:  # (n, L) orders -> (n,) mean adjacent |cos|
-        return gram[orders[:, :-1], orders[:, 1:]].mean(-1)
+    def values(pairs: torch.Tensor) -> torch.Tensor:  # (n, L-1) flat adjacent pairs -> (n,) mean adjacent |cos|
+        return torch.take(gram, pairs).mean(-1)
 
     if math.factorial(n_layers) <= ORDER_EXACT_MAX:
-        per_order = values(_all_orders(n_layers))
+        orders = _all_orders(n_layers)
+        per_order = values(orders[:, :-1] * n_layers + orders[:, 1:])
         hits = int((per_order >= observed - 1e-12).sum())  # the depth order itself (and its reverse) count
         return float(per_order.mean()), float(per_order.std()), hits / len(per_order)
     parts, hits, drawn = [], 0, 0
     while drawn < ORDER_DRAWS:
-        batch = values(bank.layer_orders(n_layers, drawn // _ORDER_BATCH, _ORDER_BATCH))
+        batch = values(bank.order_pairs(n_layers, drawn // _ORDER_BATCH, _ORDER_BATCH))
         reached = hits + (batch >= observed - 1e-12).long().cumsum(0)  # hits after each order of the batch
         if int(reached[-1]) >= ORDER_HITS:
             batch = batch[:int((reached >= ORDER_HITS).nonzero()[0]) + 1]  # stop at the ORDER_HITS-th hit
