@@ -14,7 +14,8 @@ Runs (``--only`` picks one):
   calibration windows, 20 % (the set of the independent check quoted in issue 21).
 
 ``uptime`` is recorded before and after each run (the machine is shared), and so is the child's CPU
-time (user + system): with one torch thread it is what the wall time would be on an idle core.
+time (user + system): with one torch thread it is what the wall time would be on an idle core (``share`` now
+defaults to the usable CPUs, at most 2, so its CPU time exceeds its wall time on a quiet machine).
 
 Usage (timings under the shared lock)::
 

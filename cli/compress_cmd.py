@@ -43,6 +43,18 @@ SaveForce = Annotated[bool, typer.Option("--force", help="Let --save replace a f
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout instead of tables.")]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads. Default 1: on a shared 2-core machine two "
                                       "threads ran these forwards 2.5-3x slower (oversubscription).")]
+ShareThreads = Annotated[int | None, typer.Option(
+    "--threads", show_default="usable CPUs, at most 2",
+    help="torch CPU threads. On a quiet 2-core machine 2 threads ran share's forwards and eigendecompositions "
+         "1.8-1.9x faster than 1 (benchmarks/RESULTS_share_speed.md); on a machine busy with other work use 1 "
+         "(2 threads there ran 2.5-3x slower).")]
+
+
+def share_threads() -> int:
+    """``compress share``'s default ``--threads``: the CPUs this process may use, at most 2."""
+    from geodrift.provenance import thread_counts
+
+    return min(2, int(thread_counts()["cpus"] or 1))
 
 
 def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
@@ -233,7 +245,7 @@ def share_command(
     save_dtype: Annotated[choices.SaveDtype, typer.Option("--save-dtype", help="The saved tensors' dtype.")
                           ] = choices.SaveDtype.float32,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
-    threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
+    threads: ShareThreads = None, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
     max_memory: MaxMemory = "8G",
 ) -> None:
     """Calibration-whitened low-rank compression at equal parameters: SVD-LLM, Basis Sharing, pruning, and continuity's methods."""
@@ -256,7 +268,8 @@ def share_command(
     spec.check()
     split = split or ("sources" if corpus is None else "interleaved")
     limit = _check_common(seq_len, {"--eval-windows": eval_windows, "--calib-windows": calib_windows}, plot, dpi,
-                          threads, {"--json-out": json_out, "--csv": csv_out}, max_memory)
+                          share_threads() if threads is None else threads, {"--json-out": json_out, "--csv": csv_out},
+                          max_memory)
     save_ratio = ratio_list[0] if save_ratio is None else save_ratio
     if save is not None and (save_method.value not in spec.methods or save_ratio not in ratio_list):
         raise GeodriftError(f"--save-method/--save-ratio: {save_method.value} at {save_ratio} is not among the runs "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,7 @@ def test_compress_share_saves_a_smaller_factored_model_that_loads_back(tiny: Pat
               "0", "--calib-windows", "2", "--select-windows", "1", "--save", str(saved), "--json-out", str(out), "--csv",
               str(tmp_path / "s.csv"), "--plot", str(tmp_path / "s.png"), *FAST])
     assert exit_info.value.code == 0
+    assert torch.get_num_threads() == min(2, len(os.sched_getaffinity(0)))  # --threads' default: usable CPUs, at most 2
     result = json.loads(out.read_text())
     run = next(r for r in result["runs"] if r["method"] == "geodrift")
     assert "Q4_1" not in result["weights"] and result["weights"].startswith("F32")

@@ -101,6 +101,20 @@ def test_the_refit_is_the_least_squares_optimum_and_never_worse(seed: int, r: in
     assert torch.allclose(refit_coefficients(Ws[0], full, Cs[0]) @ full, Ws[0], atol=1e-3)
 
 
+def test_a_refit_is_computed_once_per_layer_rank_and_moment_and_equals_the_formula() -> None:
+    # geodrift's space selection asks for the same units' refit factors once per candidate configuration.
+    Ws, Cs = zip(*[_data(7, 6, seed=40 + s) for s in range(2)], strict=True)
+    unit = input_unit("mlp_up", (0, 1), list(Ws), list(Cs))
+    first, again = unit.factors(3, list(Cs)), unit.factors(3, list(Cs))
+    for j, layer in enumerate((0, 1)):
+        assert again[layer][0] is first[layer][0]  # kept, not recomputed
+        assert torch.equal(first[layer][0], refit_coefficients(Ws[j], first[layer][1], Cs[j]))  # bitwise the formula
+    assert unit.factors(2, list(Cs))[0][0].shape == (7, 2)  # another rank: its own refit
+    other = [C * 2 + torch.eye(6, dtype=C.dtype) for C in Cs]  # another moment: recomputed under it
+    assert torch.equal(unit.factors(3, other)[1][0], refit_coefficients(Ws[1], first[1][1], other[1]))
+    assert not torch.equal(unit.factors(3, other)[1][0], first[1][0])
+
+
 def test_allocations_stay_within_each_types_budget_and_greedy_loses_least() -> None:
     units = [private_unit(role, layer, *_data(12, 8, seed=10 * layer + i))
              for i, role in enumerate(("attn_q", "mlp_up")) for layer in range(4)]

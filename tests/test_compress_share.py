@@ -141,3 +141,32 @@ def test_the_equal_rank_verdict_is_calibrated_on_random_models() -> None:
             wrong += p.verdicts[0].verdict != ("holds" if p.predicted == "neither" else "tie")
             total += 1
     assert wrong / total < 0.12  # 140 verdicts at a 5 % rate: SD 1.8 points
+
+
+def test_geodrift_selection_runs_one_forward_per_candidate_and_refits_each_layer_once(loaded, monkeypatch) -> None:
+    # The design: one calibration evaluation of the starting spaces, then each of the 7 projections tries its
+    # two other spaces (1 + 2 x 7 = 15 forwards of the selection windows, one batch each); every input-space
+    # layer is refit once at the ratio's rank, and building geodrift afterwards reuses those refits.
+    from geodrift.compress import lowrank
+
+    setup, texts = loaded
+    refits = []
+    formula = lowrank.refit_coefficients
+
+    def counted(W: torch.Tensor, Bt: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+        refits.append(Bt.shape[0])
+        return formula(W, Bt, C)
+
+    monkeypatch.setattr(lowrank, "refit_coefficients", counted)
+    heads = []
+    hook = setup.model.lm_head.register_forward_hook(lambda *_: heads.append(1))
+    try:
+        comp = Compressor(setup.model, collect_moments(setup.model, texts.draws[0]), select=texts.draws[0][:2])
+        choices = comp.choices(0.4)
+        assert len(heads) == 15
+        assert all(len(c.selection_nll) == 3 for c in choices.values())
+        assert len(refits) == 7 * setup.n_layers  # every projection's input-space units, each layer once
+        comp.build("geodrift", 0.4)
+        assert len(refits) == 7 * setup.n_layers and len(heads) == 15
+    finally:
+        hook.remove()

@@ -90,6 +90,8 @@ class Unit:
     _coef: list[torch.Tensor] = field(repr=False)  # input: per-layer C_l (d_out, k); else unused
     _weights: list[torch.Tensor] = field(repr=False)  # each layer's W (d_out, d_in), float32
     whitening: str = "none needed"
+    # input space: {(layer index, r): (the moment it was refit under, refit coefficients)}
+    _refits: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict, repr=False)
 
     def per_rank(self) -> int:
         """Parameters one more rank costs."""
@@ -107,7 +109,9 @@ class Unit:
         """``{layer: (second (d_out, r), first (r, d_in))}`` with ``W_l ~ second @ first``.
 
         For a shared unit the shared factor is the same tensor object in every layer's pair.
-        ``moments`` (each layer's ``X^T X``, input space only) asks for the closed-form refit.
+        ``moments`` (each layer's ``X^T X``, input space only) asks for the closed-form refit; a refit
+        is computed once per layer, rank and moment tensor and kept (geodrift's space selection asks
+        for the same units' factors once per candidate configuration).
         """
         r = min(r, self.max_rank)
         if self.space == "private":
@@ -121,9 +125,18 @@ class Unit:
         for j, layer in enumerate(self.layers):
             coef = self._coef[j][:, :r]
             if moments is not None:
-                coef = refit_coefficients(self._weights[j], Bt, moments[j])
+                coef = self._refit(j, r, moments[j])
             out[layer] = (coef, Bt)
         return out
+
+
+    def _refit(self, j: int, r: int, C: torch.Tensor) -> torch.Tensor:
+        cached = self._refits.get((j, r))
+        if cached is not None and cached[0] is C:
+            return cached[1]
+        coef = refit_coefficients(self._weights[j], self._basis[:r], C)
+        self._refits[(j, r)] = (C, coef)
+        return coef
 
 
 def refit_coefficients(W: torch.Tensor, Bt: torch.Tensor, C: torch.Tensor) -> torch.Tensor:

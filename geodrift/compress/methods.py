@@ -211,7 +211,10 @@ class Compressor:
                 adjacent[space] = sum(abs(a - b) == 1 for a, b in pairs) / max(len(pairs), 1)
             loss = {}
             for space in ("private", "input", "output"):
-                units = self._role_units(role, space, groups.get(space, []), relative=True, vectors=False)
+                # With selection windows every space's units are built in full by _settle anyway: build them
+                # once here (cached) rather than their spectra now and again with vectors there.
+                units = self._role_units(role, space, groups.get(space, []), relative=True,
+                                         vectors=self.select is not None)
                 ranks = allocate.uniform_ranks(units, ratio)
                 loss[space] = sum(u.loss(k) for u, k in zip(units, ranks, strict=True)) / self.n_layers
             best = min(loss, key=loss.__getitem__)
