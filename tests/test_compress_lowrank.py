@@ -3,7 +3,7 @@
 SVD-LLM's truncation ``U_r S_r V_r^T S^{-1}`` (from an explicit SVD of ``W S``), the exact
 whitened loss of every unit, the closed-form refit as a least-squares optimum, allocations within
 their budgets, the grouping's recovery of planted pairs, the calibration hooks against a manual
-forward, and LaCo's merge formula.
+forward, and LaCo's merge formula (only the projections; equal layers merge to plain removal).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from geodrift.compress import allocate, grouping
 from geodrift.compress.calibrate import collect_moments
+from geodrift.compress.evaluate import heldout_nll
+from geodrift.compress.factorized import applied
 from geodrift.compress.lowrank import (
     input_unit,
     output_unit,
@@ -23,9 +25,11 @@ from geodrift.compress.lowrank import (
     refit_coefficients,
     whitened_error,
 )
-from geodrift.compress.merge import merge_targets, merged_parameters
+from geodrift.compress.merge import merge_targets, merged_names, merged_parameters, norm_growth
+from geodrift.compress.methods import Compressor
 from geodrift.compress.whiten import square_root
 from geodrift.lm.llama import LlamaLM
+from geodrift.weights import HF_LLAMA_PROJECTIONS
 
 
 def _data(d_out: int, d_in: int, seed: int, tokens: int = 60) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,7 +143,7 @@ def test_calibration_moments_are_the_projection_inputs_second_moments() -> None:
     assert moments.of("mlp_down", 1).shape == (24, 24)
 
 
-def test_laco_merges_the_differences_into_the_kept_predecessor() -> None:
+def test_laco_merges_the_differences_of_the_projections_into_the_kept_predecessor() -> None:
     model = LlamaLM(vocab_size=20, d_model=8, n_layers=5, n_heads=2, d_ff=16)
     assert merge_targets(5, [2, 3]) == {1: [2, 3]} and merge_targets(5, [0]) == {1: [0]}
     new = merged_parameters(model, [2, 3])
@@ -147,3 +151,55 @@ def test_laco_merges_the_differences_into_the_kept_predecessor() -> None:
     name = "model.layers.{}.self_attn.o_proj.weight"
     expected = p[name.format(1)] + (p[name.format(2)] - p[name.format(1)]) + (p[name.format(3)] - p[name.format(1)])
     assert torch.allclose(new[name.format(1)], expected) and name.format(0) not in new
+    # LaCo merges the seven projection weights and nothing else: the target keeps its own norms
+    assert sorted(new) == sorted(merged_names(1))
+
+
+def _laco_and_removal(model: LlamaLM, removed: list[int], windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    ratio = len(removed) / len(model.model.layers)
+    comp = Compressor(model, collect_moments(model, windows), orders={"prune-greedy": removed})
+    laco, pruned = comp.build("laco", ratio), comp.build("prune-greedy", ratio)
+    assert laco.removed == pruned.removed == tuple(sorted(removed)) and not pruned.replaced
+    assert laco.kept_params == pruned.kept_params
+    assert set(laco.replaced) == {n for t in merge_targets(len(model.model.layers), removed) for n in merged_names(t)}
+    with applied(model, laco):
+        merged = heldout_nll(model, windows, laco.removed)
+    return merged, heldout_nll(model, windows, pruned.removed)
+
+
+def test_merging_layers_whose_projections_equal_the_targets_is_plain_removal() -> None:
+    # Layers 2 and 3 carry layer 1's projections (their norms differ): every difference is zero,
+    # so LaCo must leave layer 1 as it is and the model must equal the one with 2 and 3 removed.
+    g = torch.Generator().manual_seed(3)
+    model = LlamaLM(vocab_size=30, d_model=16, n_layers=5, n_heads=2, d_ff=24, generator=g)
+    with torch.no_grad():
+        for layer in (2, 3):
+            for role in HF_LLAMA_PROJECTIONS:
+                model.projection(role, layer).weight.copy_(model.projection(role, 1).weight)
+            model.model.layers[layer].input_layernorm.weight.mul_(3.0)
+    windows = torch.randint(0, 30, (6, 17), generator=g)
+    merged, removed = _laco_and_removal(model, [2, 3], windows)
+    assert torch.allclose(merged, removed, atol=1e-5)
+    assert norm_growth(model, [2, 3]) == pytest.approx(1.0)
+
+
+def test_merging_one_layer_keeps_the_next_layers_projections_behind_the_targets_norms() -> None:
+    # m = 1: theta_1 + (theta_2 - theta_1) = theta_2, so the merged model runs layer 2's
+    # projections in layer 1's place (with layer 1's norms) and drops layer 2.
+    g = torch.Generator().manual_seed(4)
+    model = LlamaLM(vocab_size=30, d_model=16, n_layers=4, n_heads=2, d_ff=24, generator=g)
+    windows = torch.randint(0, 30, (6, 17), generator=g)
+    merged, _ = _laco_and_removal(model, [2], windows)
+    with torch.no_grad():
+        for role in HF_LLAMA_PROJECTIONS:
+            model.projection(role, 1).weight.copy_(model.projection(role, 2).weight)
+    assert torch.allclose(merged, heldout_nll(model, windows, [2]), atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_merging_m_unrelated_layers_grows_the_weights_by_sqrt_m2_minus_m_plus_1(m: int) -> None:
+    # Independent random layers (as adjacent SmolLM2-135M layers nearly are): Eq. 1's sum of m
+    # differences is not a layer of the model; its norm is sqrt(m^2 - m + 1) times a layer's.
+    model = LlamaLM(vocab_size=20, d_model=64, n_layers=m + 1, n_heads=4, d_ff=128,
+                    generator=torch.Generator().manual_seed(m))
+    assert norm_growth(model, range(1, m + 1)) == pytest.approx((m * m - m + 1) ** 0.5, rel=0.05)

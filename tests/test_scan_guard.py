@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import torch
 
 from geodrift import metrics
 from geodrift.continuity import MeasureSpec
@@ -94,3 +95,27 @@ def test_a_scan_draws_one_permutation_bank_per_vector_dimension_and_nothing_else
     dims = {s.dim for r in report.roles for s in r.spaces.values()}
     assert {t.dim for t in report.trajectory} <= dims  # the trajectory's nulls reuse the main table's banks
     assert tally.permutation_rows == draws * (n_layers - 1) * len(dims)
+
+
+def test_the_layer_order_null_draws_one_sequence_of_orders_per_depth_shared_by_every_stack():
+    # 10 layers (10! > ORDER_EXACT_MAX: random orders), two roles, both spaces: four stacks of one depth. Unrelated
+    # random vectors reach their observed value quickly; depth-ordered ones (an arc) need every order.
+    from geodrift.continuity.bank import PermutationBank
+    from geodrift.continuity.trajectory import _ORDER_BATCH, ORDER_DRAWS, trajectory_shapes
+
+    g = torch.Generator().manual_seed(3)
+    angles = torch.linspace(0, 1.5, 10)
+    arc = torch.cat([torch.stack([angles.cos(), angles.sin()], 1), torch.zeros(10, 10)], 1)  # (10, 12)
+    spectra = {}
+    for role in ("attn_q", "mlp_down"):
+        for layer in range(10):
+            u = arc[layer, :8] if role == "attn_q" else torch.randn(8, generator=g)
+            v = arc[layer] if role == "attn_q" else torch.randn(12, generator=g)
+            spectra[(role, layer)] = SVDTriplets(U=(u / u.norm())[:, None], S=torch.ones(1), Vh=(v / v.norm())[None],
+                                                   frobenius_sq=1.0, residual=0.0, method="exact")
+    bank = PermutationBank(torch.Generator().manual_seed(0))
+    shapes = trajectory_shapes(spectra, 20, 0, bank)
+    assert len(shapes) == 4
+    assert min(t.order_p for t in shapes) < 1e-4  # the arc needed (almost) every order ...
+    assert bank.orders_generated == ORDER_DRAWS  # ... and the four stacks together drew them once
+    assert bank.orders_generated % _ORDER_BATCH == 0

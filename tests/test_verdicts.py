@@ -18,6 +18,7 @@ from _checkpoints import hf_config, write_hf_folder
 
 import geodrift
 from geodrift.continuity import Report
+from geodrift.continuity.bank import PermutationBank
 from geodrift.continuity.trajectory import ORDER_EXACT_MAX, order_null, trajectory_shape
 from geodrift.continuity.verdicts import (
     ORDER_ALPHA,
@@ -85,9 +86,9 @@ def test_too_few_layers_for_the_order_test_give_no_path_verdict():
 
 def test_the_exact_order_null_depends_on_the_set_of_layers_not_their_order():
     arc = _arc(7)
-    mean, std, p = order_null(arc, torch.Generator())
+    mean, std, p = order_null(arc, PermutationBank(torch.Generator()))
     assert math.factorial(7) <= ORDER_EXACT_MAX and p == pytest.approx(2 / math.factorial(7))  # it and its reverse
-    moved = order_null(arc[torch.tensor([3, 0, 6, 1, 5, 2, 4])], torch.Generator())
+    moved = order_null(arc[torch.tensor([3, 0, 6, 1, 5, 2, 4])], PermutationBank(torch.Generator()))
     assert moved[:2] == pytest.approx((mean, std)) and moved[2] > 0.05
 
 

@@ -24,8 +24,9 @@ Continuity's methods:
   (:func:`~geodrift.compress.allocate.loss_per_parameter_ranks`) were geodrift's first design; on
   the development set (the interleaved split's 8 held-out windows, not the benchmark's evaluation
   text) they lost to uniform ranks (perplexity 133 vs 67 at 20 %), so they are its control.
-- ``laco``: the layers ``prune-greedy`` removes, merged into their kept predecessor instead
-  (:mod:`~geodrift.compress.merge`).
+- ``laco``: the layers ``prune-greedy`` removes, merged into their kept predecessor instead by
+  LaCo's Eq. 1 on the seven projections (:mod:`~geodrift.compress.merge`); its note gives the
+  merged weights' norm growth (about 1 when adjacent layers share their weights).
 
 Attribution controls, each ``geodrift`` with one choice changed: ``geodrift:random-groups`` (same
 spaces, random groups), ``geodrift:swapped`` (input and output exchanged, each with its own matched
@@ -51,7 +52,7 @@ from geodrift.compress.lowrank import (
     private_unit,
     whitened_energy,
 )
-from geodrift.compress.merge import merged_parameters
+from geodrift.compress.merge import merged_parameters, norm_growth
 from geodrift.compress.whiten import Root, square_root
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
@@ -316,4 +317,7 @@ class Compressor:
                          dense_params=self.n_layers * per_layer)
         if method == "laco":
             out.replaced = merged_parameters(self.model, removed)
+            out.notes.append(f"merged projections' Frobenius norm / the kept layer's own: "
+                             f"{norm_growth(self.model, removed):.2f} on average (1 when the merged layers share "
+                             "its weights, sqrt(m^2 - m + 1) for m unrelated ones)")
         return out

@@ -278,6 +278,8 @@ def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] 
     notes = [f"evaluation: {setup.corpus.get('evaluation', 'held-out split')}; calibration: "
              f"{setup.corpus.get('calibration', 'training split')}",
              f"pruning removes round(ratio x {L}) layers: " + ", ".join(f"{r:.0%} -> {round(r * L)}" for r in spec.ratios)]
+    notes += [f"laco at {r.ratio:.0%} (draw {r.draw}): {note}" for r in runs if r.method == "laco" and r.draw == first
+              for note in r.notes]
     result = ShareResult(
         model=setup.label, weights=setup.weights, n_layers=L, corpus=setup.corpus,
         seq_len=setup.evaluation.shape[1] - 1, calib_windows=draws[first].shape[0],

@@ -5,6 +5,8 @@ from the report's generator and shared by every statistic of that shape: Eq. 1 a
 role and space, the trajectory's EVR and lag nulls (through :meth:`PermutationBank.layer_permutations`)
 and the series' paired nulls. Each statistic still gets an exact permutation null; sharing only
 correlates the nulls of different statistics, and a report pays for each shape's permutations once.
+The layer-order null (:func:`geodrift.continuity.trajectory.order_null`) likewise shares one sequence of
+random layer orders per layer count (:meth:`PermutationBank.order_pairs`) among every stack of that depth.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import numpy as np
 import torch
 
 from geodrift import metrics
@@ -36,6 +39,10 @@ class PermutationBank:
         self._memo: dict[Hashable, Any] = {}
         #: ``(draws, pairs, d)`` rows generated so far (the structural guard counts them).
         self.rows_generated = 0
+        #: random layer orders generated so far by :meth:`order_pairs` (counted by the guard too).
+        self.orders_generated = 0
+        self._orders: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._order_rng: np.random.Generator | None = None
 
     def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
         """``(>= draws, n_pairs, dim)`` permutations, drawn on first use of the shape."""
@@ -78,6 +85,42 @@ class PermutationBank:
         for layer in range(n_layers - 1):
             layers.append(torch.gather(pairs[:, layer], 1, layers[-1]))
         return torch.stack(layers, 1)
+
+    def order_pairs(self, n_layers: int, batch: int, size: int) -> torch.Tensor:
+        """Batch ``batch`` of ``size`` uniformly random layer orders, as their adjacent pairs, shared by every stack.
+
+        For an order ``o`` of ``range(L)``, row ``t`` holds ``o[t] * L + o[t + 1]``: the flat index of the
+        pair ``(o[t], o[t + 1])`` in an ``(L, L)`` matrix, so ``torch.take(matrix, pairs)`` reads its
+        entries along the order. Orders are drawn on first use, batch after batch, by numpy's Fisher-Yates
+        shuffle (``Generator.permuted``: exactly uniform, no ties) from a stream seeded by the report's seed
+        alone, so a stack's orders do not depend on which stack asked first; stored in the smallest integer
+        type that holds ``L * L``.
+
+        Args:
+            n_layers: ``L >= 2``.
+            batch: which batch (0, 1, ...); earlier batches are drawn first if missing.
+            size: orders per batch (part of the key: another size is another sequence).
+
+        Returns:
+            ``(size, L - 1)`` int64 flat indices.
+
+        Example:
+            >>> bank = PermutationBank(torch.Generator().manual_seed(0))
+            >>> pairs = bank.order_pairs(4, 0, 3)
+            >>> order = [int(pairs[0, 0]) // 4] + [int(i) % 4 for i in pairs[0]]
+            >>> sorted(order), bool((bank.order_pairs(4, 0, 3) == pairs).all()), bank.orders_generated
+            ([0, 1, 2, 3], True, 3)
+        """
+        if self._order_rng is None:
+            self._order_rng = np.random.default_rng([self.generator.initial_seed(), 0x6F72646572])  # "order"
+        drawn = self._orders.setdefault((n_layers, size), [])
+        dtype = np.int16 if n_layers * n_layers <= np.iinfo(np.int16).max else np.int64
+        while len(drawn) <= batch:
+            identity = np.broadcast_to(np.arange(n_layers, dtype=dtype), (size, n_layers))
+            orders = self._order_rng.permuted(identity, axis=1)
+            drawn.append(orders[:, :-1] * dtype(n_layers) + orders[:, 1:])
+            self.orders_generated += size
+        return torch.from_numpy(drawn[batch]).long()
 
     def memo(self, key: Hashable, make: Callable[[], Any]) -> Any:
         """``make()`` once per key: other per-shape draws the report's stacks share (e.g. a random floor)."""
