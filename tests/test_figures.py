@@ -173,3 +173,21 @@ def test_the_checker_flags_what_a_reviewer_would():
     with pytest.raises(AssertionError):  # a similarity plot without its floors
         _assert_paper_ready(fig, similarity=True)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("high", [900.0, 1e12])
+def test_log_axes_label_their_ticks_as_plain_numbers_not_raw_tex(high):
+    # The style turns TeX math off (literal names); matplotlib's default log labels would then read
+    # "$\mathdefault{10^{2}}$" (the compress figures did, until log_scale).
+    from geodrift.render.figures import log_scale, pyplot, style
+
+    plt = pyplot()
+    with style():
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [40.0, high])
+        log_scale(ax)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True) if t.get_text()]
+        plt.close(fig)
+    assert labels and not any("$" in t or "mathdefault" in t for t in labels), labels
+    assert "100" in labels

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from geodrift.compress.prune import PruneResult
 from geodrift.render import console, fmt, lit
-from geodrift.render.figures import COLUMN_WIDTH_IN, save_figure, style
+from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.verdicts import verdict_grid
 
@@ -109,7 +109,7 @@ def plot_prune(result: PruneResult, path: str | Path, dpi: int = 300) -> Path:
         for c in result.curves:
             ax.plot(n, c.ppl, marker=".", label=c.method)
         ax.axhline(result.baseline_ppl, color="0.35", ls=":", lw=0.9, label=f"unpruned ({result.baseline_ppl:.1f})")
-        ax.set_yscale("log")
+        log_scale(ax)
         ax.set_xlabel("layers removed n")
         ax.set_ylabel("held-out perplexity")
         ax.set_title(f"{result.model.split(' ')[0]} ({result.n_layers} layers)", fontsize=7.5)

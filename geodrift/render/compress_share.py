@@ -17,7 +17,7 @@ from rich.markup import escape
 from geodrift.compress.evaluate import paired
 from geodrift.compress.share_run import ShareResult, best_baseline
 from geodrift.render import console, fmt, lit
-from geodrift.render.figures import COLUMN_WIDTH_IN, save_figure, style
+from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.verdicts import verdict_grid
 
@@ -168,25 +168,44 @@ def share_summary(result: ShareResult) -> str:
             + f"; {held}/{len(result.verdicts)} claims hold")
 
 
+# A perplexity above this many times the dense model's is drawn on the figure's top edge (a collapsed model).
+OFF_SCALE = 100.0
+
+
 def plot_share(result: ShareResult, path: str | Path, dpi: int = 300) -> Path:
-    """Held-out perplexity against the ratio removed: one line per method (geometric mean over draws), dense dotted."""
+    """Held-out perplexity against the ratio removed: one line per method (geometric mean over draws), dense dotted.
+
+    A method whose perplexity passes :data:`OFF_SCALE` times the dense model's (a collapsed model) is drawn as
+    triangles on the top edge, its largest value in its legend entry, so that it does not squash the others.
+    """
     import matplotlib.pyplot as plt
 
+    top = OFF_SCALE * result.baseline_ppl
     with style():
         fig, ax = plt.subplots(figsize=(COLUMN_WIDTH_IN, 3.4), layout="constrained")
         x = [100 * r for r in result.ratios]
-        for method in result.methods:
+        colors = plt.get_cmap("tab20")(range(20))  # 20 distinct colours: a method never shares its control's colour
+        for i, method in enumerate(result.methods):
             ys = []
             for ratio in result.ratios:
                 nll = [r.nll for r in result.runs if r.method == method and r.ratio == ratio]
                 ys.append(math.exp(statistics.fmean(nll)) if nll else float("nan"))
             kind = next(r.kind for r in result.runs if r.method == method)
-            ax.plot(x, ys, marker=".", lw=0.9, ls={"baseline": "--", "control": ":"}.get(kind, "-"), label=method)
+            style_of = {"ls": {"baseline": "--", "control": ":"}.get(kind, "-"), "lw": 0.9, "color": colors[2 * i % 20 + i // 10 % 2]}
+            off = [y for y in ys if y > top]
+            if off:
+                ax.plot(x, [min(y, top) for y in ys], marker="^", clip_on=False, **style_of,
+                        label=f"{method} (off scale, up to {max(off):.1e})")
+            else:
+                ax.plot(x, ys, marker=".", **style_of, label=method)
         ax.axhline(result.baseline_ppl, color="0.35", ls=":", lw=0.9, label=f"dense ({result.baseline_ppl:.1f})")
-        ax.set_yscale("log")
+        log_scale(ax)
+        ax.set_xticks(x)
+        if ax.get_ylim()[1] > top:
+            ax.set_ylim(top=top)
         ax.set_xlabel("projection parameters removed (%)")
         ax.set_ylabel("held-out perplexity")
         ax.set_title(f"{result.model.split(' ')[0]} ({result.weights.split(',')[0]}); "
                      f"{result.eval_windows} windows, {result.calib_draws} draw(s)", fontsize=6.5)
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=3, fontsize=5.5)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=5.5)
         return save_figure(fig, path, dpi)

@@ -135,6 +135,21 @@ def draw_random_floor(ax: Any, floor: float, label: str | None = None) -> None:
     ax.axhline(floor, color="0.35", ls=":", lw=0.9, label=label)
 
 
+def log_scale(ax: Any, axis: str = "y") -> None:
+    """A log axis with plain tick labels (``100``, ``300``, ``1e+08``).
+
+    The style turns TeX math off (:data:`STYLE`: names from files are printed literally), which would leave
+    matplotlib's default log-axis labels as the raw text ``$\\mathdefault{10^{2}}$``; ``LogFormatter``
+    writes no math, and labels minor ticks only where the axis spans few decades.
+    """
+    from matplotlib.ticker import LogFormatter
+
+    getattr(ax, f"set_{axis}scale")("log")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    target.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+
+
 def save_figure(fig: Any, path: str | Path, dpi: int = DEFAULT_DPI, close: bool = True) -> Path:
     """Write ``fig`` atomically in the format of ``path``'s suffix, then close it (unless ``close=False``).
 

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from geodrift.prove import ProveReport
 from geodrift.render import console, lit
+from geodrift.render.figures import log_scale
 from geodrift.render.layout import Col, Grid, print_grid
 
 _STYLE = {"verified": "green", "unproven": "yellow", "failed": "red"}
@@ -121,7 +122,7 @@ def _equivariance_panel(ax: Any, metrics: dict[str, dict[str, Any]]) -> bool:
     colors = ["tab:green"] * len(equi) + ["tab:red"] * len(breaking)
     y = list(range(len(names)))[::-1]
     ax.barh(y, values, color=colors, height=0.65, left=_TINY)
-    ax.set_xscale("log")
+    log_scale(ax, "x")
     ax.set_xlim(_TINY, 1e2)
     ax.set_yticks(y, [n.replace("_", " ") for n in names])
     ax.axvline(1e-10, color="tab:green", ls="--", lw=0.8, label="equivariant: below 1e-10")
@@ -171,7 +172,7 @@ def _noether_panel(ax: Any, metrics: dict[str, dict[str, Any]]) -> bool:
                                                   ("momentum", "orbit momentum (skew part)", "tab:purple"))):
         ax.bar([i + (offset - 0.5) * 0.38 for i in x], [_log_floor(noether[r][key]) for r in runs], width=0.38,
                color=color, label=label, bottom=_TINY)
-    ax.set_yscale("log")
+    log_scale(ax)
     ax.set_ylim(_TINY, 10)
     names = {"gd": "GD", "gd_half_step": "GD, half step", "adam": "Adam", "gd_radial": "GD, radial",
              "adam_radial": "Adam, radial"}
