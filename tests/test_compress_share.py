@@ -170,3 +170,11 @@ def test_geodrift_selection_runs_one_forward_per_candidate_and_refits_each_layer
         assert len(refits) == 7 * setup.n_layers and len(heads) == 15
     finally:
         hook.remove()
+
+
+@pytest.mark.parametrize(("field", "value", "option"), [("greedy_windows", 0, "--greedy-windows"),
+                                                        ("select_windows", -1, "--select-windows")])
+def test_share_spec_names_the_window_option_it_refuses(field, value, option):
+    # These two checks once sat after a `return` and never ran.
+    with pytest.raises(GeodriftError, match=option):
+        ShareSpec(**{field: value}).check()

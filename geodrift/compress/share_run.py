@@ -89,15 +89,15 @@ class ShareSpec:
             raise GeodriftError(f"--calib-draws: must be at least 1, got {self.calib_draws}")
         if self.first_draw < 0:
             raise GeodriftError(f"--first-draw: must be at least 0, got {self.first_draw}")
+        if self.greedy_windows < 1:
+            raise GeodriftError(f"--greedy-windows: must be at least 1, got {self.greedy_windows}")
+        if self.select_windows < 0:
+            raise GeodriftError(f"--select-windows: must be at least 0, got {self.select_windows}")
 
     @property
     def draw_ids(self) -> list[int]:
         """The calibration draws run."""
         return list(range(self.first_draw, self.first_draw + self.calib_draws))
-        if self.greedy_windows < 1:
-            raise GeodriftError(f"--greedy-windows: must be at least 1, got {self.greedy_windows}")
-        if self.select_windows < 0:
-            raise GeodriftError(f"--select-windows: must be at least 0, got {self.select_windows}")
 
 
 @dataclass
