@@ -14,14 +14,12 @@ of its repeats kept:
 
 Usage (under the shared lock, quiet machine)::
 
-    flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_share_speed.py [--out benchmarks/RESULTS_share_speed.md]
+    flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_share_speed.py [--write-results benchmarks/RESULTS_share_speed.md]
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,10 +29,6 @@ import torch
 from geodrift.compress.evaluate import heldout_nll
 from geodrift.compress.model import nll_from_hidden
 from geodrift.compress.sources import load_compress_setup
-
-
-def _uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def _best(fn: Callable[[], object], threads: int, repeats: int) -> float:
@@ -47,11 +41,16 @@ def _best(fn: Callable[[], object], threads: int, repeats: int) -> float:
     return min(times)
 
 
-def main() -> None:
+def parse_known() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None, help="also write the table (markdown) here")
+    parser.add_argument("--write-results", type=Path, default=None,
+                        help="also write what this prints to this file, after geodrift.provenance's stamp")
     parser.add_argument("--repeats", type=int, default=2, help="alternations of 1 and 2 threads")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_known()
     setup, texts = load_compress_setup(None, eval_count=64)
     model, windows, calib = setup.model, setup.evaluation, texts.draws[0][:2]
     g = torch.Generator().manual_seed(0)
@@ -69,7 +68,6 @@ def main() -> None:
         "greedy candidate (2 windows, every layer)": lambda: heldout_nll(model, calib),
         "eigh 1536 (float64)": lambda: torch.linalg.eigh(moment),
     }
-    before = _uptime()
     seconds: dict[str, dict[int, float]] = {name: {} for name in work}
     for _ in range(args.repeats):
         for threads in (1, 2):
@@ -78,7 +76,6 @@ def main() -> None:
                 seconds[name][threads] = min(seconds[name].get(threads, float("inf")), t)
     head_old = _best(old_head, 1, 3)
     head_new = _best(lambda: nll_from_hidden(model, hidden, windows[:8, 1:]), 1, 3)
-    after = _uptime()
     lines = ["| work | 1 thread (s) | 2 threads (s) | 1 / 2 threads |", "|---|---|---|---|"]
     for name, by in seconds.items():
         lines.append(f"| {name} | {by[1]:.2f} | {by[2]:.2f} | {by[1] / by[2]:.2f} |")
@@ -86,12 +83,14 @@ def main() -> None:
               f"| log-softmax over the strided (B, vocab, T) axis (before) | {head_old:.3f} |",
               f"| log-softmax over the contiguous (B T, vocab) axis (now) | {head_new:.3f} |",
               f"| ratio | {head_old / head_new:.2f} |"]
-    text = "\n".join([f"command: {' '.join([Path(sys.executable).name, *sys.argv])}", f"load before: {before}",
-                      f"load after: {after}", f"torch {torch.__version__}", "", *lines, ""])
-    print(text)
-    if args.out is not None:
-        args.out.write_text("# compress share: threads and the NLL head\n\n" + text, encoding="utf-8")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
-    main()
+    results = parse_known().write_results
+    if results is None:
+        main()
+    else:  # what it prints, after the stamp (command, load before and after, versions, wall time)
+        from geodrift.provenance import run_recorded
+
+        run_recorded(main, results, "compress share: threads and the NLL head")
