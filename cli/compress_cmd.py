@@ -46,7 +46,7 @@ Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads. Defa
 ShareThreads = Annotated[int | None, typer.Option(
     "--threads", show_default="usable CPUs, at most 2",
     help="torch CPU threads. On a quiet 2-core machine 2 threads ran share's forwards and eigendecompositions "
-         "1.8-1.9x faster than 1 (benchmarks/RESULTS_share_speed.md); on a machine busy with other work use 1 "
+         "1.75-1.9x faster than 1 (benchmarks/RESULTS_share_speed.md); on a machine busy with other work use 1 "
          "(2 threads there ran 2.5-3x slower).")]
 
 

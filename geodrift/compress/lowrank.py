@@ -129,7 +129,6 @@ class Unit:
             out[layer] = (coef, Bt)
         return out
 
-
     def _refit(self, j: int, r: int, C: torch.Tensor) -> torch.Tensor:
         cached = self._refits.get((j, r))
         if cached is not None and cached[0] is C:

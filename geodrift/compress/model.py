@@ -212,9 +212,9 @@ def kept_layers(n_layers: int, removed: Iterable[int]) -> list[int]:
 def nll_from_hidden(model: LayerStack, h: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token NLL per window ``(B,)`` from final hidden states ``h (B, T, d)`` and ``targets (B, T)``.
 
-    The log-softmax runs over the contiguous vocabulary axis of ``(B T, vocab)`` logits: 4x faster on
-    CPU than over ``(B, vocab, T)`` (a strided axis), and closer to the float64 value (the strided
-    kernel's float32 sums were off by up to 5e-5 nats per window on a 49k vocabulary).
+    The log-softmax runs over the contiguous vocabulary axis of ``(B T, vocab)`` logits: faster on CPU
+    than over the strided axis of ``(B, vocab, T)`` (benchmarks/RESULTS_share_speed.md), and closer to
+    the float64 value (``tests/test_compress.py`` checks it on the embedded model).
     """
     logits = model.logits(h).float()  # (B, T, vocab)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")  # (B T,)
