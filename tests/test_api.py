@@ -216,3 +216,33 @@ def test_plot_returns_the_scan_figure_and_saves_it_only_when_asked(tmp_path: Pat
     assert (tmp_path / "api.png").read_bytes() == (tmp_path / "cli.png").read_bytes()
     with pytest.raises(GeodriftError, match=r"plot\(kind='bars'\): unknown kind"):
         report.plot(kind="bars")
+
+
+def test_fingerprint_samples_stay_in_range_past_two_to_the_24_elements():
+    from geodrift.scan.fingerprint import sample_indices, tensors_fingerprint
+
+    n = 2**24 + 3  # a float32 linspace rounds its last sample to 2**24 + 4, one past the end
+    picks = sample_indices(n, 4096)
+    assert picks[0] == 0 and picks[-1] == n - 1 and len(picks) == 4096 and bool((picks[1:] > picks[:-1]).all())
+    big = torch.zeros(n, dtype=torch.uint8)
+    assert tensors_fingerprint({"w": big}) != tensors_fingerprint({"w": big.clone().index_fill_(0, picks[-1:], 1)})
+
+
+def test_the_embedded_model_loaded_through_transformers_scans_in_memory_like_its_gguf():
+    """A real-sized model in memory (the embedding has 28.3 M elements, past float32's 2^24 integers)."""
+    transformers = pytest.importorskip("transformers")
+    from geodrift.lm.hf import hf_config as model_config
+    from geodrift.pretrained import llama_from_checkpoint, open_llama
+
+    llama = llama_from_checkpoint(open_llama(None))
+    config = {k: v for k, v in model_config(llama).items() if k != "geodrift_model"}
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**config))
+    model.load_state_dict(llama.state_dict())
+    del llama
+    assert model.model.embed_tokens.weight.numel() > 2**24
+    in_memory = geodrift.scan(model, layers="0-5", null_draws=10, k=1)
+    from_file = geodrift.scan(layers="0-5", null_draws=10, k=1)
+    assert in_memory.origin.endswith("(in memory)")
+    for a, b in zip(_numbers(in_memory), _numbers(from_file), strict=True):
+        assert a[:2] == b[:2] and a[2:] == pytest.approx(b[2:], abs=1e-4)
+    assert [r.verdict for r in in_memory.roles] == [r.verdict for r in from_file.roles]

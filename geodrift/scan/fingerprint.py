@@ -55,6 +55,22 @@ def file_fingerprint(path: str | Path) -> dict[str, Any]:
     return {"method": METHOD, "sha256": digest.hexdigest(), "files": len(files), "bytes": total}
 
 
+def sample_indices(n: int, count: int) -> Any:
+    """``min(count, n)`` evenly spaced indices into ``range(n)``, first and last included, in exact int64
+    arithmetic: a float32 ``linspace`` rounds past ``n - 1`` once ``n`` exceeds 2^24.
+
+    Example:
+        >>> sample_indices(5, 3).tolist(), sample_indices(2**24 + 3, 2)[-1].item() == 2**24 + 2
+        ([0, 2, 4], True)
+    """
+    import torch
+
+    count = min(count, n)
+    if count <= 1:
+        return torch.zeros(count, dtype=torch.int64)
+    return torch.arange(count, dtype=torch.int64) * (n - 1) // (count - 1)
+
+
 def tensors_fingerprint(tensors: Mapping[str, Any]) -> dict[str, Any]:
     """The fingerprint of tensors in memory (a state dict): names, dtypes, shapes and 4096 evenly spaced
     elements of each.
@@ -74,7 +90,7 @@ def tensors_fingerprint(tensors: Mapping[str, Any]) -> dict[str, Any]:
         total += flat.numel() * flat.element_size()
         digest.update(f"{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
         if flat.numel():
-            picks = torch.linspace(0, flat.numel() - 1, min(4096, flat.numel())).long()
+            picks = sample_indices(flat.numel(), 4096)
             digest.update(flat[picks].cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return {"method": METHOD, "sha256": digest.hexdigest(), "files": 0, "bytes": total}
 
