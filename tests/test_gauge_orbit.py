@@ -100,7 +100,7 @@ def test_all_generators_at_once_preserve_smollm2s_logits(smollm2: Case):
     assert smollm2.error(moved) <= RELATIVE
 
 
-@pytest.mark.parametrize("generator", ["rotate", "vo", "qk", "mlp_scale"])
+@pytest.mark.parametrize("generator", ["rotate", "vo", "qk", "mlp_scale", "head_permute"])
 def test_each_generator_preserves_smollm2s_logits(smollm2: Case, generator: str):
     moved = random_gauge(smollm2.sd, smollm2.shape, torch.Generator().manual_seed(10), generators=(generator,))
     assert smollm2.error(moved) <= RELATIVE

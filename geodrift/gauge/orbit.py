@@ -23,6 +23,8 @@ The generators (each returns a new dict; the input is not modified):
   rotations, so every score ``q^T R(theta (s - t)) k`` is unchanged).
 - :func:`scale_mlp`: per hidden unit, Up row ``* s`` and Down column ``/ s`` (Up enters the gated
   product linearly); :func:`permute_mlp`: one hidden-unit permutation of Gate/Up rows and Down columns.
+- :func:`permute_heads`: a permutation of the KV heads (with their query groups) and of the query
+  heads within each group.
 
 :func:`random_gauge` draws all of them at once from a ``torch.Generator``. The proofs that these maps
 (and only these, for the Llama family) are exact live in ``proofs/`` (issue 31, item 1).
@@ -269,6 +271,38 @@ def permute_mlp(sd: StateDict, layer: int, perm: torch.Tensor) -> StateDict:
     return out
 
 
+def permute_heads(sd: StateDict, shape: GaugeShape, layer: int, kv_perm: torch.Tensor,
+                  q_perms: torch.Tensor) -> StateDict:
+    """Reorder the heads of ``layer``: KV head ``kv_perm[i]`` becomes KV head ``i`` (its K and V rows, and its
+    query group's Q rows and O columns move with it), and within each new group ``i`` query head
+    ``q_perms[i, j]`` (an index inside the group) becomes its ``j``-th.
+
+    Args:
+        sd: a Llama state dict; shape: its :class:`GaugeShape`; layer: the layer.
+        kv_perm: ``(n_kv_heads,)`` permutation; q_perms: ``(n_kv_heads, group)`` permutations.
+
+    Returns:
+        The new state dict.
+
+    Example:
+        >>> shape = GaugeShape(1, 2, 1, 2)
+        >>> sd = {layer_key(0, n): torch.arange(2.0).reshape(2, 1) for n in ("k_proj", "v_proj")}
+        >>> sd[layer_key(0, "q_proj")], sd[layer_key(0, "o_proj")] = torch.arange(4.0).reshape(4, 1), torch.eye(4)
+        >>> moved = permute_heads(sd, shape, 0, torch.tensor([0]), torch.tensor([[1, 0]]))
+        >>> moved[layer_key(0, "q_proj")].flatten().tolist(), moved[layer_key(0, "k_proj")].flatten().tolist()
+        ([2.0, 3.0, 0.0, 1.0], [0.0, 1.0])
+    """
+    out = _copy(sd)
+    kv_rows = torch.cat([shape.head_rows(int(h)) for h in kv_perm])
+    q_heads = [int(kv_perm[i]) * shape.group + int(q_perms[i, j])
+               for i in range(shape.n_kv_heads) for j in range(shape.group)]
+    q_rows = torch.cat([shape.head_rows(h) for h in q_heads])
+    for name, rows in (("k_proj", kv_rows), ("v_proj", kv_rows), ("q_proj", q_rows)):
+        out[layer_key(layer, name)] = out[layer_key(layer, name)][rows]
+    out[layer_key(layer, "o_proj")] = out[layer_key(layer, "o_proj")][:, q_rows]
+    return out
+
+
 def random_orthogonal(n: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """A Haar-random ``(n, n)`` orthogonal matrix (QR of a Gaussian, signs fixed).
 
@@ -294,7 +328,7 @@ def random_conditioned(n: int, condition: float, generator: torch.Generator) -> 
     return random_orthogonal(n, generator) @ torch.diag(singular) @ random_orthogonal(n, generator).T
 
 
-GENERATORS: tuple[str, ...] = ("fold", "rotate", "vo", "qk", "mlp_scale", "mlp_permute")
+GENERATORS: tuple[str, ...] = ("fold", "rotate", "vo", "qk", "mlp_scale", "mlp_permute", "head_permute")
 
 
 def random_gauge(sd: StateDict, shape: GaugeShape, generator: torch.Generator, *, condition: float = 100.0,
@@ -306,7 +340,8 @@ def random_gauge(sd: StateDict, shape: GaugeShape, generator: torch.Generator, *
     ``condition`` (log-spaced singular values, Haar-random singular vectors); ``qk``: per KV head and
     RoPE pair ``r R(phi)`` with ``log r ~ N(0, sigma^2)`` and ``phi`` uniform on ``[0, 2 pi)``;
     ``mlp_scale``: per hidden unit ``log s ~ N(0, sigma^2)``; ``mlp_permute``: a uniform hidden-unit
-    permutation per layer.
+    permutation per layer; ``head_permute``: uniform permutations of the KV heads and of the query
+    heads within each group, per layer (:func:`permute_heads`).
 
     Args:
         sd: a Llama state dict (HF names; tied or untied head).
@@ -349,6 +384,10 @@ def random_gauge(sd: StateDict, shape: GaugeShape, generator: torch.Generator, *
             out = scale_mlp(out, layer, (torch.randn(d_ff, generator=generator, dtype=torch.float64) * sigma).exp())
         if "mlp_permute" in generators:
             out = permute_mlp(out, layer, torch.randperm(d_ff, generator=generator))
+        if "head_permute" in generators:
+            kv_perm = torch.randperm(shape.n_kv_heads, generator=generator)
+            q_perms = torch.stack([torch.randperm(shape.group, generator=generator) for _ in range(shape.n_kv_heads)])
+            out = permute_heads(out, shape, layer, kv_perm, q_perms)
     return out
 
 
