@@ -23,6 +23,7 @@ from geodrift.continuity.verdicts import (
     depth_path,
     is_continuity,
 )
+from geodrift.gauge.status import ALIGNED, UNKNOWN
 from geodrift.render import console, fmt, lit, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
 
@@ -65,8 +66,8 @@ def scan_grid(report: Report, title: str | None = None) -> Grid:
         lines=True,
     )
     for r in report.roles:
-        v1, u1 = r.spaces["v"].vectors[0], r.spaces["u"].vectors[0]
-        grid.add(lit(r.label), f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), _cell(v1), _cell(u1),
+        v1, u1 = (ALIGNED_CELL if r.spaces[s].gauge == ALIGNED else _cell(r.spaces[s].vectors[0]) for s in ("v", "u"))
+        grid.add(lit(r.label), f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), v1, u1,
                  _wa(r, "v"), _wa(r, "u"), _verdicts(r))
     return grid
 
@@ -102,10 +103,32 @@ def brief_grid(report: Report) -> Grid:
     )
     for r in report.roles:
         judged = r.verdict != "no prediction"
-        cells = [_brief_cell(r.spaces[s].vectors[0], bold=judged and r.predicted_space == s) for s in ("v", "u")]
+        cells = [ALIGNED_CELL if r.spaces[s].gauge == ALIGNED
+                 else _brief_cell(r.spaces[s].vectors[0], bold=judged and r.predicted_space == s) for s in ("v", "u")]
         grid.add(lit(r.label), {"v": "v", "u": "u", None: "none"}[r.predicted_space] if judged else "—", *cells,
                  _styled(r.verdict) if judged else "—", _styled(r.path_verdict) if judged else "—")
     return grid
+
+
+# A head/hidden-side space of the canonical view: aligned by construction, its numbers are not continuity
+# (they stay in --json and the CSV, labelled "aligned").
+ALIGNED_CELL = "[dim]aligned[/dim]"
+
+
+def gauge_line(report: Report) -> str:
+    """Whether the report's numbers are gauge-invariant (one line under the table; docs/verdicts.md).
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> gauge_line(Report("m", "raw", 8, 20, 0, [])).startswith("gauge: raw")
+        True
+    """
+    if report.view == "canonical":
+        return ("gauge: every number shown is invariant under the network's exact reparametrisations (canonical "
+                "view); aligned: a head/hidden-side space, aligned by the canonical ordering - not continuity, "
+                "not judged")
+    return (f"gauge: {report.view} numbers move under the network's exact reparametrisations (the --json field "
+            "moved_by names them per space); --view canonical gives numbers and verdicts they leave unchanged")
 
 
 def _brief_cell(vc: VectorContinuity, bold: bool) -> str:
@@ -224,6 +247,8 @@ def render_scan(report: Report, full: bool = False, wide: bool = False, summary:
         print_grid(brief_grid(report), wide=wide)
     for line in criteria_lines(report, grouped=not full):
         console.print(lit(line, "dim"))
+    if report.roles and any(space.gauge != UNKNOWN for r in report.roles for space in r.spaces.values()):
+        console.print(lit(gauge_line(report), "dim"))
     render_experts(whole, detail=full, wide=wide)
     if not full:
         console.print(lit(FULL_HINT, "dim"))
