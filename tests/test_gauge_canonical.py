@@ -179,3 +179,19 @@ def test_done_when_the_cli_prints_the_same_canonical_numbers_for_an_exactly_repa
     moved_numbers = differences(Report.from_dict(raw_a), Report.from_dict(raw_b), 0.01)
     assert any("'attn_o', 'u', 'mean1'" in d for d in moved_numbers), moved_numbers  # O u1: V/O gauge
     assert any("'mlp_up', 'v', 'mean1'" in d for d in moved_numbers), moved_numbers  # Up v1: Up/Down scaling
+
+
+def test_compare_in_the_canonical_view_finds_a_gauged_copy_identical_and_the_raw_view_does_not(
+        small: Model, tmp_path: Path) -> None:
+    from geodrift.continuity import MeasureSpec
+    from geodrift.scan.series import compare
+
+    moved = random_gauge(small.sd, small.shape, torch.Generator().manual_seed(5), condition=100.0, sigma=1.0)
+    a, b = save_hf(small.model, tmp_path / "a"), write_copy(moved, small.model, tmp_path / "b")
+    spec = MeasureSpec(k=2, null_draws=10)
+    canonical = compare(a, b, spec, view="canonical", roles=["attn_o", "mlp_up"])
+    assert canonical.view == "canonical"
+    assert min(row.overlap for row in canonical.subspaces) > 1 - 1e-5
+    assert {s.gauge for rep in canonical.reports for r in rep.roles for s in r.spaces.values()} == {"invariant", "aligned"}
+    raw = compare(a, b, spec, view="raw", roles=["attn_o", "mlp_up"])
+    assert max(row.overlap for row in raw.subspaces) < 0.9
