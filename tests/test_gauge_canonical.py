@@ -195,3 +195,17 @@ def test_compare_in_the_canonical_view_finds_a_gauged_copy_identical_and_the_raw
     assert {s.gauge for rep in canonical.reports for r in rep.roles for s in r.spaces.values()} == {"invariant", "aligned"}
     raw = compare(a, b, spec, view="raw", roles=["attn_o", "mlp_up"])
     assert max(row.overlap for row in raw.subspaces) < 0.9
+
+
+def test_the_canonical_view_of_the_gguf_equals_that_of_the_same_weights_as_safetensors(smollm2: Model, tmp_path):
+    """GGUF stores llama's Q/K rows in llama.cpp's interleaved rotary order; the reader undoes it, so the RoPE
+    pairs (j, j + head_dim/2) the canonical view balances and rotates are the same as in a safetensors copy.
+    (That the undone order is Hugging Face's is what the Q/K gauge's logit test in test_gauge_orbit.py shows:
+    a rotation-scaling of wrongly paired rows would change the logits.)"""
+    from geodrift.scan.readers import open_checkpoint, weightset
+
+    copy = write_copy(smollm2.sd, smollm2.model, tmp_path / "same")
+    gguf, safetensors = weightset(open_checkpoint(None), "canonical"), weightset(open_checkpoint(copy), "canonical")
+    for role in ("attn_q", "attn_k", "attn_v", "attn_o"):
+        a, b = gguf[(role, 3)], safetensors[(role, 3)]
+        assert float((a - b).abs().max() / a.abs().max()) < 1e-5, role
