@@ -43,6 +43,11 @@ class Model:
         with torch.no_grad():
             self.logits = rebuild(self.sd, model)(self.ids)
 
+    def gauged(self, draw: dict) -> dict[str, torch.Tensor]:
+        """The state dict under the random gauge a :func:`strategies.gauge_draws` draw describes."""
+        return random_gauge(self.sd, self.shape, torch.Generator().manual_seed(draw["seed"]),
+                            condition=draw["condition"], sigma=draw["sigma"], generators=draw["generators"])
+
     def function_error(self, sd: dict[str, torch.Tensor]) -> float:
         with torch.no_grad():
             return float((rebuild(sd, self.model)(self.ids) - self.logits).abs().max() / self.logits.abs().max())
@@ -85,8 +90,7 @@ def smollm2_report(smollm2: Model) -> geodrift.ScanReport:
 @given(draw=gauge_draws())
 def test_a_random_exact_gauge_keeps_the_function_the_canonical_weights_and_the_canonical_report(
         small: Model, small_report: geodrift.ScanReport, draw: dict) -> None:
-    moved = random_gauge(small.sd, small.shape, torch.Generator().manual_seed(draw["seed"]),
-                         condition=draw["condition"], sigma=draw["sigma"], generators=draw["generators"])
+    moved = small.gauged(draw)
     assert small.function_error(moved) <= FUNCTION
     assert small.function_error(canonicalise(moved, small.shape)) <= FUNCTION
     a, b = canonicalise(small.sd, small.shape), canonicalise(moved, small.shape)
@@ -98,8 +102,7 @@ def test_a_random_exact_gauge_keeps_the_function_the_canonical_weights_and_the_c
 @given(draw=gauge_draws())
 def test_a_random_exact_gauge_of_smollm2_leaves_its_canonical_report_unchanged(
         smollm2: Model, smollm2_report: geodrift.ScanReport, draw: dict) -> None:
-    moved = random_gauge(smollm2.sd, smollm2.shape, torch.Generator().manual_seed(draw["seed"]),
-                         condition=draw["condition"], sigma=draw["sigma"], generators=draw["generators"])
+    moved = smollm2.gauged(draw)
     assert smollm2.function_error(moved) <= FUNCTION
     assert differences(smollm2_report, smollm2.scan(moved, **SMOLLM2_SCAN), SAME) == []
 
