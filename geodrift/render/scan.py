@@ -148,6 +148,8 @@ def _verdicts(r: RoleReport) -> str:
 
 def _wa(r: RoleReport, space: str) -> str:
     s = r.spaces[space]
+    if s.gauge == ALIGNED:
+        return ALIGNED_CELL
     bound = "" if s.sigma2_wa_upper - s.sigma2_wa < 5e-4 else f"\n≤ {fmt(s.sigma2_wa_upper)}"
     return f"{fmt(s.sigma2_wa)}{bound}\n[dim]({fmt(s.sigma2_null_mean)})[/dim]"
 
@@ -157,7 +159,8 @@ def profile_grid(report: Report) -> Grid:
     grid = Grid("Depth profile of v1 and u1: |cos(layer l, l+1)| per adjacent pair (▁ = 0, █ = 1)",
                 [Col("Proj", "left", style="bold"), Col("v1", "left"), Col("u1", "left")])
     for r in report.roles:
-        grid.add(lit(r.label), sparkline(r.spaces["v"].vectors[0].per_pair), sparkline(r.spaces["u"].vectors[0].per_pair))
+        grid.add(lit(r.label), *(ALIGNED_CELL if r.spaces[x].gauge == ALIGNED else sparkline(r.spaces[x].vectors[0].per_pair)
+                                 for x in ("v", "u")))
     return grid
 
 
@@ -171,7 +174,8 @@ def k_grid(report: Report) -> Grid:
         for s in r.spaces.values():
             cells = [f"{fmt(vc.mean)} [dim]({fmt(vc.null_mean)})[/dim]" for vc in s.vectors]
             cells += [""] * (k - len(cells))
-            grid.add(lit(r.label), s.space, *cells, f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
+            grid.add(lit(r.label), f"{s.space} {ALIGNED_CELL}" if s.gauge == ALIGNED else s.space, *cells,
+                     f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
     return grid
 
 
@@ -276,6 +280,7 @@ def trajectory_grid(report: Report) -> Grid:
                  "layer shares) and p, the share of layer orders that reach it (every order up to 8 layers, else "
                  "random ones until 100 reach it, at most 200,000). path: whether this space shows a depth path (path criterion below)."),
     )
+    aligned = {(r.role, x) for r in report.roles for x, space in r.spaces.items() if space.gauge == ALIGNED}
     for t in report.trajectory:
         lag_cells = []
         for k in shown:
@@ -284,7 +289,8 @@ def trajectory_grid(report: Report) -> Grid:
                 lag_cells.append(f"{fmt(t.lag_abs_cos[i])} [dim]({fmt(t.lag_null_mean[i])})[/dim]")
             else:
                 lag_cells.append("—")
-        grid.add(lit(t.label), t.space, f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
+        grid.add(lit(t.label), f"{t.space} {ALIGNED_CELL}" if (t.role, t.space) in aligned else t.space,
+                 f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
                  f"{fmt(t.evr_null_mean)}±{fmt(t.evr_null_std)}", *lag_cells,
                  f"{fmt(t.order_null_mean)}±{fmt(t.order_null_std)} ({_z(t.order_z)}, p {_p(t.order_p)})",
                  {True: "yes", False: "no", None: "—"}[depth_path(t)])
