@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _gauge import rebuild
 
 from geodrift.errors import GeodriftError
 from geodrift.gauge.orbit import (
@@ -31,18 +32,6 @@ from geodrift.lm.llama import LlamaLM
 from geodrift.pretrained import llama_from_checkpoint, open_llama
 
 RELATIVE = 1e-5
-
-
-def rebuild(sd: dict[str, torch.Tensor], like: LlamaLM) -> LlamaLM:
-    """An untied float64 LlamaLM of ``like``'s shape holding ``sd``."""
-    model = LlamaLM(like.model.embed_tokens.num_embeddings, like.model.embed_tokens.embedding_dim, like.n_layers,
-                    like.n_heads, like.model.layers[0].mlp.up_proj.out_features, n_kv_heads=like.n_kv_heads,
-                    rope_theta=like.rope_theta, norm_eps=like.norm_eps, tie_embeddings=False, init_std=0.0)
-    model = model.to(torch.float64)
-    full = dict(sd)
-    full.setdefault(LM_HEAD, full[EMBED])
-    model.load_state_dict(full)
-    return model.eval()
 
 
 class Case:
