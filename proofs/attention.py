@@ -79,6 +79,30 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
         f"change is ${sp.latex(per_query[:, :])}\\ne0$ (and a nonlinearity on $V$ breaks $GL(k)$: claim `gauge`).",
         True if any(e != 0 for e in per_query) else None,
     )
+    head = sp.Function("z")  # head (query q, KV j)'s written output O_q attn(Q_q, K_j) V_j x
+    layout = {0: (0, 1), 1: (2, 3)}  # KV head -> its query heads
+    total = sum(head(q, j) for j, qs in layout.items() for q in qs)
+    perms_ok = True
+    for kv_perm in ((0, 1), (1, 0)):
+        for inner in ((0, 1), (1, 0)):
+            moved = sum(head(layout[kv_perm[i]][inner[n]], kv_perm[i]) for i in range(2) for n in range(2))
+            perms_ok = perms_ok and is_zero(moved - total) is True
+    out.check(
+        "**Heads permute**: the layer writes $\\sum_{j}\\sum_{q\\in j} O_q\\operatorname{attn}(Q_q, K_j)V_jx$; "
+        "relabelling the KV heads (each with its query group) and the query heads within a group reorders "
+        "the sum (2 KV heads x 2 query heads, all 4 relabellings checked).",
+        True if perms_ok else None,
+    )
+    b_v = sp.Matrix([1, 0])
+    xv = sp.Matrix(sp.symbols("v1 v2", real=True))  # V x
+    with_bias = Bw.inv() * (Bw * xv + Bw * b_v) - (xv + b_v)
+    without = Bw.inv() * (Bw * xv + b_v) - (xv + b_v)
+    out.check(
+        "**Biases move with their rows** (Qwen2's q/k/v, GPT-2's): $b_v\\to Bb_v$, $b_q\\to Mb_q$, "
+        f"$b_k\\to M^{{-\\top}}b_k$. With $B = \\operatorname{{diag}}(2,1)$, $b_v = e_1$, $O = I$: moving the "
+        f"bias gives ${sp.latex(with_bias.T)}$, leaving it gives ${sp.latex(without.T)}\\ne0$.",
+        True if is_zero(with_bias) and any(e != 0 for e in without) else None,
+    )
     Q, K = sp.MatrixSymbol("Q", k, d_model), sp.MatrixSymbol("K", k, d_model)
     x, z = xs
     score = (A * Q * x).T * (A.I.T * K * z) - (Q * x).T * (K * z)
@@ -88,6 +112,12 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
         f"{sp.latex(sdiff)}$: the group is all of $GL(k)$ acting as $A$ on $Q$ and $A^{{-\\top}}$ on $K$ "
         "(a scalar $c$ on $Q$ and $1/c$ on $K$ is the special case $A = cI$); $Q^\\top K$ is the invariant.",
         is_zero(sdiff),
+    )
+    same = (Bw.T * Bw - sp.eye(2))
+    out.check(
+        "The inverse transpose is needed: $A$ on both $Q$ and $K$ changes $q^\\top k$ to $q^\\top A^\\top Ak$; "
+        f"for $A = \\operatorname{{diag}}(2,1)$, $A^\\top A - I = {sp.latex(same)}\\ne0$ (exact only for orthogonal $A$).",
+        True if any(e != 0 for e in same) else None,
     )
     c1, c2, s2 = sp.symbols("c_1 c_2 s_2", real=True)
     s1 = SINE
@@ -161,9 +191,11 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
     qk_box = _certify(out, "Witness: gains $(1,2)$ / $(3,1)$, $R^*$ on the pair of $Q$ and $K$, $x^*$ for both, "
                       "$\\operatorname{Rot} = R(5/13, 12/13)$: the score changes by", wq[0])
     out.facts.update({
-        "exact": ["vo_per_kv_head", "qk_rope_commutant", "qk_general_without_rope", "qk_norm_gain_scale",
-                  "qk_norm_pair_sign"],
-        "broken": ["vo_per_query_head", "qk_generic_map_with_rope", "qk_rotation_through_qk_norm"],
+        # the maps the numeric twins measure (geodrift.prove.gauge_twins), by the twins' names
+        "exact": ["vo_per_kv_head", "vo_per_head", "head_permutation", "qk_rope_commutant", "qk_general_without_rope",
+                  "qk_norm_gain_scale", "qk_norm_pair_sign", "qk_norm_pair_rotation_uniform_gains"],
+        "broken": ["vo_one_query_head", "vo_weights_not_bias", "qk_ignoring_rope", "qk_same_map_on_both",
+                   "qk_norm_pair_rotation"],
         "witness": {"qk_norm": qk_box},
     })
     return out
@@ -171,10 +203,12 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
 
 CLAIM = Claim(
     name="attention",
-    title="Attention heads: GL(d_head) on V/O and RoPE's commutant on Q/K per KV head; signs under q/k norms",
+    title="Attention heads: GL(d_head) on V/O and RoPE's commutant on Q/K per KV head, head permutations; "
+          "signs under q/k norms",
     statement=(
         "Per KV head (shared by its query heads): $V\\mapsto BV$, $O_h\\mapsto O_hB^{-1}$ is exact for every "
-        "$B\\in GL(d_{\\text{head}})$, with $O_hV$ invariant; $Q\\mapsto MQ$, $K\\mapsto M^{-\\top}K$ is exact "
+        "$B\\in GL(d_{\\text{head}})$, with $O_hV$ invariant, and the heads may be permuted (KV heads with their "
+        "query groups); $Q\\mapsto MQ$, $K\\mapsto M^{-\\top}K$ is exact "
         "iff $M$ commutes with RoPE's rotations: $M = \\bigoplus_i r_iR(\\phi_i)$, one rotation-scaling per "
         "frequency pair (every $M\\in GL(d_{\\text{head}})$ without RoPE). With per-coordinate q/k norm gains "
         "(generic) only a sign per pair survives on the weights, and a scale $\\rho_i$ per pair moves between "

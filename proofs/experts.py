@@ -84,7 +84,7 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
     out.check(
         "**Each expert's own group**: $G_e$ is a scalar weight on $F_e$, so any reparametrisation that leaves "
         "$F_e$ unchanged (claim `mlp`: permutations and Up/Down scalings of that expert's hidden units) leaves "
-        "$y$ unchanged; shared experts likewise.",
+        "$y$ unchanged; shared experts likewise. Nothing more: an expert's SiLU Gate rows do not scale (claim `mlp`).",
         True,
     )
     zw = [sp.Integer(1), sp.Integer(0), sp.Integer(-1)]
@@ -97,7 +97,8 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
         ok,
     )
     out.facts.update({"exact": ["expert_permutation", "router_shift", "expert_up_down_scaling"],
-                      "broken": ["router_scaling"], "witness": {"router_scaling": list(box) if box else []}})
+                      "broken": ["router_scaling", "expert_gate_scaling"],
+                      "witness": {"router_scaling": list(box) if box else []}})
     return out
 
 

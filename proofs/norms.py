@@ -170,9 +170,10 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
                              "$x = (1,-1,0)$, $\\epsilon=10^{-5}$", layer_norm(2 * x_s, EPS_WITNESS)
                              - layer_norm(x_s, EPS_WITNESS))
     out.facts.update({
-        "exact": ["residual_rotation_folded", "layernorm_rotation_fixing_ones", "layernorm_translation_ones",
-                  "residual_signed_permutation_with_gains"],
-        "broken": ["residual_rotation_unfolded_gains", "sandwich_rotation", "layernorm_generic_rotation"],
+        # the maps the numeric twins measure (geodrift.prove.gauge_twins), by the twins' names
+        "exact": ["rotation_folded", "signed_permutation", "rotation_uniform_post_gains",
+                  "layernorm_rotation_fixing_ones", "layernorm_reflection_ones_to_minus", "layernorm_translation_ones"],
+        "broken": ["rotation_keeping_gains", "rotation_through_sandwich", "layernorm_generic_rotation"],
         "witness": {"gain": gain_break, "layernorm": ln_break, "scale": scale_break},
     })
     return out

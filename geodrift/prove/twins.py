@@ -92,9 +92,53 @@ def pair_rows(head_dim: int, pair: int) -> tuple[int, int]:
     return pair, pair + head_dim // 2
 
 
+def weight_change(model: torch.nn.Module, state: StateDict) -> float:
+    """The largest relative change of any tensor of ``model`` in ``state``: a map that moves nothing would
+    make its twin vacuous.
+
+    Example:
+        >>> m = torch.nn.Linear(2, 2); weight_change(m, {k: 2 * v for k, v in m.state_dict().items()})
+        1.0
+    """
+    changes = [float((state[k].to(v.dtype) - v).abs().max() / v.abs().max().clamp_min(1e-300))
+               for k, v in model.state_dict().items()
+               if k in state and state[k].shape == v.shape and state[k].data_ptr() != v.data_ptr()]
+    return max(changes, default=0.0)
+
+
+def proof_label(facts: dict[str, Any], name: str) -> str | None:
+    """What the symbolic derivation says of a twin's map: ``"exact"``, ``"broken"`` or None (not named).
+
+    ``name`` is ``family:claim.map`` or ``family:claim.activation.map``; activation-dependent MLP maps are
+    read from the derivation's per-activation table (``facts["table"]``), the others from its
+    ``facts["exact"]`` / ``facts["broken"]`` lists.
+
+    Example:
+        >>> proof_label({"exact": ["a"], "broken": ["b"]}, "toy:claim.b")
+        'broken'
+    """
+    parts = name.split(":", 1)[-1].split(".")
+    key = parts[-1]
+    if len(parts) == 3 and "table" in facts:
+        act = {"gelu_new": "gelu"}.get(parts[1], parts[1])
+        row = facts["table"].get(act, {})
+        groups = row.get("gated_gate" if key == "gate_scaling" else "plain_hidden", "")
+        needs = {"positive_scaling": "positive", "positive_diagonal": "positive", "gate_scaling": "positive",
+                 "sign_flip": "signed", "permutation": "permutations"}.get(key)
+        if needs is not None and groups:
+            return "exact" if needs in groups else "broken"
+    if key in facts.get("exact", ()):
+        return "exact"
+    if key in facts.get("broken", ()):
+        return "broken"
+    return None
+
+
 def judge(changes: dict[str, float], expected: dict[str, str], tol: dict[str, float], skipped: list[str],
-          label: str) -> NumericResult:
-    """Pass iff every ``exact`` map stays below its tolerance and every ``broken`` one above the floor.
+          label: str, moved: dict[str, float] | None = None, proof: dict[str, str | None] | None = None) -> NumericResult:
+    """Pass iff every ``exact`` map stays below its tolerance and every ``broken`` one above the floor,
+    every map moved the weights (by more than :data:`BROKEN_FLOOR`, relative) and every map's expectation
+    is what the symbolic derivation says of it (``proof``, when given: a map it does not name fails).
 
     Args:
         changes: map name -> relative logit change.
@@ -106,8 +150,10 @@ def judge(changes: dict[str, float], expected: dict[str, str], tol: dict[str, fl
     Returns:
         The result; its metrics hold the changes, the expectations and the tolerances.
     """
+    moved = moved if moved is not None else {k: 1.0 for k in changes}
     wrong = [k for k, v in changes.items()
-             if (expected[k] == "exact" and not v < tol[k]) or (expected[k] == "broken" and not v > BROKEN_FLOOR)]
+             if (expected[k] == "exact" and not v < tol[k]) or (expected[k] == "broken" and not v > BROKEN_FLOOR)
+             or not moved[k] > BROKEN_FLOOR or (proof is not None and proof.get(k) != expected[k])]
     exact = [v for k, v in changes.items() if expected[k] == "exact"]
     broken = [v for k, v in changes.items() if expected[k] == "broken"]
     summary = (f"{label}: {len(exact)} exact maps, max rel. logit change {max(exact, default=0.0):.1e}; "
@@ -117,7 +163,8 @@ def judge(changes: dict[str, float], expected: dict[str, str], tol: dict[str, fl
     if skipped:
         summary += f"; skipped ({', '.join(skipped)}): transformers not installed"
     return NumericResult(not wrong and bool(changes), summary,
-                         {"changes": changes, "expected": expected, "tolerance": tol, "skipped": skipped})
+                         {"changes": changes, "expected": expected, "tolerance": tol, "skipped": skipped,
+                          "weights_moved": moved, "proof": proof})
 
 
 class Twin:
@@ -125,14 +172,18 @@ class Twin:
 
     Example:
         >>> t = Twin(); m = torch.nn.Linear(2, 2).double(); x = torch.ones(1, 2, dtype=torch.float64)
-        >>> t.run("id", "exact", m, m.state_dict(), x); t.result("toy").passed
+        >>> t.run("double", "broken", m, {k: 2 * v for k, v in m.state_dict().items()}, x)
+        >>> t.result("toy").passed
         True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, facts: dict[str, Any] | None = None) -> None:
+        self.facts = facts
+        self.proof: dict[str, str | None] = {}
         self.changes: dict[str, float] = {}
         self.expected: dict[str, str] = {}
         self.tol: dict[str, float] = {}
+        self.moved: dict[str, float] = {}
         self.skipped: list[str] = []
 
     def run(self, name: str, expected: str, model: torch.nn.Module, state: StateDict, ids: torch.Tensor,
@@ -145,6 +196,9 @@ class Twin:
         """
         dtype = torch.float32 if float32_norms else next(model.parameters()).dtype
         self.changes[name] = relative_change(model, state, ids, before, work)
+        self.moved[name] = weight_change(model, state)
+        if self.facts is not None:
+            self.proof[name] = proof_label(self.facts, name)
         self.expected[name] = expected
         self.tol[name] = EXACT_TOL[dtype]
 
@@ -157,4 +211,5 @@ class Twin:
 
     def result(self, label: str) -> NumericResult:
         """The verdict over everything measured (see :func:`judge`)."""
-        return judge(self.changes, self.expected, self.tol, self.skipped, label)
+        return judge(self.changes, self.expected, self.tol, self.skipped, label, self.moved,
+                     self.proof if self.facts is not None else None)
