@@ -160,7 +160,6 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
         "$Q_i^\\top\\operatorname{Rot}(\\theta)K_i$ for every $\\theta$.",
         is_zero(keep, trig=True),
     )
-    n = sp.Matrix(sp.symbols("n1 n2", real=True))
     g1, g2 = sp.symbols("g_1 g_2", real=True)
     cphi, sphi = sp.symbols("c s", real=True)
     commute = sp.factor(sp.expand((sp.diag(g1, g2) * rotation2(cphi, sphi) - rotation2(cphi, sphi)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy as sp
 
 from geodrift.proofs.activations import WITNESS_R, WITNESS_X, rotation2
-from geodrift.proofs.claim import Assumption, Claim, Derivation, conjunction, is_zero, refine_under, tex
+from geodrift.proofs.claim import Assumption, Claim, Derivation, conjunction, is_zero, refine_under
 from geodrift.proofs.interval import certify_nonzero
 
 d = sp.Symbol("d")
@@ -123,7 +123,7 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
     )
     g_w = sp.diag(1, 2)
     gain_break = _certified(
-        out, f"Witness: $g = (1, 2)$, $R^*$, $x^*$, $\\epsilon = 10^{{-5}}$: $\\operatorname{{diag}}(g)\\,n(R^*x^*) - "
+        out, "Witness: $g = (1, 2)$, $R^*$, $x^*$, $\\epsilon = 10^{-5}$: $\\operatorname{diag}(g)\\,n(R^*x^*) - "
         "R^*\\operatorname{diag}(g)\\,n(x^*)$", g_w * rms(WITNESS_R * WITNESS_X, EPS_WITNESS)
         - WITNESS_R * g_w * rms(WITNESS_X, EPS_WITNESS))
     # LayerNorm, d = 3.

@@ -12,6 +12,7 @@ whether the exact ones preserved the logits (float tolerance) and the broken one
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -116,14 +117,20 @@ def _mixtral(twin: Twin, generator: torch.Generator) -> None:
               "experts.", float32_norms=True)
 
 
+def _families(twin: Twin, generator: torch.Generator, prefix: str) -> None:
+    bodies: tuple[tuple[str, Callable[[Twin, torch.Generator, str], None]], ...] = (
+        ("qwen2", _qwen2), ("gemma", _gemma), ("gpt2", _gpt2))
+    for name, body in bodies:
+        twin.family(name, functools.partial(body, twin, generator, prefix))
+
+
 def check_residual(facts: dict[str, Any], generator: torch.Generator) -> NumericResult:
     """Residual stream: SmolLM2 and Qwen2 (folded rotation exact, gains kept broken), Gemma 2/3 (signed
     permutations exact, rotation through sandwich norms broken, uniform-gain control exact), GPT-2
     (LayerNorm: ``R 1 = +-1`` and translations exact, a generic rotation broken)."""
     twin = Twin(facts)
     _smollm2(twin, generator, "residual.")
-    for name, body in (("qwen2", _qwen2), ("gemma", _gemma), ("gpt2", _gpt2)):
-        twin.family(name, lambda body=body: body(twin, generator, "residual."))
+    _families(twin, generator, "residual.")
     return twin.result("residual stream")
 
 
@@ -131,8 +138,7 @@ def check_attention(facts: dict[str, Any], generator: torch.Generator) -> Numeri
     """Attention heads on SmolLM2, Qwen2 (biases), Gemma 2/3 (q/k norms), GPT-2 (no RoPE)."""
     twin = Twin(facts)
     _smollm2(twin, generator, "attention.")
-    for name, body in (("qwen2", _qwen2), ("gemma", _gemma), ("gpt2", _gpt2)):
-        twin.family(name, lambda body=body: body(twin, generator, "attention."))
+    _families(twin, generator, "attention.")
     return twin.result("attention heads")
 
 

@@ -46,7 +46,11 @@ class ProveReport:
     seed: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "total_s": self.total_s, "results": [asdict(r) for r in self.results]}
+        """JSON-able: the claims' results and the gauge groups of each architecture family."""
+        from geodrift.prove.groups_report import gauge_groups
+
+        return {"seed": self.seed, "total_s": self.total_s, "results": [asdict(r) for r in self.results],
+                "gauge_groups": gauge_groups(self)}
 
 
 def select(names: list[str] | None) -> list[Claim]:

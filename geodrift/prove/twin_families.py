@@ -4,6 +4,8 @@ the simulators' residual MLP. Each function returns ``{name: ("exact" | "broken"
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from geodrift.gauge import orbit
@@ -129,7 +131,7 @@ def gpt2_mlp(model: torch.nn.Module, generator: torch.Generator, activation: str
     return maps
 
 
-def mixtral_maps(model: torch.nn.Module, generator: torch.Generator) -> Maps:
+def mixtral_maps(model: Any, generator: torch.Generator) -> Maps:
     """Experts permuted with the router's rows, a router shift, one expert's Up/Down scaling and unit
     permutation: exact; the router scaled, an expert's Gate rows scaled: broken."""
     sd = _state(model)

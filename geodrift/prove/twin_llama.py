@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -139,7 +140,7 @@ def llama_maps(sd: StateDict, shape: GaugeShape, generator: torch.Generator) -> 
     }
 
 
-def qwen2_maps(model: torch.nn.Module, generator: torch.Generator) -> Thunks:
+def qwen2_maps(model: Any, generator: torch.Generator) -> Thunks:
     """Qwen2: the Llama maps with the q/k/v biases carried along (V/O: ``b_v -> B b_v``; Q/K per pair)."""
     config = model.config
     shape = GaugeShape(config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads,

@@ -151,9 +151,10 @@ def judge(changes: dict[str, float], expected: dict[str, str], tol: dict[str, fl
         The result; its metrics hold the changes, the expectations and the tolerances.
     """
     moved = moved if moved is not None else {k: 1.0 for k in changes}
-    wrong = [k for k, v in changes.items()
-             if (expected[k] == "exact" and not v < tol[k]) or (expected[k] == "broken" and not v > BROKEN_FLOOR)
-             or not moved[k] > BROKEN_FLOOR or (proof is not None and proof.get(k) != expected[k])]
+    agree = {k: not ((expected[k] == "exact" and not v < tol[k]) or (expected[k] == "broken" and not v > BROKEN_FLOOR)
+                     or not moved[k] > BROKEN_FLOOR or (proof is not None and proof.get(k) != expected[k]))
+             for k, v in changes.items()}
+    wrong = [k for k, ok in agree.items() if not ok]
     exact = [v for k, v in changes.items() if expected[k] == "exact"]
     broken = [v for k, v in changes.items() if expected[k] == "broken"]
     summary = (f"{label}: {len(exact)} exact maps, max rel. logit change {max(exact, default=0.0):.1e}; "
@@ -164,7 +165,7 @@ def judge(changes: dict[str, float], expected: dict[str, str], tol: dict[str, fl
         summary += f"; skipped ({', '.join(skipped)}): transformers not installed"
     return NumericResult(not wrong and bool(changes), summary,
                          {"changes": changes, "expected": expected, "tolerance": tol, "skipped": skipped,
-                          "weights_moved": moved, "proof": proof})
+                          "weights_moved": moved, "proof": proof, "agree": agree})
 
 
 class Twin:

@@ -28,6 +28,28 @@ def render_proofs(report: ProveReport, wide: bool = False) -> None:
                  lit(r.status, style), f"{r.symbolic_s + r.numeric_s:.1f} s")
     print_grid(grid, wide=wide)
     console.print(lit(summary_line(report), "bold"), soft_wrap=True)
+    if any(r.name in GROUP_CLAIMS for r in report.results):
+        render_groups(report, wide=wide)
+
+
+GROUP_CLAIMS = ("residual", "attention", "mlp", "experts")
+
+
+def render_groups(report: ProveReport, wide: bool = False) -> None:
+    """One row per architecture family: the gauge group on the residual stream, Q/K, V/O, Gate, Up/Down and
+    the router, and how many of its proofs verified and numeric twins agreed."""
+    from geodrift.prove.groups_report import COLUMNS, family_rows, gauge_groups
+
+    grid = Grid("gauge groups by architecture family (geodrift.gauge.groups)",
+                [Col("family", "left", prose=True), Col("residual", "left", prose=True),
+                 *(Col(c, "left", prose=True) for c, _, _ in COLUMNS), Col("proofs, twins", "left")],
+                lines=True)
+    for row in family_rows(gauge_groups(report)):
+        grid.add(*(lit(cell) for cell in row))
+    print_grid(grid, wide=wide)
+    console.print(lit("proofs: the claims that derive the family's groups, verified / all; twins: the maps of those "
+                      "groups measured on real models (SmolLM2, transformers models) that kept the logits, agreeing / "
+                      "all. Full groups, invariants and twins: --json (gauge_groups) or --markdown."), soft_wrap=True)
 
 
 def summary_line(report: ProveReport) -> str:
@@ -65,6 +87,10 @@ def proofs_markdown(report: ProveReport, command: str = "geodrift prove --markdo
             lines.append(f"{k}. {s['text']}{mark}")
         lines += ["", f"*Verdict:* {r.verdict}" + (f" ({r.reason})" if r.reason else "") + ".",
                   "", f"*Numeric cross-check (torch, float64):* {r.numeric_summary}.", ""]
+    if any(r.name in GROUP_CLAIMS for r in report.results):
+        from geodrift.prove.groups_report import gauge_groups, groups_markdown
+
+        lines += groups_markdown(gauge_groups(report))
     lines.append("")
     return "\n".join(lines)
 
