@@ -116,10 +116,11 @@ def test_every_twin_the_table_names_was_measured_on_a_real_model_and_agreed() ->
     assert any(k.startswith("smollm2:") for k in measured)  # the embedded model's real weights
     assert {"exact", "broken"} <= set(expected.values())
     table = gauge_groups(report)
-    for fam in table["families"].values():
-        entries = [fam["residual"]] + [g[s] for g in fam["roles"].values() for s in ("rows", "cols")]
+    for fam in table["families"]:
+        entries = [fam["residual"]] + [g[s] for g in fam["roles"] for s in ("rows", "cols")]
         for e in entries:
-            for twin, outcome in e["twins"].items():
+            for item in e["twins"]:
+                twin, outcome = item["map"], item["outcome"]
                 skipped = not has_transformers() and not twin.startswith("smollm2:")
                 assert outcome == ("not run" if skipped else "agrees"), twin
                 if not skipped:
@@ -137,9 +138,10 @@ def test_prove_json_lists_the_gauge_groups(tmp_path) -> None:  # type: ignore[no
     res = CliRunner().invoke(app, ["prove", "experts", "--json", "--markdown", str(md)])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout)
-    fams = payload["gauge_groups"]["families"]
+    fams = {f["family"]: f for f in payload["gauge_groups"]["families"]}
     assert set(fams) == set(groups.FAMILIES)
-    router = fams["mixtral"]["roles"]["router"]["rows"]
-    assert router["kind"] == "expert_permutation_shift" and router["proofs"] == {"experts": "verified"}
-    assert fams["llama"]["residual"]["proofs"]["residual"] == "not run"
+    router = next(g for g in fams["mixtral"]["roles"] if g["role"] == "router")["rows"]
+    assert router["kind"] == "expert_permutation_shift" and router["proofs"] == [{"claim": "experts",
+                                                                                "status": "verified"}]
+    assert {"claim": "residual", "status": "not run"} in fams["llama"]["residual"]["proofs"]
     assert "Gauge groups by architecture family" in md.read_text()

@@ -37,44 +37,53 @@ def _twin_outcomes(report: Any) -> tuple[dict[str, bool], dict[str, str]]:
 
 
 def _group_entry(group: Group, agree: dict[str, bool], status: dict[str, str]) -> dict[str, Any]:
-    twins = {t: ("agrees" if agree[t] else "disagrees") if t in agree else "not run" for t in group.twins}
+    twins = [{"map": t, "outcome": ("agrees" if agree[t] else "disagrees") if t in agree else "not run"}
+             for t in group.twins]
     return {"kind": group.kind, "text": group.text, "derived": group.derived, "invariant": group.invariant,
-            "proofs": {c: status.get(c, "not run") for c in group.claims}, "twins": twins}
+            "proofs": [{"claim": c, "status": status.get(c, "not run")} for c in group.claims], "twins": twins}
 
 
 def gauge_groups(report: Any) -> dict[str, Any]:
     """The families' groups with each proof's status and each twin's outcome in ``report`` (JSON-able).
 
     Returns:
-        ``{"families": {name: {"architectures", "note", "residual", "roles": {role: {"rows", "cols"}}}},
-        "not_derived": {...}, "sim_mlp": {...}}``; each group entry has ``kind``, ``text``, ``derived``,
-        ``invariant``, ``proofs`` (claim -> status) and ``twins`` (map -> agrees / disagrees / not run).
+        ``{"families": [{"family", "architectures", "note", "residual", "roles": [{"role", "derived",
+        "rows", "cols"}]}], "not_derived": [{"architecture", "reason"}], "sim_mlp": [{"activation",
+        "group"}]}``; each group has ``kind``, ``text``, ``derived``, ``invariant``, ``proofs``
+        (``[{"claim", "status"}]``) and ``twins`` (``[{"map", "outcome"}]``: agrees / disagrees / not run).
     """
     agree, status = _twin_outcomes(report)
-    families = {}
+    families = []
     for name, fam in FAMILIES.items():
-        families[name] = {
-            "architectures": list(fam.architectures), "note": fam.note,
+        families.append({
+            "family": name, "architectures": list(fam.architectures), "note": fam.note,
             "residual": _group_entry(fam.residual, agree, status),
-            "roles": {role: {"derived": g.derived, "rows": _group_entry(g.rows, agree, status),
-                             "cols": _group_entry(g.cols, agree, status)} for role, g in fam.roles.items()},
-        }
-    return {"families": families, "not_derived": dict(NOT_DERIVED), "sim_mlp": dict(SIM_MLP_GROUPS)}
+            "roles": [{"role": role, "derived": g.derived, "rows": _group_entry(g.rows, agree, status),
+                       "cols": _group_entry(g.cols, agree, status)} for role, g in fam.roles.items()],
+        })
+    return {"families": families,
+            "not_derived": [{"architecture": a, "reason": why} for a, why in NOT_DERIVED.items()],
+            "sim_mlp": [{"activation": a, "group": g} for a, g in SIM_MLP_GROUPS.items()]}
+
+
+def _entries(fam: dict[str, Any]) -> list[dict[str, Any]]:
+    return [fam["residual"]] + [g[s] for g in fam["roles"] for s in ("rows", "cols")]
 
 
 def family_rows(groups: dict[str, Any]) -> list[list[str]]:
     """One row per family: name (architectures), residual, Q/K, V/O, Gate, Up/Down, router, and
     ``"<proofs verified>/<proofs>, <twins agreeing>/<twins>"``."""
     rows = []
-    for name, fam in groups["families"].items():
-        entries = [fam["residual"]] + [fam["roles"][role][side] if role in fam["roles"] else None
-                                       for _, role, side in COLUMNS]
+    for fam in groups["families"]:
+        roles = {g["role"]: g for g in fam["roles"]}
+        entries = [fam["residual"]] + [roles[role][side] if role in roles else None for _, role, side in COLUMNS]
         cells = [SHORT[e["kind"]] if e else "—" for e in entries]
         proofs: dict[str, str] = {}
         twins: dict[str, str] = {}
-        for e in [fam["residual"]] + [g[s] for g in fam["roles"].values() for s in ("rows", "cols")]:
-            proofs.update(e["proofs"])
-            twins.update(e["twins"])
+        for e in _entries(fam):
+            proofs.update({p["claim"]: p["status"] for p in e["proofs"]})
+            twins.update({t["map"]: t["outcome"] for t in e["twins"]})
+        name = fam["family"]
         ok_proofs = sum(v == "verified" for v in proofs.values())
         ok_twins = sum(v == "agrees" for v in twins.values())
         rows.append([f"{name}: {', '.join(fam['architectures'])}", *cells,
@@ -89,12 +98,13 @@ def groups_markdown(groups: dict[str, Any]) -> list[str]:
              "weight $W$ (rows: what it writes, columns: what it reads) moves as $W\\mapsto G_{\\text{rows}}WG_"
              "{\\text{cols}}^{-1}$. *Twins*: the maps measured on real models by the claims' numeric cross-checks "
              "(a map of the group preserves the logits within float tolerance).", ""]
-    for name, fam in groups["families"].items():
-        lines += [f"### {name} ({', '.join(fam['architectures'])})", "", fam["note"] + ".", "",
+    for fam in groups["families"]:
+        lines += [f"### {fam['family']} ({', '.join(fam['architectures'])})", "", fam["note"] + ".", "",
                   "| where | group | invariant | proofs | numeric twins |", "|---|---|---|---|---|"]
         entries = [("residual stream", fam["residual"])]
         seen: set[str] = set()
-        for role, g in fam["roles"].items():
+        for g in fam["roles"]:
+            role = g["role"]
             for side in ("rows", "cols"):
                 e = g[side]
                 if e["kind"] in ("orthogonal", "orthogonal_fixing_ones", "signed_permutation") or \
@@ -103,14 +113,14 @@ def groups_markdown(groups: dict[str, Any]) -> list[str]:
                 seen.add(f"{role}:{e['kind']}")
                 entries.append((f"{role} {side}", e))
         for where, e in entries:
-            proofs = ", ".join(f"[{c}](#{c}) ({s})" for c, s in e["proofs"].items()) or "—"
-            twins = ", ".join(f"`{t}` {s}" for t, s in e["twins"].items()) or "—"
+            proofs = ", ".join(f"[{p['claim']}](#{p['claim']}) ({p['status']})" for p in e["proofs"]) or "—"
+            twins = ", ".join(f"`{t['map']}` {t['outcome']}" for t in e["twins"]) or "—"
             lines.append(f"| {where} | {e['text']} | {e['invariant'] or '—'} | {proofs} | {twins} |")
         lines.append("")
     lines += ["Not derived (``derived: false`` in the table): "
-              + "; ".join(f"{a} ({why.split(':')[0]})" for a, why in groups["not_derived"].items()) + ".", "",
+              + "; ".join(f"{n['architecture']} ({n['reason'].split(':')[0]})" for n in groups["not_derived"]) + ".", "",
               "The simulators' residual MLP $h\\to h+\\sigma(Wh)$: the stream's group is the commutant of "
               "$\\sigma$ (claims [mlp](#mlp), [gauge](#gauge), [commutants](#commutants)): "
-              + "; ".join(f"{a}: {g}" for a, g in groups["sim_mlp"].items()) + ". The simulator Llama is the "
+              + "; ".join(f"{m['activation']}: {m['group']}" for m in groups["sim_mlp"]) + ". The simulator Llama is the "
               "llama family (default switches).", ""]
     return lines
