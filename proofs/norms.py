@@ -22,7 +22,8 @@ DIM = Assumption(sp.Q.integer(d) & sp.Q.positive(d), "symbolic $d$ for the RMSNo
                  "LayerNorm steps are $d=2$ and $d=3$ instances")
 ORTHOGONAL = Assumption(sp.Q.orthogonal(R), "one $R$ for the whole stream; `refine` turns $R^\\top R$ into $I$")
 POSITIVE_EPS = Assumption(sp.Q.positive(EPS), "the norms' $\\epsilon>0$ (it keeps them defined at $0$ and is "
-                          "what breaks their scale invariance)")
+                          "what breaks their scale invariance); the witnesses use $\\epsilon=10^{-5}$, the symbolic "
+                          "steps hold for every $\\epsilon$, so sympy never needs this predicate")
 PREMISES = (DIM, ORTHOGONAL, POSITIVE_EPS)
 # The witnesses' epsilon: Llama's rms_norm_eps 1e-5, exact.
 EPS_WITNESS = sp.Rational(1, 100000)
@@ -188,7 +189,8 @@ CLAIM = Claim(
         "that read them, $E\\mapsto RE$, readers $W\\mapsto WR^\\top$, writers $W\\mapsto RW$, head "
         "$H\\mapsto HR^\\top$ leave the function unchanged for every $R\\in O(d)$. Where a gain cannot fold "
         "(Gemma's sandwich norms on what a block writes) only the signed permutations survive (gains "
-        "permuted with them). With LayerNorm (GPT-2; gains and reader biases folded, writer biases "
+        "permuted with them; for gains with distinct entries - equal entries leave rotations of their "
+        "coordinates). With LayerNorm (GPT-2; gains and reader biases folded, writer biases "
         "$b\\mapsto Rb$) exactly the $R\\in O(d)$ with $R\\mathbb{1} = \\pm\\mathbb{1}$ act, together with "
         "the translations of every write along $\\mathbb{1}$; scaling the stream is not a gauge ($\\epsilon>0$)."
     ),

@@ -6,6 +6,7 @@ claims verified, which twin maps agreed) for ``geodrift prove``'s table, Markdow
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from geodrift.gauge.groups import FAMILIES, NOT_DERIVED, SIM_MLP_GROUPS, Group
@@ -101,17 +102,18 @@ def groups_markdown(groups: dict[str, Any]) -> list[str]:
     for fam in groups["families"]:
         lines += [f"### {fam['family']} ({', '.join(fam['architectures'])})", "", fam["note"] + ".", "",
                   "| where | group | invariant | proofs | numeric twins |", "|---|---|---|---|---|"]
-        entries = [("residual stream", fam["residual"])]
-        seen: set[str] = set()
+        entries: list[tuple[str, dict[str, Any]]] = [("residual stream", fam["residual"])]
+        merged: dict[str, list[str]] = {}
+        first: dict[str, dict[str, Any]] = {}
         for g in fam["roles"]:
-            role = g["role"]
             for side in ("rows", "cols"):
                 e = g[side]
-                if e["kind"] in ("orthogonal", "orthogonal_fixing_ones", "signed_permutation") or \
-                        f"{role}:{e['kind']}" in seen:
-                    continue
-                seen.add(f"{role}:{e['kind']}")
-                entries.append((f"{role} {side}", e))
+                if e["kind"] in ("orthogonal", "orthogonal_fixing_ones", "signed_permutation"):
+                    continue  # the residual stream's group, shown once above
+                key = json.dumps([e["kind"], e["twins"]])
+                merged.setdefault(key, []).append(f"{g['role']} {side}")
+                first.setdefault(key, e)
+        entries += [(", ".join(where), first[key]) for key, where in merged.items()]
         for where, e in entries:
             proofs = ", ".join(f"[{p['claim']}](#{p['claim']}) ({p['status']})" for p in e["proofs"]) or "—"
             twins = ", ".join(f"`{t['map']}` {t['outcome']}" for t in e["twins"]) or "—"

@@ -86,13 +86,41 @@ def proofs_markdown(report: ProveReport, command: str = "geodrift prove --markdo
             mark = {True: "", False: " **[refuted]**", None: " **[undecided]**"}[s["ok"]]
             lines.append(f"{k}. {s['text']}{mark}")
         lines += ["", f"*Verdict:* {r.verdict}" + (f" ({r.reason})" if r.reason else "") + ".",
-                  "", f"*Numeric cross-check (torch, float64):* {r.numeric_summary}.", ""]
+                  "", f"*Numeric cross-check ({_precision(r.numeric_metrics)}):* {r.numeric_summary}.", ""]
+        lines += _twin_table(r.numeric_metrics)
     if any(r.name in GROUP_CLAIMS for r in report.results):
         from geodrift.prove.groups_report import gauge_groups, groups_markdown
 
         lines += groups_markdown(gauge_groups(report))
     lines.append("")
     return "\n".join(lines)
+
+
+def _precision(metrics: dict[str, Any]) -> str:
+    """The cross-check's arithmetic: float64, or float64 and float32 where a twin ran in float32."""
+    changes = metrics.get("changes") if isinstance(metrics, dict) else None
+    if changes and any(k.startswith("smollm2:") for k in changes):
+        return "torch; float64, the embedded SmolLM2 in float32, RMSNorms in float32"
+    return "torch, float64"
+
+
+def _twin_table(metrics: dict[str, Any]) -> list[str]:
+    """The numeric twins of a gauge-group claim, one row per map: what the proof says, the logits' change."""
+    from geodrift.prove.twins import BROKEN_FLOOR
+
+    changes = metrics.get("changes") if isinstance(metrics, dict) else None
+    if not changes:
+        return []
+    lines = ["| map (model: claim.map) | proof says | max rel. logit change | tolerance / floor | agrees |",
+             "|---|---|---|---|---|"]
+    for name, value in changes.items():
+        expected = metrics["expected"][name]
+        bound = f"< {metrics['tolerance'][name]:.0e}" if expected == "exact" else f"> {BROKEN_FLOOR:.0e}"
+        lines.append(f"| `{name}` | {expected} | {value:.1e} | {bound} | {'yes' if metrics['agree'][name] else 'NO'} |")
+    skipped = metrics.get("skipped") or []
+    if skipped:
+        lines.append(f"\nSkipped ({', '.join(skipped)}): transformers not installed.")
+    return [*lines, ""]
 
 
 # ---- the proofs' summary figure ------------------------------------------------------------
