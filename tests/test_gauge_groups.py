@@ -75,6 +75,20 @@ def test_simulator_mlp_groups_agree_with_the_mlp_proofs_table() -> None:
         assert ("signed" in plain) == ("signed" in expected), act
 
 
+def test_simulator_llama_groups_follow_the_proofs_per_switch() -> None:
+    table = mlp.derive().facts["table"]
+    assert groups.sim_llama_family().roles["attn_q"] == groups.FAMILIES["llama"].roles["attn_q"]
+    for act in ("silu", "relu", "gelu"):
+        gate = groups.sim_llama_family(activation=act).roles["mlp_gate"].rows.kind
+        assert ("positive" in gate) == ("positive" in table[act]["gated_gate"]), act
+    for act in ("relu", "tanh", "silu", "gelu"):
+        v = groups.sim_llama_family(v_activation=act).roles["attn_v"].rows.kind
+        assert ("positive" in v) == ("positive" in table[act]["plain_hidden"]), act
+        assert ("signed" in v) == ("signed" in table[act]["plain_hidden"]), act
+    assert groups.sim_llama_family(v_activation="radial").roles["attn_o"].cols.kind == "orthogonal_per_kv_head"
+    assert not groups.sim_llama_family(residual=False).roles["attn_q"].derived  # its stream group is unknown
+
+
 def test_proof_label_reads_activation_tables_and_lists() -> None:
     facts = mlp.derive().facts
     assert proof_label(facts, "gpt2:mlp.relu.positive_scaling") == "exact"

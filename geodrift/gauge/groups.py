@@ -43,6 +43,8 @@ KINDS: dict[str, str] = {
     "residual_commutant": "the activation's commutant acting by conjugation on the simulator MLP's stream "
                           "(O(d) linear/radial; positive diagonal x permutations ReLU; signed permutations tanh; "
                           "permutations otherwise)",
+    "orthogonal_per_kv_head": "O(d_head) per KV head (V rows R, O columns R^T): a radial nonlinearity on V "
+                              "keeps the rotations of GL(d_head) only",
     "none": "no gauge acts on this side (inputs or outputs the network exposes)",
     "unknown": "not derived by geodrift",
 }
@@ -172,6 +174,42 @@ SIM_MLP_GROUPS: dict[str, str] = {  # the simulators' residual MLP: the commutan
     "tanh": "signed permutations", "gelu": "permutations", "silu": "permutations", "softplus": "permutations",
     "sigmoid": "permutations",
 }
+
+
+_V_ELEMENTWISE = {"relu": "positive_scaling_permutation", "tanh": "signed_unit_permutation",
+                  "silu": "permutation", "gelu": "permutation"}
+_GATE_OF = {"silu": "permutation", "gelu": "permutation", "radial": "permutation", "radial_rms": "permutation",
+            "relu": "positive_scaling_permutation", "none": "nonzero_scaling_permutation"}
+
+
+def sim_llama_family(activation: str = "silu", v_activation: str = "none", norm: str = "pre",
+                     residual: bool = True) -> Family:
+    """The simulators' Llama (:class:`geodrift.lm.llama.LlamaLM`) under its ablation switches.
+
+    The default switches are the llama family. ``v_activation``: a radial one keeps the rotations of each
+    V head only (claim ``gauge``), an element-wise one the commutant of the activation on V's rows
+    (claim ``commutants``), undone on O's columns. ``activation`` (Gate's): ReLU adds positive scalings,
+    none (bilinear) any nonzero scaling, the others permutations only (claim ``mlp``). ``norm="none"``
+    (the stream is then acted on by more than O(d)) and ``residual=False`` are not derived.
+
+    Example:
+        >>> sim_llama_family(v_activation="relu").roles["attn_v"].rows.kind
+        'positive_scaling_permutation'
+        >>> sim_llama_family(norm="none").residual.derived
+        False
+    """
+    res = _RES if norm == "pre" and residual else _UNKNOWN
+    if v_activation == "none":
+        vo = _VO
+    elif v_activation in ("radial", "radial_rms"):
+        vo = _g("orthogonal_per_kv_head", "gauge equivariance", "", "O_h V_h per query head h")
+    else:
+        vo = _g(_V_ELEMENTWISE.get(v_activation, "unknown"), "commutants gauge", "", "")
+    gate = _g(_GATE_OF.get(activation, "unknown"), "mlp commutants", "", "")
+    roles = _transformer(res, _QK, vo, gate=gate)
+    return Family("sim_llama", ("simulator",), res, roles,
+                  f"geodrift's Llama: activation={activation}, v_activation={v_activation}, norm={norm}, "
+                  f"residual={residual}")
 
 
 def family_of(architecture: str) -> Family | None:

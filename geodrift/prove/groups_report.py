@@ -124,5 +124,6 @@ def groups_markdown(groups: dict[str, Any]) -> list[str]:
               "The simulators' residual MLP $h\\to h+\\sigma(Wh)$: the stream's group is the commutant of "
               "$\\sigma$ (claims [mlp](#mlp), [gauge](#gauge), [commutants](#commutants)): "
               + "; ".join(f"{m['activation']}: {m['group']}" for m in groups["sim_mlp"]) + ". The simulator Llama is the "
-              "llama family (default switches).", ""]
+              "llama family with its default switches; ``geodrift.gauge.groups.sim_llama_family`` gives its "
+              "groups under the ablation switches (V nonlinearity, Gate activation).", ""]
     return lines
