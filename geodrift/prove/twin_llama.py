@@ -2,7 +2,7 @@
 weights, geodrift's own forward), a small simulator Llama, and a Qwen2 (transformers; q/k/v biases).
 
 Exact maps come from ``orbit`` (fold, rotate, V/O, Q/K per RoPE pair, Up/Down, permutations); the
-non-symmetries are built here from the same pieces: a rotation with the gains kept, a V/O map undone
+non-symmetries are built here from the same pieces: a rotation of one plane with the gains kept, a V/O map undone
 on only one query head of its group, a generic ``A`` / ``A^-T`` on Q/K that ignores RoPE, Gate rows
 scaled through SiLU.
 """
@@ -20,8 +20,6 @@ from geodrift.gauge import orbit
 from geodrift.gauge.orbit import GaugeShape, layer_key
 from geodrift.lm.llama import LlamaLM
 from geodrift.prove.twins import StateDict, conditioned
-
-GAINS = ("input_layernorm", "post_attention_layernorm")
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,12 +46,30 @@ def full_state(model: torch.nn.Module) -> StateDict:
     return sd
 
 
-def rotate_keeping_gains(sd: StateDict, shape: GaugeShape, rotation: torch.Tensor) -> StateDict:
-    """``orbit.rotate_residual``'s maps applied while the RMSNorm gains stay (not a symmetry)."""
-    keys = [orbit.FINAL_NORM] + [layer_key(l, g) for l in range(shape.n_layers) for g in GAINS]
-    ones = {k: torch.ones_like(sd[k]) for k in keys}
-    out = orbit.rotate_residual({**sd, **ones}, shape, rotation)
-    return {**out, **{k: sd[k] for k in keys}}
+def rotate_plane_keeping_gains(sd: StateDict, shape: GaugeShape, plane: tuple[int, int]) -> StateDict:
+    """The residual map of ``orbit.rotate_residual`` for the 3-4-5 rotation of one coordinate plane, while
+    the RMSNorm gains stay (not a symmetry where the two gains differ). Only the plane's two columns of
+    the readers, embedding and head and two rows of the writers change, so it is cheap on a real model."""
+    g = torch.tensor([[0.6, -0.8], [0.8, 0.6]], dtype=sd[orbit.EMBED].dtype)
+    idx = torch.tensor(plane)
+    out = dict(sd)
+
+    def columns(key: str) -> None:
+        w = sd[key].clone()
+        w[:, idx] = sd[key][:, idx] @ g.T
+        out[key] = w
+
+    for key in (orbit.EMBED, orbit.LM_HEAD):
+        columns(key)
+    for layer in range(shape.n_layers):
+        for name in orbit.ATTN_INPUTS + orbit.MLP_INPUTS:
+            columns(layer_key(layer, name))
+        for name in ("o_proj", "down_proj"):
+            key = layer_key(layer, name)
+            w = sd[key].clone()
+            w[idx] = g @ sd[key][idx]
+            out[key] = w
+    return out
 
 
 def vo_one_query_head(sd: StateDict, shape: GaugeShape, layer: int, matrix: torch.Tensor) -> StateDict:
@@ -115,6 +131,7 @@ def llama_maps(sd: StateDict, shape: GaugeShape, generator: torch.Generator) -> 
     dtype = sd[orbit.EMBED].dtype
     d = sd[orbit.EMBED].shape[1]
     rot = orbit.random_orthogonal(d, generator, dtype)
+    plane = tuple(int(i) for i in torch.randperm(d, generator=generator)[:2])
     last = shape.n_layers - 1
     b = conditioned(shape.head_dim, 100.0, generator, torch.float64)
     a = conditioned(shape.head_dim, 10.0, generator, torch.float64)
@@ -128,7 +145,7 @@ def llama_maps(sd: StateDict, shape: GaugeShape, generator: torch.Generator) -> 
     unit_perm = torch.randperm(d_ff, generator=generator)
     return {
         "residual.rotation_folded": ("exact", lambda: orbit.rotate_residual(orbit.fold_gains(sd, shape), shape, rot)),
-        "residual.rotation_keeping_gains": ("broken", lambda: rotate_keeping_gains(sd, shape, rot)),
+        "residual.rotation_keeping_gains": ("broken", lambda: rotate_plane_keeping_gains(sd, shape, plane)),
         "attention.vo_per_kv_head": ("exact", lambda: orbit.transform_vo(sd, shape, last, 0, b)),
         "attention.vo_one_query_head": ("broken", lambda: vo_one_query_head(sd, shape, last, b)),
         "attention.qk_rope_commutant": ("exact", lambda: orbit.transform_qk_all(sd, shape, last, 0, r, phi)),
