@@ -131,7 +131,8 @@ def llama_maps(sd: StateDict, shape: GaugeShape, generator: torch.Generator) -> 
     dtype = sd[orbit.EMBED].dtype
     d = sd[orbit.EMBED].shape[1]
     rot = orbit.random_orthogonal(d, generator, dtype)
-    plane = tuple(int(i) for i in torch.randperm(d, generator=generator)[:2])
+    first, second = (int(i) for i in torch.randperm(d, generator=generator)[:2])
+    plane = (first, second)
     last = shape.n_layers - 1
     b = conditioned(shape.head_dim, 100.0, generator, torch.float64)
     a = conditioned(shape.head_dim, 10.0, generator, torch.float64)
