@@ -16,7 +16,8 @@ app = typer.Typer()
 @app.command("prove")
 def prove(
     claims: Annotated[list[str] | None, typer.Argument(help="Claims to verify (default: all): equivariance, "
-                                                      "breaking, commutants, gauge, noether.")] = None,
+                                                      "breaking, commutants, gauge, noether, residual, attention, "
+                                                      "mlp, experts.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")] = False,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write the derivations as Markdown (LaTeX) "
                                                   "here.")] = None,
@@ -25,7 +26,8 @@ def prove(
                                               "suffix gives the format: .png, .pdf or .svg.")] = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False,
 ) -> None:
-    """Verify each claim with sympy, then cross-check it numerically in torch on the simulator's models."""
+    """Verify each claim with sympy, then cross-check it numerically in torch (the simulator's models, the
+    embedded SmolLM2, small transformers models); list the gauge group of each architecture family."""
     from geodrift.atomic import document, to_json, write_text
     from geodrift.checks import check_seed
     from geodrift.cli.checks import check_outputs

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from geodrift.proofs import breaking, commutants, equivariance, gauge, noether
+from geodrift.proofs import attention, breaking, commutants, equivariance, experts, gauge, mlp, noether, norms
 from geodrift.proofs.claim import Claim
 
-CLAIMS: tuple[Claim, ...] = (equivariance.CLAIM, breaking.CLAIM, commutants.CLAIM, gauge.CLAIM, noether.CLAIM)
+CLAIMS: tuple[Claim, ...] = (equivariance.CLAIM, breaking.CLAIM, commutants.CLAIM, gauge.CLAIM, noether.CLAIM,
+                             norms.CLAIM, attention.CLAIM, mlp.CLAIM, experts.CLAIM)
 
 
 def claim_names() -> list[str]:

@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 import sympy as sp
 import torch
+from prove_report import full_report
 from typer.testing import CliRunner
 
 from geodrift.errors import GeodriftError
@@ -21,7 +22,7 @@ from geodrift.proofs.breaking import witness
 from geodrift.proofs.claim import Assumption, Derivation, conjunction, is_zero, refine_under
 from geodrift.proofs.interval import certify_nonzero, enclose
 from geodrift.proofs.registry import CLAIMS
-from geodrift.prove.runner import run_claims, select
+from geodrift.prove.runner import select
 from geodrift.prove.symmetry import ELEMENTWISE as TORCH_ACTS
 from geodrift.prove.symmetry import witness_tensors
 
@@ -34,7 +35,7 @@ def test_importing_proofs_does_not_import_torch() -> None:
 
 @pytest.fixture(scope="module")
 def report():  # type: ignore[no-untyped-def]
-    return run_claims()
+    return full_report()
 
 
 def test_every_claim_is_verified_symbolically_and_numerically(report) -> None:  # type: ignore[no-untyped-def]

@@ -46,7 +46,11 @@ class ProveReport:
     seed: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, "total_s": self.total_s, "results": [asdict(r) for r in self.results]}
+        """JSON-able: the claims' results and the gauge groups of each architecture family."""
+        from geodrift.prove.groups_report import gauge_groups
+
+        return {"seed": self.seed, "total_s": self.total_s, "results": [asdict(r) for r in self.results],
+                "gauge_groups": gauge_groups(self)}
 
 
 def select(names: list[str] | None) -> list[Claim]:
@@ -67,11 +71,12 @@ def run_claim(claim: Claim, seed: int = 0) -> ClaimResult:
     """Derive one claim symbolically, then cross-check it numerically with a seeded generator."""
     import torch
 
-    from geodrift.prove import gauge, symmetry
+    from geodrift.prove import gauge, gauge_twins, symmetry
 
     numeric_checks = {
         "equivariance": symmetry.check_equivariance, "breaking": symmetry.check_breaking,
         "commutants": symmetry.check_commutants, "gauge": gauge.check_gauge, "noether": gauge.check_noether,
+        **gauge_twins.CHECKS,
     }
 
     t0 = time.perf_counter()

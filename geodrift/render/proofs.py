@@ -28,6 +28,28 @@ def render_proofs(report: ProveReport, wide: bool = False) -> None:
                  lit(r.status, style), f"{r.symbolic_s + r.numeric_s:.1f} s")
     print_grid(grid, wide=wide)
     console.print(lit(summary_line(report), "bold"), soft_wrap=True)
+    if any(r.name in GROUP_CLAIMS for r in report.results):
+        render_groups(report, wide=wide)
+
+
+GROUP_CLAIMS = ("residual", "attention", "mlp", "experts")
+
+
+def render_groups(report: ProveReport, wide: bool = False) -> None:
+    """One row per architecture family: the gauge group on the residual stream, Q/K, V/O, Gate, Up/Down and
+    the router, and how many of its proofs verified and numeric twins agreed."""
+    from geodrift.prove.groups_report import COLUMNS, family_rows, gauge_groups
+
+    grid = Grid("gauge groups by architecture family (geodrift.gauge.groups)",
+                [Col("family", "left", prose=True), Col("residual", "left", prose=True),
+                 *(Col(c, "left", prose=True) for c, _, _ in COLUMNS), Col("proofs, twins", "left")],
+                lines=True)
+    for row in family_rows(gauge_groups(report)):
+        grid.add(*(lit(cell) for cell in row))
+    print_grid(grid, wide=wide)
+    console.print(lit("proofs: the claims that derive the family's groups, verified / all; twins: the maps of those "
+                      "groups measured on real models (SmolLM2, transformers models) that kept the logits, agreeing / "
+                      "all. Full groups, invariants and twins: --json (gauge_groups) or --markdown."), soft_wrap=True)
 
 
 def summary_line(report: ProveReport) -> str:
@@ -64,9 +86,41 @@ def proofs_markdown(report: ProveReport, command: str = "geodrift prove --markdo
             mark = {True: "", False: " **[refuted]**", None: " **[undecided]**"}[s["ok"]]
             lines.append(f"{k}. {s['text']}{mark}")
         lines += ["", f"*Verdict:* {r.verdict}" + (f" ({r.reason})" if r.reason else "") + ".",
-                  "", f"*Numeric cross-check (torch, float64):* {r.numeric_summary}.", ""]
+                  "", f"*Numeric cross-check ({_precision(r.numeric_metrics)}):* {r.numeric_summary}.", ""]
+        lines += _twin_table(r.numeric_metrics)
+    if any(r.name in GROUP_CLAIMS for r in report.results):
+        from geodrift.prove.groups_report import gauge_groups, groups_markdown
+
+        lines += groups_markdown(gauge_groups(report))
     lines.append("")
     return "\n".join(lines)
+
+
+def _precision(metrics: dict[str, Any]) -> str:
+    """The cross-check's arithmetic: float64, or float64 and float32 where a twin ran in float32."""
+    changes = metrics.get("changes") if isinstance(metrics, dict) else None
+    if changes and any(k.startswith("smollm2:") for k in changes):
+        return "torch; float64, the embedded SmolLM2 in float32, RMSNorms in float32"
+    return "torch, float64"
+
+
+def _twin_table(metrics: dict[str, Any]) -> list[str]:
+    """The numeric twins of a gauge-group claim, one row per map: what the proof says, the logits' change."""
+    from geodrift.prove.twins import BROKEN_FLOOR
+
+    changes = metrics.get("changes") if isinstance(metrics, dict) else None
+    if not changes:
+        return []
+    lines = ["| map (model: claim.map) | proof says | max rel. logit change | tolerance / floor | agrees |",
+             "|---|---|---|---|---|"]
+    for name, value in changes.items():
+        expected = metrics["expected"][name]
+        bound = f"< {metrics['tolerance'][name]:.0e}" if expected == "exact" else f"> {BROKEN_FLOOR:.0e}"
+        lines.append(f"| `{name}` | {expected} | {value:.1e} | {bound} | {'yes' if metrics['agree'][name] else 'NO'} |")
+    skipped = metrics.get("skipped") or []
+    if skipped:
+        lines.append(f"\nSkipped ({', '.join(skipped)}): transformers not installed.")
+    return [*lines, ""]
 
 
 # ---- the proofs' summary figure ------------------------------------------------------------
