@@ -1,6 +1,6 @@
 """The architecture, checked: imports point one way, no cycles, light imports where the CLI starts.
 
-Layers, bottom to top: errors/atomic/weights/checks -> linalg -> metrics -> continuity -> lm (the
+Layers, bottom to top: errors/atomic/weights/checks -> linalg -> metrics and gauge -> continuity -> lm (the
 Llama, its tokenizers, text corpora, activations and Hugging Face writer) -> {scan, sim} -> {prove,
 sweep (runs sim specs on a backend), pretrained} -> compress -> reproduction (the whole paper) ->
 render -> cli and the Python API (``geodrift.scan.api``, a face like the CLI: its reports draw
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / "proofs": "geodrift.proofs"}
 LAYERS = {
     "geodrift.errors": 0, "geodrift.atomic": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
-    "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
+    "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
     "geodrift.scan": 5, "geodrift.sim": 5, "geodrift.scan.api": 10,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
     "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.render": 9, "geodrift.cli": 10, "geodrift.__main__": 10,
@@ -136,7 +136,7 @@ def test_the_language_model_imports_neither_the_scanner_nor_the_simulators_and_c
             assert not _touches(name) & {"geodrift.scan", "geodrift.sim"}, name
         if name.startswith("geodrift.compress"):
             assert not _touches(name) & {"geodrift.scan", "geodrift.sim"}, name
-        if name.startswith(("geodrift.continuity", "geodrift.metrics", "geodrift.linalg")):
+        if name.startswith(("geodrift.continuity", "geodrift.metrics", "geodrift.linalg", "geodrift.gauge")):
             assert not _touches(name) & {"geodrift.sim", "geodrift.scan", "geodrift.lm", "geodrift.render",
                                          "geodrift.cli"}, name
 
