@@ -9,34 +9,35 @@ from pathlib import Path
 import pytest
 import torch
 from _checkpoints import hf_config, llama_state, write_hf_folder
-from _gauge_draw import random_gauge
 
 from geodrift.cli.main import main
 from geodrift.continuity import MeasureSpec
 from geodrift.errors import GeodriftError
-from geodrift.gauge.align import LlamaShape, align, fold_gains, llama_shape, toy_state_dict, weight_error
+from geodrift.gauge.align import align, shape_of, weight_error
+from geodrift.gauge.orbit import GaugeShape, fold_gains, random_gauge, toy_state_dict
 from geodrift.scan.aligned import checkpoint_state_dict
 from geodrift.scan.readers import open_checkpoint
 from geodrift.scan.series import compare
 
-SHAPE = LlamaShape(3, 4, 2, 32, 48)
+SHAPE = GaugeShape(n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8)
 
 
 def test_a_gauged_toy_copy_is_recovered_exactly_and_the_permutations_found():
-    sd = toy_state_dict(SHAPE, torch.Generator().manual_seed(0), vocab=100)
-    gauged, perms = random_gauge(sd, SHAPE, torch.Generator().manual_seed(1), cond=100.0, sigma=1.0)
+    sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=100, generator=torch.Generator().manual_seed(0))
+    gauged = random_gauge(sd, SHAPE, torch.Generator().manual_seed(1), condition=100.0, sigma=1.0)
     assert weight_error(fold_gains(sd, SHAPE), gauged, SHAPE) > 0.5  # the gauge moved the weights
     folded, aligned, rep = align(sd, gauged, SHAPE)
     assert rep.aligned_weight_error < 1e-10 and rep.rotation_residual < 1e-10
     assert all(x.mutual_best_share == 1.0 and x.vo_residual < 1e-10 and x.qk_residual < 1e-10 for x in rep.layers)
     assert all(x.identity_share < 0.5 for x in rep.layers)  # the permutations were real, and undone
+    assert any(x.heads_kept < 1.0 for x in rep.layers)  # heads were permuted too, and matched back
     torch.testing.assert_close(aligned["model.layers.1.mlp.up_proj.weight"], folded["model.layers.1.mlp.up_proj.weight"])
     assert "rotation fit residual" in rep.summary()
 
 
 def test_without_the_per_head_maps_only_attention_stays_apart():
-    sd = toy_state_dict(SHAPE, torch.Generator().manual_seed(2), vocab=100)
-    gauged, _ = random_gauge(sd, SHAPE, torch.Generator().manual_seed(3))
+    sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=100, generator=torch.Generator().manual_seed(2))
+    gauged = random_gauge(sd, SHAPE, torch.Generator().manual_seed(3), condition=10.0, sigma=0.5)
     folded, aligned, rep = align(sd, gauged, SHAPE, maps=False)
     assert rep.aligned_weight_error > 1e-3  # V/O and Q/K maps not undone
     for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
@@ -46,8 +47,8 @@ def test_without_the_per_head_maps_only_attention_stays_apart():
 @pytest.mark.slow  # about 20 s on one core; benchmarks/bench_barriers.py measures it too
 def test_the_embedded_smollm2_under_a_random_gauge_is_recovered_to_1e_5():
     sd = checkpoint_state_dict(open_checkpoint(None))
-    shape = llama_shape(sd, 9, 3)
-    gauged, perms = random_gauge(sd, shape, torch.Generator().manual_seed(0), cond=100.0, sigma=1.0)
+    shape = shape_of(sd, 9, 3)
+    gauged = random_gauge(sd, shape, torch.Generator().manual_seed(0), condition=100.0, sigma=1.0)
     _, _, rep = align(sd, gauged, shape)
     assert rep.naive_weight_error > 1.0 and rep.aligned_weight_error < 1e-5
     assert all(x.mutual_best_share == 1.0 for x in rep.layers)  # every hidden unit of every layer matched
@@ -58,7 +59,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     # A model and an exactly gauged copy of it, both as Hugging Face folders (float32 on disk).
     root = tmp_path_factory.mktemp("align")
     state = llama_state(n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60, seed=4)
-    gauged, _ = random_gauge(state, SHAPE, torch.Generator().manual_seed(5))
+    gauged = random_gauge(state, SHAPE, torch.Generator().manual_seed(5), condition=10.0, sigma=0.5)
     config = hf_config(n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60)
     a = write_hf_folder(root / "a", state, config, dtype=torch.float32)
     b = write_hf_folder(root / "b", gauged, {**config, "tie_word_embeddings": False}, dtype=torch.float32)
@@ -118,7 +119,7 @@ def test_align_on_models_of_different_shapes_or_families_is_a_one_line_error(pai
 
 
 def test_align_refuses_state_dicts_of_different_shapes_naming_the_tensor():
-    sd = toy_state_dict(SHAPE, torch.Generator().manual_seed(0))
-    other = toy_state_dict(LlamaShape(3, 4, 2, 32, 64), torch.Generator().manual_seed(0))
+    sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=40, generator=torch.Generator().manual_seed(0))
+    other = toy_state_dict(SHAPE, d_model=32, d_ff=64, vocab=40, generator=torch.Generator().manual_seed(0))
     with pytest.raises(GeodriftError, match="mlp.gate_proj.weight is 48x32 in A but 64x32 in B; --align"):
         align(sd, other, SHAPE)

@@ -4,21 +4,23 @@ Two checkpoints that compute the same function can differ by the network's exact
 (issue 31, docs/scan.md "Aligned comparison"): a rotation of the residual stream once the norm gains
 are folded, a permutation and positive scaling of each layer's hidden units (Up rows against Down
 columns; Gate rows permuted only), an invertible map per key-value head on V's rows against O's
-columns, and a rotation-scaling per key-value head and RoPE frequency pair on K's rows against Q's.
-:func:`align` recovers each of them from the weights alone, in that order, and applies their
-inverses to B:
+columns, a rotation-scaling per key-value head and RoPE frequency pair on K's rows against Q's, and
+a permutation of the heads. :func:`align` recovers each of them from the weights alone, in this order,
+and applies their inverses to B with :mod:`geodrift.gauge.orbit`'s maps:
 
 1. **fold** both models' norm gains into the projections that read them (Q/K/V, Gate/Up, the head);
 2. **residual rotation**: orthogonal Procrustes (``scipy.linalg.orthogonal_procrustes``) between the
    stacked token-indexed rows of the embedding and the (folded) head, whose rows no other gauge moves;
-3. per layer, **hidden permutation**: ``scipy.optimize.linear_sum_assignment`` on the summed cosines of
-   Gate rows, Up rows and Down columns (a cosine is blind to the positive Up/Down scaling);
-4. **Up/Down scaling**: each matched unit of B scaled so that its ``log(||Up_j|| / ||Down_j||)`` equals
-   A's (exact for a rescaled copy; for an unrelated model it puts B's units at A's balance);
-5. **V/O map** per key-value head: the least-squares ``N = V_A V_B^+`` on V's rows, its inverse on the
+3. per layer, **head permutation**: ``linear_sum_assignment`` on the cosines of each query head's
+   ``O_h V_g`` and ``Q_h^T K_g`` (products the per-head maps leave unchanged), within and across groups;
+4. **V/O map** per key-value head: the least-squares ``N = V_A V_B^+`` on V's rows, its inverse on the
    O columns of the head's query heads;
-6. **Q/K map** per key-value head and RoPE pair: the least-squares 2x2 map on K's pair rows,
-   projected onto rotation-scalings (the commutant of RoPE), its inverse transpose on Q's.
+5. **Q/K map** per key-value head and RoPE pair: the least-squares 2x2 map on K's pair rows,
+   projected onto rotation-scalings (the commutant of RoPE), its inverse transpose on Q's;
+6. **hidden permutation**: ``scipy.optimize.linear_sum_assignment`` on the summed cosines of Gate rows,
+   Up rows and Down columns (a cosine is blind to the positive Up/Down scaling);
+7. **Up/Down scaling**: each matched unit of B scaled so that its ``log(||Up_j|| / ||Down_j||)`` equals
+   A's (exact for a rescaled copy; for an unrelated model it puts B's units at A's balance).
 
 For an exact reparametrisation every step is exact, and the aligned B equals the folded A up to
 float error; for two independently trained models each step is the best fit of its kind, and the
@@ -29,6 +31,7 @@ whose MLP is gated (SwiGLU) with RMSNorm pre-norms and RoPE in the half-split la
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,32 +41,22 @@ from scipy.linalg import orthogonal_procrustes
 from scipy.optimize import linear_sum_assignment
 
 from geodrift.errors import GeodriftError
+from geodrift.gauge.orbit import (
+    EMBED,
+    LM_HEAD,
+    GaugeShape,
+    StateDict,
+    fold_gains,
+    layer_key,
+    permute_heads,
+    permute_mlp,
+    rotate_residual,
+    scale_mlp,
+    transform_qk_all,
+    transform_vo,
+)
 
-StateDict = dict[str, torch.Tensor]
-_P = "model.layers.{}."
-_ROLES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-          "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
-
-
-@dataclass(frozen=True)
-class LlamaShape:
-    """The sizes alignment needs: layers, heads, widths.
-
-    Example:
-        >>> LlamaShape(2, 4, 2, 16, 24).head_dim
-        4
-    """
-
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    d_model: int
-    d_ff: int
-
-    @property
-    def head_dim(self) -> int:
-        """Width of one attention head (``d_model / n_heads``)."""
-        return self.d_model // self.n_heads
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 @dataclass
@@ -75,6 +68,7 @@ class LayerAlignment:
     mutual_best_share: float  # share of matches that are each other's best cosine (1.0 for an exact copy)
     matched_cosine: float  # mean over units of (cos Gate + cos Up + cos Down) / 3 after matching
     log_scale_std: float  # spread of the recovered Up/Down log-scales
+    heads_kept: float  # share of KV groups matched to the group (and query order) of the same index
     vo_residual: float  # ||N V_B - V_A|| / ||V_A|| over the layer's key-value heads
     qk_residual: float  # ||N K_B - K_A|| / ||K_A|| after the rotation-scaling projection
 
@@ -98,7 +92,7 @@ class AlignmentReport:
         """One line: the fits and the permutation agreement.
 
         Example:
-            >>> AlignmentReport(1e-9, 0.9, 2e-8, [LayerAlignment(0, 0.5, 1.0, 1.0, 0.3, 0.0, 0.0)]).summary()[:48]
+            >>> AlignmentReport(1e-9, 0.9, 2e-8, [LayerAlignment(0, 0.5, 1.0, 1.0, 0.3, 1.0, 0.0, 0.0)]).summary()[:48]
             'aligned B to A: rotation fit residual 1.00e-09, '
         """
         mutual = float(np.mean([x.mutual_best_share for x in self.layers])) if self.layers else float("nan")
@@ -108,121 +102,94 @@ class AlignmentReport:
                 f"{self.naive_weight_error:.3g} -> {self.aligned_weight_error:.3g} (relative, gains folded)")
 
 
-def llama_shape(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> LlamaShape:
-    """Read the sizes from a Hugging Face-named Llama state dict.
+def shape_of(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> GaugeShape:
+    """The :class:`~geodrift.gauge.orbit.GaugeShape` of a Hugging Face-named Llama state dict.
 
     Args:
-        sd: ``model.embed_tokens.weight``, ``model.layers.{l}.…``; Q/K/V/O, Gate/Up/Down and both norms per layer.
+        sd: ``model.embed_tokens.weight`` and ``model.layers.{l}.…`` for ``l = 0..L-1``.
         n_heads, n_kv_heads: from the model's config (``n_kv_heads`` None: ``n_heads``).
 
     Raises:
-        GeodriftError: a missing tensor, or heads that do not divide the width.
+        GeodriftError: no embedding, layers not numbered ``0..L-1``, heads that do not divide the width.
 
     Example:
-        >>> sd = {"model.embed_tokens.weight": torch.zeros(5, 8), "model.layers.0.mlp.gate_proj.weight": torch.zeros(6, 8)}
-        >>> llama_shape(sd, 2)
-        LlamaShape(n_layers=1, n_heads=2, n_kv_heads=2, d_model=8, d_ff=6)
+        >>> shape_of({EMBED: torch.zeros(5, 8), layer_key(0, "q_proj"): torch.zeros(8, 8)}, 2)
+        GaugeShape(n_layers=1, n_heads=2, n_kv_heads=2, head_dim=4)
     """
-    if "model.embed_tokens.weight" not in sd:
-        raise GeodriftError("align: the state dict has no model.embed_tokens.weight; alignment needs a Llama-family "
-                            "model with Hugging Face names")
-    d = int(sd["model.embed_tokens.weight"].shape[1])
+    if EMBED not in sd:
+        raise GeodriftError(f"align: the state dict has no {EMBED}; alignment needs a Llama-family model with "
+                            "Hugging Face names")
+    d = int(sd[EMBED].shape[1])
     layers = sorted({int(k.split(".")[2]) for k in sd if k.startswith("model.layers.")})
     if not layers or layers != list(range(len(layers))):
         raise GeodriftError("align: the state dict's layers are not numbered 0..L-1; pass a whole model")
     kv = n_kv_heads or n_heads
     if n_heads <= 0 or d % n_heads or n_heads % kv:
         raise GeodriftError(f"align: {n_heads} heads / {kv} key-value heads do not divide d_model {d}")
-    return LlamaShape(len(layers), n_heads, kv, d, int(sd[_P.format(0) + "mlp.gate_proj.weight"].shape[0]))
+    return GaugeShape(len(layers), n_heads, kv, d // n_heads)
 
 
-def fold_gains(sd: StateDict, shape: LlamaShape) -> StateDict:
-    """Fold every RMSNorm gain into the projections that read it; gains become ones, the head untied.
-
-    Args:
-        sd: a Hugging Face-named Llama state dict (``lm_head.weight`` absent: tied to the embedding).
-        shape: from :func:`llama_shape`.
-
-    Returns:
-        A new float64 state dict computing the same function (RMSNorm without gain is radial, so the
-        residual stream's rotation gauge becomes exact).
-
-    Example:
-        >>> sd = {"model.embed_tokens.weight": torch.ones(3, 2), "model.norm.weight": torch.tensor([2.0, 1.0])}
-        >>> fold_gains(sd, LlamaShape(0, 1, 1, 2, 4))["lm_head.weight"][0].tolist()
-        [2.0, 1.0]
-    """
-    out = {k: v.detach().to(torch.float64, copy=True) for k, v in sd.items()}
-    out.setdefault("lm_head.weight", out["model.embed_tokens.weight"].clone())
-    pairs = [("model.norm.weight", ["lm_head.weight"])]
-    for layer in range(shape.n_layers):
-        p = _P.format(layer)
-        pairs += [(p + "input_layernorm.weight", [p + _ROLES[r] + ".weight" for r in ("q", "k", "v")]),
-                  (p + "post_attention_layernorm.weight", [p + _ROLES[r] + ".weight" for r in ("gate", "up")])]
-    for norm, readers in pairs:
-        if norm not in out:
-            continue
-        gain = out[norm]
-        for name in readers:
-            out[name].mul_(gain.reshape(1, -1))
-        out[norm] = torch.ones_like(gain)
-    return out
-
-
-def align(sd_a: StateDict, sd_b: StateDict, shape: LlamaShape, *, maps: bool = True
+def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, maps: bool = True
           ) -> tuple[StateDict, StateDict, AlignmentReport]:
-    """Bring B into A's gauge: the residual rotation, hidden permutations and scalings, V/O and Q/K maps.
+    """Bring B into A's gauge: residual rotation, head and hidden permutations, scalings, V/O and Q/K maps.
 
     Args:
-        sd_a, sd_b: Hugging Face-named Llama state dicts of one shape.
-        shape: from :func:`llama_shape` (checked against both).
+        sd_a, sd_b: Hugging Face-named Llama state dicts of one shape (tied or untied heads).
+        shape: their :class:`~geodrift.gauge.orbit.GaugeShape`.
         maps: also fit the per-head V/O and Q/K maps (False: rotation, permutations and scalings only).
 
     Returns:
         ``(a_folded, b_aligned, report)``: A with its gains folded, B folded and mapped into A's frame
-        (float64; both compute their model's function), and what was recovered.
+        by the inverse maps (float64; each computes its model's function), and what was recovered.
 
     Raises:
         GeodriftError: the two differ in a tensor's presence or shape (naming the tensor).
 
     Example:
-        >>> g = torch.Generator().manual_seed(0)
-        >>> sd = toy_state_dict(LlamaShape(2, 4, 2, 16, 24), g)
-        >>> _, _, rep = align(sd, sd, LlamaShape(2, 4, 2, 16, 24))
-        >>> rep.aligned_weight_error < 1e-12, rep.layers[0].identity_share
-        (True, 1.0)
+        >>> from geodrift.gauge.orbit import random_gauge, toy_state_dict
+        >>> shape = GaugeShape(n_layers=2, n_heads=4, n_kv_heads=2, head_dim=4)
+        >>> sd = toy_state_dict(shape, d_model=16, d_ff=24, vocab=40, generator=torch.Generator().manual_seed(0))
+        >>> moved = random_gauge(sd, shape, torch.Generator().manual_seed(1), condition=10.0, sigma=0.5)
+        >>> _, _, rep = align(sd, moved, shape)
+        >>> rep.naive_weight_error > 0.5, rep.aligned_weight_error < 1e-9
+        (True, True)
     """
-    import time
-
     t0 = time.perf_counter()
     check_same_shape(sd_a, sd_b, shape)
-    a, b = fold_gains(sd_a, shape), fold_gains(sd_b, shape)
+    a = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_a.items()}, shape)
+    b = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_b.items()}, shape)
     naive = weight_error(a, b, shape)
-    rotation, rot_residual = _residual_rotation(a, b)
-    _rotate(b, rotation, shape)
+    b = rotate_residual(b, shape, _residual_rotation(a, b).T)  # rows x -> x R: B's stream brought to A's
+    rot_residual = (sum(float(torch.linalg.vector_norm(b[n] - a[n])) ** 2 for n in (EMBED, LM_HEAD))
+                    / sum(float(torch.linalg.vector_norm(a[n])) ** 2 for n in (EMBED, LM_HEAD))) ** 0.5
     layers = []
     for layer in range(shape.n_layers):
-        perm, info = _match_hidden(a, b, layer)
-        _permute_and_scale(a, b, layer, perm)
-        vo = _fit_vo(a, b, layer, shape) if maps else float("nan")
-        qk = _fit_qk(a, b, layer, shape) if maps else float("nan")
-        layers.append(LayerAlignment(layer, info[0], info[1], info[2], info[3], vo, qk))
+        kv_perm, q_perms, heads_kept = _match_heads(a, b, shape, layer)
+        b = permute_heads(b, shape, layer, kv_perm, q_perms)
+        vo = qk = float("nan")
+        if maps:
+            b, vo = _fit_vo(a, b, shape, layer)
+            b, qk = _fit_qk(a, b, shape, layer)
+        cols, info = _match_hidden(a, b, layer)
+        b = permute_mlp(b, layer, torch.from_numpy(cols))
+        b = scale_mlp(b, layer, _balance_scales(a, b, layer))
+        layers.append(LayerAlignment(layer, *info, heads_kept, vo, qk))
     steps = ["fold gains", "residual rotation (Procrustes on embedding and head rows)",
-             "hidden permutation (linear_sum_assignment on Gate/Up/Down cosines)", "Up/Down scaling"]
+             "head permutation (linear_sum_assignment on OV and QK cosines)"]
     steps += ["V/O map per key-value head", "Q/K rotation-scaling per RoPE pair"] if maps else []
+    steps += ["hidden permutation (linear_sum_assignment on Gate/Up/Down cosines)", "Up/Down scaling"]
     report = AlignmentReport(rot_residual, naive, weight_error(a, b, shape), layers, steps, time.perf_counter() - t0)
     return a, b, report
 
 
-def check_same_shape(sd_a: StateDict, sd_b: StateDict, shape: LlamaShape, label_a: str = "A",
+def check_same_shape(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, label_a: str = "A",
                      label_b: str = "B") -> None:
     """Refuse two state dicts that differ in a projection's presence or shape.
 
     Raises:
         GeodriftError: one line naming the tensor, both shapes and both models.
     """
-    names = ["model.embed_tokens.weight"] + [_P.format(lay) + _ROLES[r] + ".weight" for lay in range(shape.n_layers)
-                                             for r in _ROLES]
+    names = [EMBED] + [layer_key(lay, r) for lay in range(shape.n_layers) for r in PROJECTIONS]
     for name in names:
         ta, tb = sd_a.get(name), sd_b.get(name)
         sa = "missing" if ta is None else "x".join(map(str, ta.shape))
@@ -232,65 +199,76 @@ def check_same_shape(sd_a: StateDict, sd_b: StateDict, shape: LlamaShape, label_
                                 "models of one architecture and shape")
 
 
-def weight_error(a: StateDict, b: StateDict, shape: LlamaShape) -> float:
+def weight_error(a: StateDict, b: StateDict, shape: GaugeShape) -> float:
     """``||B - A|| / ||A||`` over the embedding, the head and every projection (Frobenius, all stacked).
 
     Example:
-        >>> s = LlamaShape(1, 2, 2, 4, 6); sd = toy_state_dict(s, torch.Generator().manual_seed(1))
+        >>> from geodrift.gauge.orbit import toy_state_dict
+        >>> s = GaugeShape(1, 2, 2, 2); sd = toy_state_dict(s, 4, 6, 5, torch.Generator().manual_seed(1))
         >>> weight_error(sd, sd, s)
         0.0
     """
-    names = ["model.embed_tokens.weight", "lm_head.weight"] + [
-        _P.format(lay) + _ROLES[r] + ".weight" for lay in range(shape.n_layers) for r in _ROLES]
+    names = [EMBED, LM_HEAD] + [layer_key(lay, r) for lay in range(shape.n_layers) for r in PROJECTIONS]
     num = sum(float(torch.linalg.vector_norm(b[n].double() - a[n].double())) ** 2 for n in names if n in a)
     den = sum(float(torch.linalg.vector_norm(a[n].double())) ** 2 for n in names if n in a)
     return (num / den) ** 0.5 if den else 0.0
 
 
-def toy_state_dict(shape: LlamaShape, generator: torch.Generator, vocab: int = 40) -> StateDict:
-    """A random Hugging Face-named Llama state dict (float64; gains near 1), for examples and tests."""
-    def randn(*size: int) -> torch.Tensor:
-        return torch.randn(*size, generator=generator, dtype=torch.float64) / size[-1] ** 0.5
-
-    d, f, hd = shape.d_model, shape.d_ff, shape.head_dim
-    sd = {"model.embed_tokens.weight": randn(vocab, d), "lm_head.weight": randn(vocab, d),
-          "model.norm.weight": 1 + 0.1 * randn(d) * d ** 0.5}
-    for layer in range(shape.n_layers):
-        p = _P.format(layer)
-        sizes = {"q": (d, d), "k": (shape.n_kv_heads * hd, d), "v": (shape.n_kv_heads * hd, d), "o": (d, d),
-                 "gate": (f, d), "up": (f, d), "down": (d, f)}
-        sd.update({p + _ROLES[r] + ".weight": randn(*s) for r, s in sizes.items()})
-        sd[p + "input_layernorm.weight"] = 1 + 0.1 * randn(d) * d ** 0.5
-        sd[p + "post_attention_layernorm.weight"] = 1 + 0.1 * randn(d) * d ** 0.5
-    return sd
-
-
-# ---- the steps -----------------------------------------------------------------------------------
-def _residual_rotation(a: StateDict, b: StateDict) -> tuple[torch.Tensor, float]:
+# ---- the fits (the maps themselves are geodrift.gauge.orbit's) -------------------------------------
+def _residual_rotation(a: StateDict, b: StateDict) -> torch.Tensor:
     # Token-indexed rows (embedding, folded head) carry no gauge but the stream's: X_B = X_A Q^T.
-    # orthogonal_procrustes(A, B) depends on A^T B only, so it is given (I, X_B^T X_A) formed in float64
-    # blocks rather than the two (2 V x d) stacks.
-    # ||X_B R - X_A||^2 = ||X_B||^2 + ||X_A||^2 - 2 tr(R^T X_B^T X_A): the residual from the same cross product.
-    names = ("model.embed_tokens.weight", "lm_head.weight")
-    cross = sum(b[n].T @ a[n] for n in names)
-    assert isinstance(cross, torch.Tensor)
+    # orthogonal_procrustes(A, B) depends on A^T B only, so it is given (I, X_B^T X_A) rather than the
+    # two (2 V x d) stacks. Returns R with X_B R ~ X_A.
+    cross = b[EMBED].T @ a[EMBED] + b[LM_HEAD].T @ a[LM_HEAD]
     rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross.numpy())
-    r = torch.from_numpy(rotation)
-    sq_a = sum(float(torch.linalg.vector_norm(a[n])) ** 2 for n in names)
-    sq_b = sum(float(torch.linalg.vector_norm(b[n])) ** 2 for n in names)
-    return r, max(sq_a + sq_b - 2 * float((r * cross).sum()), 0.0) ** 0.5 / sq_a ** 0.5
+    return torch.from_numpy(rotation)
 
 
-def _rotate(b: StateDict, r: torch.Tensor, shape: LlamaShape) -> None:
-    # Readers W -> W R (columns), writers W -> R^T W (rows), token rows X -> X R.
-    for n in ("model.embed_tokens.weight", "lm_head.weight"):
-        b[n] = b[n] @ r
-    for layer in range(shape.n_layers):
-        p = _P.format(layer)
-        for role in ("q", "k", "v", "gate", "up"):
-            b[p + _ROLES[role] + ".weight"] = b[p + _ROLES[role] + ".weight"] @ r
-        for role in ("o", "down"):
-            b[p + _ROLES[role] + ".weight"] = r.T @ b[p + _ROLES[role] + ".weight"]
+def _head_blocks(sd: StateDict, shape: GaugeShape, layer: int) -> tuple[list[torch.Tensor], ...]:
+    hd = shape.head_dim
+    w = {n: sd[layer_key(layer, n)] for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    q = [w["q_proj"][h * hd:(h + 1) * hd] for h in range(shape.n_heads)]
+    k = [w["k_proj"][g * hd:(g + 1) * hd] for g in range(shape.n_kv_heads)]
+    v = [w["v_proj"][g * hd:(g + 1) * hd] for g in range(shape.n_kv_heads)]
+    o = [w["o_proj"][:, h * hd:(h + 1) * hd] for h in range(shape.n_heads)]
+    return q, k, v, o
+
+
+def _match_heads(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    # Per query head, two products no per-head map moves: OV_h = O_h V_g and QK_h = Q_h^T K_g (V/O's GL and
+    # RoPE's commutant cancel in them). Cosines of those d x d matrices, as hd x hd traces:
+    # <X1 Y1, X2 Y2>_F = tr((X1^T X2)(Y2 Y1^T)). Query heads matched within each pair of groups, then groups.
+    qa, ka, va, oa = _head_blocks(a, shape, layer)
+    qb, kb, vb, ob = _head_blocks(b, shape, layer)
+    group = shape.group
+
+    def inner(x1: torch.Tensor, y1: torch.Tensor, x2: torch.Tensor, y2: torch.Tensor) -> float:
+        return float(torch.trace((x1.T @ x2) @ (y2 @ y1.T)))
+
+    def cosines(h_a: int, h_b: int) -> float:
+        ga, gb = h_a // group, h_b // group
+        ov = [(oa[h_a], va[ga]), (ob[h_b], vb[gb])]
+        qk = [(qa[h_a].T, ka[ga]), (qb[h_b].T, kb[gb])]
+        total = 0.0
+        for (x1, y1), (x2, y2) in (ov, qk):
+            total += inner(x1, y1, x2, y2) / (inner(x1, y1, x1, y1) * inner(x2, y2, x2, y2)) ** 0.5
+        return total / 2
+
+    sim = np.array([[cosines(i, j) for j in range(shape.n_heads)] for i in range(shape.n_heads)])
+    within = {}
+    group_score = np.zeros((shape.n_kv_heads, shape.n_kv_heads))
+    for ga in range(shape.n_kv_heads):
+        for gb in range(shape.n_kv_heads):
+            block = sim[ga * group:(ga + 1) * group, gb * group:(gb + 1) * group]
+            rows, cols = linear_sum_assignment(block, maximize=True)
+            within[ga, gb] = cols
+            group_score[ga, gb] = block[rows, cols].sum()
+    _, kv_cols = linear_sum_assignment(group_score, maximize=True)
+    q_perms = torch.tensor(np.stack([within[ga, int(gb)] for ga, gb in enumerate(kv_cols)]), dtype=torch.int64)
+    kv_perm = torch.from_numpy(kv_cols.astype(np.int64))
+    kept = float(np.mean([int(gb) == ga and bool((within[ga, int(gb)] == np.arange(group)).all())
+                          for ga, gb in enumerate(kv_cols)]))
+    return kv_perm, q_perms, kept
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -298,67 +276,57 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 
 def _match_hidden(a: StateDict, b: StateDict, layer: int) -> tuple[np.ndarray, tuple[float, float, float, float]]:
-    p = _P.format(layer)
-    w = {r: (a[p + _ROLES[r] + ".weight"], b[p + _ROLES[r] + ".weight"]) for r in ("gate", "up", "down")}
-    # rows of [Gate | Up | Down^T], each part unit-normalised: a cosine in float32 is ample for matching
-    feats = [torch.cat([_unit(w[r][i] if r != "down" else w[r][i].T) for r in w], dim=1).float() for i in (0, 1)]
-    sim_np = (feats[0] @ feats[1].T / 3).double().numpy()
-    rows, cols = linear_sum_assignment(sim_np, maximize=True)  # rows == arange: A's unit i <- B's unit cols[i]
-    mutual = (sim_np.argmax(axis=1) == cols) & (sim_np.argmax(axis=0)[cols] == rows)
-    up_a, up_b = w["up"][0].norm(dim=1), w["up"][1].norm(dim=1)[cols]
-    down_a, down_b = w["down"][0].norm(dim=0), w["down"][1].norm(dim=0)[cols]
-    log_scale = 0.5 * (torch.log(up_a / down_a) - torch.log(up_b / down_b))
-    return cols, (float(np.mean(cols == rows)), float(mutual.mean()), float(sim_np[rows, cols].mean()),
-                  float(log_scale.std()) if log_scale.numel() > 1 else 0.0)
+    w = {n: (a[layer_key(layer, n)], b[layer_key(layer, n)]) for n in ("gate_proj", "up_proj", "down_proj")}
+    # rows of [Gate | Up | Down^T], each part unit-normalised (blind to the Up/Down scaling); float32 is ample
+    feats = [torch.cat([_unit(w[n][i] if n != "down_proj" else w[n][i].T) for n in w], dim=1).float() for i in (0, 1)]
+    sim = (feats[0] @ feats[1].T / 3).double().numpy()
+    rows, cols = linear_sum_assignment(sim, maximize=True)  # rows == arange: A's unit i <- B's unit cols[i]
+    mutual = (sim.argmax(axis=1) == cols) & (sim.argmax(axis=0)[cols] == rows)
+    ratio_a = w["up_proj"][0].norm(dim=1) / w["down_proj"][0].norm(dim=0)
+    ratio_b = w["up_proj"][1].norm(dim=1)[cols] / w["down_proj"][1].norm(dim=0)[cols]
+    log_scale = 0.5 * torch.log(ratio_a / ratio_b)
+    return cols.astype(np.int64), (float(np.mean(cols == rows)), float(mutual.mean()), float(sim[rows, cols].mean()),
+                                   float(log_scale.std()) if log_scale.numel() > 1 else 0.0)
 
 
-def _permute_and_scale(a: StateDict, b: StateDict, layer: int, cols: np.ndarray) -> None:
-    p = _P.format(layer)
-    idx = torch.from_numpy(np.asarray(cols, dtype=np.int64))
-    gate, up, down = (p + _ROLES[r] + ".weight" for r in ("gate", "up", "down"))
-    b[gate], b[up], b[down] = b[gate][idx], b[up][idx], b[down][:, idx]
+def _balance_scales(a: StateDict, b: StateDict, layer: int) -> torch.Tensor:
+    # Each of B's units scaled so its log(||Up_j|| / ||Down_j||) equals A's: exact for a rescaled copy.
+    up, down = layer_key(layer, "up_proj"), layer_key(layer, "down_proj")
     ratio_a = a[up].norm(dim=1) / a[down].norm(dim=0)
     ratio_b = b[up].norm(dim=1) / b[down].norm(dim=0)
-    scale = (ratio_a / ratio_b).sqrt()
-    b[up] = b[up] * scale.reshape(-1, 1)
-    b[down] = b[down] / scale.reshape(1, -1)
+    return (ratio_a / ratio_b).sqrt()
 
 
-def _fit_vo(a: StateDict, b: StateDict, layer: int, shape: LlamaShape) -> float:
-    p, hd, group = _P.format(layer), shape.head_dim, shape.n_heads // shape.n_kv_heads
-    v, o = p + _ROLES["v"] + ".weight", p + _ROLES["o"] + ".weight"
+def _fit_vo(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[StateDict, float]:
+    # Least squares N V_B ~ V_A per KV head; orbit.transform_vo puts N on V's rows and N^-1 on O's columns.
+    v = layer_key(layer, "v_proj")
     num = den = 0.0
     for g in range(shape.n_kv_heads):
-        rows = slice(g * hd, (g + 1) * hd)
+        rows = shape.head_rows(g)
         va, vb = a[v][rows], b[v][rows]
-        n = va @ vb.T @ torch.linalg.inv(vb @ vb.T)  # least squares N V_B ~ V_A
-        b[v][rows] = n @ vb
-        cols = slice(g * group * hd, (g + 1) * group * hd)
-        inv = torch.linalg.inv(n)
-        b[o][:, cols] = torch.cat([b[o][:, cols][:, h * hd:(h + 1) * hd] @ inv for h in range(group)], dim=1)
-        num += float((b[v][rows] - va).pow(2).sum())
-        den += float(va.pow(2).sum())
-    return (num / den) ** 0.5 if den else 0.0
+        b = transform_vo(b, shape, layer, g, va @ vb.T @ torch.linalg.inv(vb @ vb.T))
+        num += float(torch.linalg.vector_norm(b[v][rows] - va)) ** 2
+        den += float(torch.linalg.vector_norm(va)) ** 2
+    return b, (num / den) ** 0.5 if den else 0.0
 
 
-def _fit_qk(a: StateDict, b: StateDict, layer: int, shape: LlamaShape) -> float:
-    # RoPE's half-split layout pairs rows i and i + hd/2 of each head; its commutant is a*I + c*J per pair.
-    p, hd, group = _P.format(layer), shape.head_dim, shape.n_heads // shape.n_kv_heads
-    q, k = p + _ROLES["q"] + ".weight", p + _ROLES["k"] + ".weight"
-    half = hd // 2
+def _fit_qk(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[StateDict, float]:
+    # Per KV head and RoPE pair, the least-squares 2x2 N K_B ~ K_A projected onto rotation-scalings
+    # rho R(theta) (RoPE's commutant): orbit.transform_qk_all with r = 1/rho, phi = theta puts
+    # (1/r) R(phi) = N on K's pair rows and r R(phi) = N^-T on Q's.
+    k = layer_key(layer, "k_proj")
     num = den = 0.0
     for g in range(shape.n_kv_heads):
-        for i in range(half):
-            kr = [g * hd + i, g * hd + i + half]
-            ka, kb = a[k][kr], b[k][kr]
+        rho = torch.ones(shape.pairs, dtype=torch.float64)
+        theta = torch.zeros(shape.pairs, dtype=torch.float64)
+        for i in range(shape.pairs):
+            rows = shape.head_rows(g, pair=i)
+            ka, kb = a[k][rows], b[k][rows]
             n = ka @ kb.T @ torch.linalg.inv(kb @ kb.T)
             c, s = float(n[0, 0] + n[1, 1]) / 2, float(n[1, 0] - n[0, 1]) / 2
-            n = torch.tensor([[c, -s], [s, c]], dtype=kb.dtype)
-            b[k][kr] = n @ kb
-            q_map = torch.linalg.inv(n).T
-            for h in range(g * group, (g + 1) * group):
-                qr = [h * hd + i, h * hd + i + half]
-                b[q][qr] = q_map @ b[q][qr]
-            num += float((b[k][kr] - ka).pow(2).sum())
-            den += float(ka.pow(2).sum())
-    return (num / den) ** 0.5 if den else 0.0
+            rho[i], theta[i] = (c * c + s * s) ** 0.5, float(np.arctan2(s, c))
+        b = transform_qk_all(b, shape, layer, g, 1.0 / rho, theta)
+        rows = shape.head_rows(g)
+        num += float(torch.linalg.vector_norm(b[k][rows] - a[k][rows])) ** 2
+        den += float(torch.linalg.vector_norm(a[k][rows])) ** 2
+    return b, (num / den) ** 0.5 if den else 0.0

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.gauge.align import AlignmentReport, LlamaShape, StateDict, align, check_same_shape, llama_shape
+from geodrift.gauge.align import AlignmentReport, align, check_same_shape, shape_of
+from geodrift.gauge.orbit import GaugeShape, StateDict
 from geodrift.scan.api import open_model
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.readers import canonical_keys, load_canonical
@@ -80,8 +81,8 @@ def checkpoint_state_dict(ckpt: Checkpoint) -> StateDict:
     return sd
 
 
-def _config(shape: LlamaShape, architecture: str) -> dict[str, Any]:
-    return {"model_type": architecture, "hidden_size": shape.d_model, "intermediate_size": shape.d_ff,
+def _config(shape: GaugeShape, architecture: str) -> dict[str, Any]:
+    return {"model_type": architecture, "hidden_size": shape.n_heads * shape.head_dim,
             "num_hidden_layers": shape.n_layers, "num_attention_heads": shape.n_heads,
             "num_key_value_heads": shape.n_kv_heads}
 
@@ -113,7 +114,7 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
                                 f"heads but {ckpt.label} is {ckpt.architecture} with {h[0]}/{h[1]}; {option} needs "
                                 "two models of one architecture and shape")
     sd_first = checkpoint_state_dict(first)
-    shape = llama_shape(sd_first, *heads[0])
+    shape = shape_of(sd_first, *heads[0])
     out: list[StateDictCheckpoint] = []
     reports: list[AlignmentReport] = []
     for ckpt in ckpts[1:]:
@@ -127,5 +128,5 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
     return out, reports
 
 
-def _in_memory(sd: StateDict, label: str, shape: LlamaShape, architecture: str) -> StateDictCheckpoint:
+def _in_memory(sd: StateDict, label: str, shape: GaugeShape, architecture: str) -> StateDictCheckpoint:
     return StateDictCheckpoint({k: v.to(torch.float32) for k, v in sd.items()}, label, _config(shape, architecture))
