@@ -11,8 +11,8 @@ Two parts (issue 31 item 5; docs/scan.md "Aligned comparison"):
    simulator's ``tiny`` preset trained for ``--steps`` steps from different seeds; the held-out loss
    along the straight line ``(1 - t) A + t B`` at ``--points`` values of ``t``; the barrier is
    ``max_t loss(t) - (loss(0) + loss(1)) / 2``. Four lines per pair: the raw weights (naive), both
-   models' gains folded (not aligned), B aligned to A by rotation + permutations + scalings, and with
-   the per-head V/O and Q/K maps too.
+   models' gains folded (not aligned), B aligned to A by rotation + head and hidden permutations +
+   scalings, and with the per-head V/O and Q/K maps too (orthogonal ones, or general ones).
 
 Usage (writes ``--out``, default benchmarks/RESULTS_barriers.md, with the stamp of ``geodrift.provenance``):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_barriers.py
@@ -95,7 +95,7 @@ def barriers(pairs: int, steps: int, points: int, windows_n: int) -> list[str]:
     windows = eval_windows(text.valid, spec.data.seq_len, windows_n)
     cfg = spec.model
     variants = ("naive (raw weights)", "gains folded, not aligned", "aligned: rotation + permutations + scalings",
-                "aligned: + V/O and Q/K maps")
+                "aligned: + orthogonal V/O and Q/K maps", "aligned: + general V/O and Q/K maps")
     rows: dict[str, list[float]] = {v: [] for v in variants}
     table = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,12 +109,14 @@ def barriers(pairs: int, steps: int, points: int, windows_n: int) -> list[str]:
             shape: GaugeShape = shape_of(sd_a, cfg.n_heads, cfg.n_kv_heads)
             model = build_llama(replace(cfg, tie_embeddings=False), text.tokenizer.vocab_size, 0).eval()
             fa, fb = fold_gains(sd_a, shape), fold_gains(sd_b, shape)
-            _, b_perm, rep_perm = align(sd_a, sd_b, shape, maps=False)
+            _, b_perm, rep_perm = align(sd_a, sd_b, shape, head_maps="none")
+            _, b_orth, rep_orth = align(sd_a, sd_b, shape, head_maps="orthogonal")
             _, b_full, rep_full = align(sd_a, sd_b, shape)
             lines = {variants[0]: _line(model, sd_a, sd_b, windows, points),
                      variants[1]: _line(model, fa, fb, windows, points),
                      variants[2]: _line(model, fa, b_perm, windows, points),
-                     variants[3]: _line(model, fa, b_full, windows, points)}
+                     variants[3]: _line(model, fa, b_orth, windows, points),
+                     variants[4]: _line(model, fa, b_full, windows, points)}
             for v, losses in lines.items():
                 rows[v].append(barrier(losses))
                 mid = losses[len(losses) // 2]
@@ -124,7 +126,8 @@ def barriers(pairs: int, steps: int, points: int, windows_n: int) -> list[str]:
                          f"hidden units mutual best {100 * statistics.mean(x.mutual_best_share for x in rep_full.layers):.1f}%, "
                          f"matched cosine {statistics.mean(x.matched_cosine for x in rep_full.layers):.3f}; "
                          f"weight distance {rep_perm.naive_weight_error:.3f} → {rep_perm.aligned_weight_error:.3f} "
-                         f"(→ {rep_full.aligned_weight_error:.3f} with the head maps) | | | |")
+                         f"(→ {rep_orth.aligned_weight_error:.3f} with orthogonal, {rep_full.aligned_weight_error:.3f} "
+                         "with general head maps) | | | |")
     head = ["## Loss barriers between simulator Llamas of different seeds", "",
             f"Preset `tiny` ({cfg.n_layers} layers, width {cfg.d_model}, {cfg.n_heads} heads / {cfg.n_kv_heads or cfg.n_heads} "
             f"key-value heads, d_ff {cfg.d_ff}, byte tokenizer) trained {steps} steps per seed (AdamW, weight decay "

@@ -35,11 +35,14 @@ def test_a_gauged_toy_copy_is_recovered_exactly_and_the_permutations_found():
     assert "rotation fit residual" in rep.summary()
 
 
-def test_without_the_per_head_maps_only_attention_stays_apart():
+def test_without_the_general_head_maps_only_attention_stays_apart():
     sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=100, generator=torch.Generator().manual_seed(2))
     gauged = random_gauge(sd, SHAPE, torch.Generator().manual_seed(3), condition=10.0, sigma=0.5)
-    folded, aligned, rep = align(sd, gauged, SHAPE, maps=False)
+    folded, aligned, rep = align(sd, gauged, SHAPE, head_maps="none")
     assert rep.aligned_weight_error > 1e-3  # V/O and Q/K maps not undone
+    assert align(sd, gauged, SHAPE, head_maps="orthogonal")[2].aligned_weight_error > 1e-3  # nor by rotations alone
+    rotated_only = random_gauge(sd, SHAPE, torch.Generator().manual_seed(3), condition=1.0, sigma=0.0)
+    assert align(sd, rotated_only, SHAPE, head_maps="orthogonal")[2].aligned_weight_error < 1e-10
     for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
         torch.testing.assert_close(aligned[f"model.layers.0.{name}.weight"], folded[f"model.layers.0.{name}.weight"])
 

@@ -129,21 +129,27 @@ def shape_of(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> Gaug
     return GaugeShape(len(layers), n_heads, kv, d // n_heads)
 
 
-def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, maps: bool = True
+HEAD_MAPS = ("general", "orthogonal", "none")
+
+
+def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, head_maps: str = "general"
           ) -> tuple[StateDict, StateDict, AlignmentReport]:
     """Bring B into A's gauge: residual rotation, head and hidden permutations, scalings, V/O and Q/K maps.
 
     Args:
         sd_a, sd_b: Hugging Face-named Llama state dicts of one shape (tied or untied heads).
         shape: their :class:`~geodrift.gauge.orbit.GaugeShape`.
-        maps: also fit the per-head V/O and Q/K maps (False: rotation, permutations and scalings only).
+        head_maps: the per-head V/O and Q/K maps fitted: ``general`` (any invertible V/O map and any
+            rotation-scaling per RoPE pair: recovers every exact gauge), ``orthogonal`` (rotations only:
+            the conservative fit for two unrelated models) or ``none``.
 
     Returns:
         ``(a_folded, b_aligned, report)``: A with its gains folded, B folded and mapped into A's frame
         by the inverse maps (float64; each computes its model's function), and what was recovered.
 
     Raises:
-        GeodriftError: the two differ in a tensor's presence or shape (naming the tensor).
+        GeodriftError: the two differ in a tensor's presence or shape (naming the tensor), or an
+            unknown ``head_maps``.
 
     Example:
         >>> from geodrift.gauge.orbit import random_gauge, toy_state_dict
@@ -155,6 +161,8 @@ def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, maps: bool = T
         (True, True)
     """
     t0 = time.perf_counter()
+    if head_maps not in HEAD_MAPS:
+        raise GeodriftError(f"align: head_maps {head_maps!r} is not one of {', '.join(HEAD_MAPS)}")
     check_same_shape(sd_a, sd_b, shape)
     a = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_a.items()}, shape)
     b = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_b.items()}, shape)
@@ -167,16 +175,17 @@ def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, maps: bool = T
         kv_perm, q_perms, heads_kept = _match_heads(a, b, shape, layer)
         b = permute_heads(b, shape, layer, kv_perm, q_perms)
         vo = qk = float("nan")
-        if maps:
-            b, vo = _fit_vo(a, b, shape, layer)
-            b, qk = _fit_qk(a, b, shape, layer)
+        if head_maps != "none":
+            b, vo = _fit_vo(a, b, shape, layer, head_maps == "orthogonal")
+            b, qk = _fit_qk(a, b, shape, layer, head_maps == "orthogonal")
         cols, info = _match_hidden(a, b, layer)
         b = permute_mlp(b, layer, torch.from_numpy(cols))
         b = scale_mlp(b, layer, _balance_scales(a, b, layer))
         layers.append(LayerAlignment(layer, *info, heads_kept, vo, qk))
     steps = ["fold gains", "residual rotation (Procrustes on embedding and head rows)",
              "head permutation (linear_sum_assignment on OV and QK cosines)"]
-    steps += ["V/O map per key-value head", "Q/K rotation-scaling per RoPE pair"] if maps else []
+    steps += [f"V/O map per key-value head ({head_maps})", f"Q/K map per RoPE pair ({head_maps})"] \
+        if head_maps != "none" else []
     steps += ["hidden permutation (linear_sum_assignment on Gate/Up/Down cosines)", "Up/Down scaling"]
     report = AlignmentReport(rot_residual, naive, weight_error(a, b, shape), layers, steps, time.perf_counter() - t0)
     return a, b, report
@@ -297,23 +306,28 @@ def _balance_scales(a: StateDict, b: StateDict, layer: int) -> torch.Tensor:
     return (ratio_a / ratio_b).sqrt()
 
 
-def _fit_vo(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[StateDict, float]:
-    # Least squares N V_B ~ V_A per KV head; orbit.transform_vo puts N on V's rows and N^-1 on O's columns.
+def _fit_vo(a: StateDict, b: StateDict, shape: GaugeShape, layer: int, orthogonal: bool) -> tuple[StateDict, float]:
+    # Least squares N V_B ~ V_A per KV head (N orthogonal: Procrustes); orbit.transform_vo puts N on V's
+    # rows and N^-1 on O's columns.
     v = layer_key(layer, "v_proj")
     num = den = 0.0
     for g in range(shape.n_kv_heads):
         rows = shape.head_rows(g)
         va, vb = a[v][rows], b[v][rows]
-        b = transform_vo(b, shape, layer, g, va @ vb.T @ torch.linalg.inv(vb @ vb.T))
+        if orthogonal:
+            n = torch.from_numpy(orthogonal_procrustes(vb.T.numpy(), va.T.numpy())[0]).T
+        else:
+            n = va @ vb.T @ torch.linalg.inv(vb @ vb.T)
+        b = transform_vo(b, shape, layer, g, n)
         num += float(torch.linalg.vector_norm(b[v][rows] - va)) ** 2
         den += float(torch.linalg.vector_norm(va)) ** 2
     return b, (num / den) ** 0.5 if den else 0.0
 
 
-def _fit_qk(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[StateDict, float]:
+def _fit_qk(a: StateDict, b: StateDict, shape: GaugeShape, layer: int, orthogonal: bool) -> tuple[StateDict, float]:
     # Per KV head and RoPE pair, the least-squares 2x2 N K_B ~ K_A projected onto rotation-scalings
     # rho R(theta) (RoPE's commutant): orbit.transform_qk_all with r = 1/rho, phi = theta puts
-    # (1/r) R(phi) = N on K's pair rows and r R(phi) = N^-T on Q's.
+    # (1/r) R(phi) = N on K's pair rows and r R(phi) = N^-T on Q's (rho = 1: rotations only).
     k = layer_key(layer, "k_proj")
     num = den = 0.0
     for g in range(shape.n_kv_heads):
@@ -324,7 +338,7 @@ def _fit_qk(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[
             ka, kb = a[k][rows], b[k][rows]
             n = ka @ kb.T @ torch.linalg.inv(kb @ kb.T)
             c, s = float(n[0, 0] + n[1, 1]) / 2, float(n[1, 0] - n[0, 1]) / 2
-            rho[i], theta[i] = (c * c + s * s) ** 0.5, float(np.arctan2(s, c))
+            rho[i], theta[i] = 1.0 if orthogonal else (c * c + s * s) ** 0.5, float(np.arctan2(s, c))
         b = transform_qk_all(b, shape, layer, g, 1.0 / rho, theta)
         rows = shape.head_rows(g)
         num += float(torch.linalg.vector_norm(b[k][rows] - a[k][rows])) ** 2

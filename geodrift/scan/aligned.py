@@ -88,14 +88,14 @@ def _config(shape: GaugeShape, architecture: str) -> dict[str, Any]:
 
 
 def aligned_series(models: list[Any], names: str | Path | None = None, option: str = "--align",
-                   maps: bool = True) -> tuple[list[StateDictCheckpoint], list[AlignmentReport]]:
+                   head_maps: str = "general") -> tuple[list[StateDictCheckpoint], list[AlignmentReport]]:
     """Read every model, fold its gains and bring each one after the first into the first one's gauge.
 
     Args:
         models: paths (or anything :func:`geodrift.scan.api.open_model` takes), at least 2.
         names: a ``--names`` mapping for unknown tensor names.
         option: the option named in errors (``--align``).
-        maps: also fit the per-head V/O and Q/K maps.
+        head_maps: as :func:`geodrift.gauge.align.align`'s.
 
     Returns:
         ``(checkpoints, reports)``: in-memory checkpoints (the first folded, the others aligned to it,
@@ -120,7 +120,7 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
     for ckpt in ckpts[1:]:
         sd = checkpoint_state_dict(ckpt)
         check_same_shape(sd_first, sd, shape, first.label, ckpt.label)
-        folded, aligned, report = align(sd_first, sd, shape, maps=maps)
+        folded, aligned, report = align(sd_first, sd, shape, head_maps=head_maps)
         if not out:
             out.append(_in_memory(folded, f"{first.label} (gains folded)", shape, first.architecture))
         out.append(_in_memory(aligned, f"{ckpt.label} (aligned to {first.label})", shape, first.architecture))
