@@ -26,10 +26,12 @@ class Choice(str, Enum):
 
 
 class View(Choice):
-    """``--view``: the stored weights, or the norm gains folded into the projections."""
+    """``--view``: the stored weights, the norm gains folded into the projections, or each layer at the
+    canonical point of its gauge orbit (``geodrift.scan.canonical_view``)."""
 
     raw = "raw"
     folded = "folded"
+    canonical = "canonical"
 
 
 class Backend(Choice):

@@ -24,7 +24,7 @@ def scan_command(
                                               "expert_gate.3, experts, shared_gate (default all).")] = None,
     layers: Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")] = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K).")] = 8,
-    view: Annotated[choices.View, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")
+    view: Annotated[choices.View, typer.Option("--view", help="raw weights, folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers exact reparametrisations leave unchanged).")
                     ] = choices.View.raw,
     null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,

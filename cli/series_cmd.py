@@ -22,7 +22,7 @@ app = typer.Typer()
 Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down; in a mixture "
                                             "of experts also router, expert_gate, experts (default all).")]
 Layers = Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")]
-View = Annotated[choices.View, typer.Option("--view", help="raw weights, or folded (norm gains folded in).")]
+View = Annotated[choices.View, typer.Option("--view", help="raw weights, folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers exact reparametrisations leave unchanged).")]
 NullDraws = Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the permutation nulls.")]
 Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "

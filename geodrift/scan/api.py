@@ -33,7 +33,7 @@ from geodrift.provenance import report_provenance
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.fingerprint import checkpoint_fingerprint
 from geodrift.scan.mapping import NameRule, load_name_mapping
-from geodrift.scan.readers import open_checkpoint, weightset
+from geodrift.scan.readers import VIEWS, open_checkpoint, weightset
 from geodrift.scan.safetensors_reader import StateDictCheckpoint
 from geodrift.scan.scan import heads_of, parse_layers, parse_roles
 from geodrift.scan.scan import scan as scan_weights
@@ -181,7 +181,9 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
             ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
         k, null_draws, seed, full_spectrum: as :class:`geodrift.continuity.MeasureSpec`.
-        view: ``"raw"`` or ``"folded"`` (norm gains folded into the projections).
+        view: ``"raw"``, ``"folded"`` (norm gains folded into the projections) or ``"canonical"`` (folded,
+            then each layer at the canonical point of its gauge orbit: numbers and verdicts that exact
+            reparametrisations leave unchanged; docs/verdicts.md).
         names: a ``--names`` mapping for unknown tensor names; architecture: override the detected one.
         config: config.json-style hyperparameters for an in-memory state dict (head counts for OV).
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
@@ -213,8 +215,8 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
         role_list = parse_roles(roles if isinstance(roles, str) or roles is None else ",".join(roles))
         layer_list = _layer_list(layers)
-        if view not in ("raw", "folded"):
-            raise GeodriftError(f"--view: {view!r} is not a view; use raw or folded")
+        if view not in VIEWS:
+            raise GeodriftError(f"--view: {view!r} is not a view; use raw, folded or canonical")
         ckpt = open_model(model, names, architecture, config)
         ws = weightset(ckpt, view=view).select(role_list, layer_list)
         report = ScanReport.of(scan_weights(ws, spec, progress=progress, heads=heads_of(ckpt) if ov else None))

@@ -16,7 +16,7 @@ Public API::
     canonical_shape(ckpt, key) # its shape, from headers only
     all_finite(tensor)         # the cheap NaN/Inf check every load runs
     norm_gain(ckpt, key)       # a norm's effective multiplicative gain (gemma: 1 + w)
-    weightset(ckpt, view)      # WeightSet of the projections (7 per layer; MoE: router, experts), raw or folded
+    weightset(ckpt, view)      # WeightSet of the projections (7 per layer; MoE: router, experts), raw, folded or canonical
     validate_for_continuity(ws)  # >= 2 layers per role; the scan calls it after --roles/--layers
 
 Canonical keys are listed in ``geodrift.scan.names``. ``load_canonical`` is what a model
@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from geodrift.errors import GeodriftError
+from geodrift.scan.canonical_view import canonical_weightset, check_canonical
 from geodrift.scan.checkpoint import Checkpoint, Part
 from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scan.fold import INPUT_SIDE, folded_loader
@@ -59,6 +60,8 @@ __all__ = [
     "norm_gain", "weightset", "validate_for_continuity", "load_name_mapping", "all_finite",
 ]
 
+# What --view accepts (cli/choices.py View mirrors it).
+VIEWS = ("raw", "folded", "canonical")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 # Roles a checkpoint holds (besides each expert's: "expert_gate.3" ...).
 _CHECKPOINT_ROLES = frozenset(TRANSFORMER_ROLES + MOE_ROLES)
@@ -239,8 +242,9 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
 
     Args:
         ckpt: an open checkpoint.
-        view: ``"raw"`` (stored weights) or ``"folded"`` (norm gains folded in, see
-            ``geodrift.scan.fold``).
+        view: ``"raw"`` (stored weights), ``"folded"`` (norm gains folded in, see
+            ``geodrift.scan.fold``) or ``"canonical"`` (folded, then each layer at the canonical point of
+            its gauge orbit, see ``geodrift.scan.canonical_view``).
 
     Returns:
         A WeightSet with ``view`` set; each entry's loader reads one tensor, whose shape and
@@ -255,8 +259,11 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
         >>> ws.shape("attn_k")
         (192, 576)
     """
-    if view not in ("raw", "folded"):
-        raise GeodriftError(f"--view: unknown view {view!r}; use raw or folded")
+    if view not in VIEWS:
+        raise GeodriftError(f"--view: unknown view {view!r}; use raw, folded or canonical")
+    if view == "canonical":
+        check_canonical(ckpt)  # refuse an underived group before anything is read
+        return canonical_weightset(ckpt, weightset(ckpt, "folded"), lambda: load_canonical(ckpt, ("embed", None)))
     entries: dict[tuple[str, int], WeightEntry] = {}
     for (role, layer), part in ckpt.plan.items():
         if layer is None or (role not in _CHECKPOINT_ROLES and split_expert_role(role) is None):

@@ -17,7 +17,7 @@ from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.distributed import RaySource, layer_ranges, on_ray, svd_workers
 from geodrift.scan.experts import depth_spectra, measure_across_experts
 from geodrift.scan.preflight import check_layers
-from geodrift.scan.readers import open_checkpoint, weightset
+from geodrift.scan.readers import VIEWS, open_checkpoint, weightset
 from geodrift.weights import (
     EXPERTS_GROUP,
     ROLE_NAMES,
@@ -141,8 +141,8 @@ def load_weights(
     Raises:
         GeodriftError: on any unreadable input or an unknown role/layer selection.
     """
-    if view not in ("raw", "folded"):
-        raise GeodriftError(f"--view: {view!r} is not a view; use raw or folded")
+    if view not in VIEWS:
+        raise GeodriftError(f"--view: {view!r} is not a view; use raw, folded or canonical")
     ckpt = open_checkpoint(model, names=names)
     ws = weightset(ckpt, view=view)
     check_layers(layers, sorted({layer for _, layer in ws.entries}), ckpt.label)

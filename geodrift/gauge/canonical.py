@@ -1,0 +1,253 @@
+"""The canonical point of a Llama layer's gauge orbit: one representative that every exact gauge maps to itself.
+
+The orbit is the one :mod:`geodrift.gauge.orbit` generates (after the gains are folded): a residual
+rotation, per KV head ``GL(head_dim)`` on V/O, per KV head and RoPE pair a rotation-scaling on Q/K,
+per hidden unit a nonzero scale on Up/Down, hidden-unit and head permutations. The convention
+(docs/verdicts.md says why):
+
+- **residual basis** (:func:`residual_basis`): the eigenvectors of the token embedding's Gram
+  ``E^T E`` (largest eigenvalue first; each signed so that the token coordinates' third moment
+  ``sum((E p)^3)`` is positive). The embedding is the one residual-side matrix no other gauge touches, so
+  a residual rotation ``R`` moves this basis to ``R P`` and every weight expressed in it is unchanged,
+  coordinates included: the permutation null and z are then invariant too.
+- **MLP**, per hidden unit ``j``: the sign that makes ``<Gate_j, Up_j>`` positive (Up enters
+  linearly, so ``-1`` is a gauge too), then the **balanced** split ``||Up_j|| = ||Down_j||`` (the
+  minimum-norm point of the scaling orbit), then units sorted by ``||Gate_j||`` (descending; ties by
+  the balanced norm).
+- **V/O**, per KV head: the balanced factorisation of the stacked ``[O_q V]`` of its query heads
+  (SVD ``U S W^T``: ``V = S^1/2 W^T``, ``O_stack = U S^1/2``), each singular pair signed so that V's
+  row has a positive third moment.
+- **Q/K**, per KV head and RoPE pair: the balanced scale (the group's Q pair rows and K's pair
+  rows of equal Frobenius norm), then the rotation that diagonalises their summed 2x2 Gram (the
+  larger eigenvalue first), the remaining ``R(pi)`` fixed by a positive third moment of the first rows.
+- **heads**: KV heads sorted by ``||[O_q V]||_F`` (descending), query heads within a group by
+  ``||O_q V||_F``.
+
+Everything is computed in float64.
+
+Example:
+    >>> from geodrift.gauge.orbit import GaugeShape, random_gauge, toy_state_dict
+    >>> shape = GaugeShape(2, 4, 2, 4)
+    >>> sd = toy_state_dict(shape, d_model=8, d_ff=6, vocab=40, generator=torch.Generator().manual_seed(0))
+    >>> moved = random_gauge(sd, shape, torch.Generator().manual_seed(1), condition=30.0, sigma=1.0)
+    >>> a, b = canonicalise(sd, shape), canonicalise(moved, shape)
+    >>> max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-9
+    True
+"""
+
+from __future__ import annotations
+
+import torch
+
+from geodrift.gauge.orbit import (
+    EMBED,
+    LM_HEAD,
+    GaugeShape,
+    StateDict,
+    fold_gains,
+    layer_key,
+)
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+_TINY = 1e-300
+
+
+def _positive_third_moment(rows: torch.Tensor) -> torch.Tensor:
+    # (n, d) -> (n,) signs making sum(row^3) >= 0 (+1 where it is exactly 0)
+    return torch.where(rows.pow(3).sum(-1) < 0, -1.0, 1.0).to(rows.dtype)
+
+
+def residual_basis(embedding: torch.Tensor) -> torch.Tensor:
+    """The canonical residual basis ``P`` (``d x d``, orthogonal, columns = basis vectors) of a token embedding.
+
+    Args:
+        embedding: ``(vocab, d)``.
+
+    Returns:
+        float64 ``P``: eigenvectors of ``E^T E``, largest eigenvalue first, signs by a positive third moment
+        (the Gram and the coordinates computed in the embedding's dtype).
+
+    Example:
+        >>> p = residual_basis(torch.randn(50, 4, generator=torch.Generator().manual_seed(0)))
+        >>> bool(torch.allclose(p.T @ p, torch.eye(4, dtype=torch.float64)))
+        True
+    """
+    # the Gram in the embedding's own precision (a float32 checkpoint's: 4x faster than float64 on a large
+    # vocabulary), decomposed in float64
+    gram = (embedding.T @ embedding).to(torch.float64)
+    _, vectors = torch.linalg.eigh((gram + gram.T) / 2)
+    vectors = vectors.flip(-1)  # descending eigenvalues
+    coordinates = embedding @ vectors.to(embedding.dtype)  # (vocab, d), in the embedding's precision too
+    return vectors * _positive_third_moment(coordinates.T.to(torch.float64)).reshape(1, -1)
+
+
+def to_basis(layer: dict[str, torch.Tensor], basis: torch.Tensor) -> dict[str, torch.Tensor]:
+    """A layer's projections in the residual basis ``P``: readers ``W P``, writers ``P^T W`` (in the weights' dtype)."""
+    out = {}
+    for name, weight in layer.items():
+        p = basis.to(weight.dtype)
+        out[name] = p.T @ weight if name in ("o_proj", "down_proj") else weight @ p
+    return out
+
+
+def canonical_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Signed, balanced and sorted ``(gate, up, down)`` (see the module docstring).
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> gate, up, down = (torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(3))
+        >>> _, up_c, down_c = canonical_mlp(gate, up, down.T)
+        >>> bool(torch.allclose(up_c.norm(dim=1), down_c.norm(dim=0)))
+        True
+    """
+    sign = _positive_product(gate, up)
+    up, down = up * sign.reshape(-1, 1), down * sign.reshape(1, -1)
+    up_norm, down_norm = up.norm(dim=1), down.norm(dim=0)
+    scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
+    up, down = up * scale.reshape(-1, 1), down / scale.reshape(1, -1)
+    order = _descending(gate.norm(dim=1), up.norm(dim=1))
+    return gate[order], up[order], down[:, order]
+
+
+def _positive_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.where((a * b).sum(-1) < 0, -1.0, 1.0).to(a.dtype)
+
+
+def _descending(key: torch.Tensor, tie: torch.Tensor) -> torch.Tensor:
+    # lexicographic: key descending, then tie descending (a stable sort on the secondary key first)
+    first = torch.argsort(-tie, stable=True)
+    return first[torch.argsort(-key[first], stable=True)]
+
+
+def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per KV head, the balanced factorisation of the stacked ``[O_q V_h]`` (float64 ``v``, ``o``).
+
+    Args:
+        v: ``(n_kv_heads * head_dim, d)``; o: ``(d, n_heads * head_dim)``; shape: the heads.
+
+    Returns:
+        ``(v, o)`` canonical, the products ``O_q V_h`` unchanged.
+    """
+    v, o = v.clone(), o.clone()
+    d = o.shape[0]
+    for kv in range(shape.n_kv_heads):
+        rows = shape.head_rows(kv)
+        q_cols = [shape.head_rows(q) for q in range(kv * shape.group, (kv + 1) * shape.group)]
+        o_stack = torch.cat([o[:, cols] for cols in q_cols], 0)  # (group * d, hd)
+        qo, ro = torch.linalg.qr(o_stack)
+        qv, rv = torch.linalg.qr(v[rows].T)  # (d, hd), (hd, hd)
+        a, s, bt = torch.linalg.svd(ro @ rv.T)
+        root = s.sqrt()
+        v_new = root.reshape(-1, 1) * (bt @ qv.T)  # (hd, d)
+        o_new = (qo @ a) * root.reshape(1, -1)  # (group * d, hd)
+        sign = _positive_third_moment(v_new)
+        v[rows] = v_new * sign.reshape(-1, 1)
+        o_new = o_new * sign.reshape(1, -1)
+        for i, cols in enumerate(q_cols):
+            o[:, cols] = o_new[i * d:(i + 1) * d]
+    return v, o
+
+
+def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per KV head and RoPE pair: balanced scale, Gram-diagonalising rotation, sign (float64 ``q``, ``k``).
+
+    Args:
+        q: ``(n_heads * head_dim, d)``; k: ``(n_kv_heads * head_dim, d)`` (HF half-split pairs).
+
+    Returns:
+        ``(q, k)`` canonical; every RoPE score is unchanged.
+    """
+    q, k = q.clone(), k.clone()
+    half = shape.pairs
+    for kv in range(shape.n_kv_heads):
+        heads = range(kv * shape.group, (kv + 1) * shape.group)
+        kb = kv * shape.head_dim
+        k_pairs = torch.stack([k[kb:kb + half], k[kb + half:kb + 2 * half]], 1)  # (pairs, 2, d)
+        q_pairs = torch.stack([torch.stack([q[h * shape.head_dim:h * shape.head_dim + half],
+                                            q[h * shape.head_dim + half:(h + 1) * shape.head_dim]], 1)
+                               for h in heads], 1)  # (pairs, group, 2, d)
+        q_sq = q_pairs.pow(2).sum((1, 2, 3))
+        k_sq = k_pairs.pow(2).sum((1, 2))
+        ok = (q_sq > _TINY) & (k_sq > _TINY)
+        scale = torch.where(ok, (k_sq / q_sq.clamp_min(_TINY)).pow(0.25), 1.0)  # q * scale, k / scale
+        q_pairs = q_pairs * scale.reshape(-1, 1, 1, 1)
+        k_pairs = k_pairs / scale.reshape(-1, 1, 1)
+        gram = torch.einsum("pgad,pgbd->pab", q_pairs, q_pairs) + torch.einsum("pad,pbd->pab", k_pairs, k_pairs)
+        _, vectors = torch.linalg.eigh(gram)  # ascending
+        top = vectors[..., 1]  # (pairs, 2): the larger eigenvalue's eigenvector
+        cos, sin = top[:, 0], top[:, 1]
+        # R(-alpha) with (cos alpha, sin alpha) = top: first row (cos, sin), second (-sin, cos)
+        rot = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], 1)  # (pairs, 2, 2)
+        q_pairs = torch.einsum("pab,pgbd->pgad", rot, q_pairs)
+        k_pairs = torch.einsum("pab,pbd->pad", rot, k_pairs)
+        first = torch.cat([q_pairs[:, :, 0], k_pairs[:, 0:1]], 1)  # (pairs, group + 1, d)
+        sign = torch.where(first.pow(3).sum((1, 2)) < 0, -1.0, 1.0).to(q.dtype)
+        q_pairs, k_pairs = q_pairs * sign.reshape(-1, 1, 1, 1), k_pairs * sign.reshape(-1, 1, 1)
+        k[kb:kb + half], k[kb + half:kb + 2 * half] = k_pairs[:, 0], k_pairs[:, 1]
+        for i, h in enumerate(heads):
+            hb = h * shape.head_dim
+            q[hb:hb + half], q[hb + half:hb + 2 * half] = q_pairs[:, i, 0], q_pairs[:, i, 1]
+    return q, k
+
+
+def head_order(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(kv_perm, q_perms)`` for :func:`geodrift.gauge.orbit.permute_heads`: KV heads by ``||[O_q V]||_F``,
+    query heads within a group by ``||O_q V||_F`` (both descending; gauge-invariant keys)."""
+    # ||O_q V||_F^2 = <O_q^T O_q, V V^T>: head_dim-sized Grams instead of d x d products
+    q_norms = torch.stack([
+        torch.stack([((o[:, shape.head_rows(q)].T @ o[:, shape.head_rows(q)])
+                      * (v[shape.head_rows(kv)] @ v[shape.head_rows(kv)].T)).sum()
+                     for q in range(kv * shape.group, (kv + 1) * shape.group)])
+        for kv in range(shape.n_kv_heads)])  # (n_kv, group): squared norms
+    kv_perm = torch.argsort(-q_norms.sum(1), stable=True)
+    q_perms = torch.stack([torch.argsort(-q_norms[int(kv)], stable=True) for kv in kv_perm])
+    return kv_perm, q_perms
+
+
+def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape) -> dict[str, torch.Tensor]:
+    """One layer's seven projections (folded, in the canonical residual basis) at their canonical point.
+
+    Args:
+        layer: ``{"q_proj": ..., ..., "down_proj": ...}`` (``nn.Linear`` layout).
+        shape: the heads.
+
+    Returns:
+        The same keys and dtype, canonical (the attention's factorisations are computed in float64, the
+        MLP's signs, scales and order in the given dtype).
+    """
+    w = {name: layer[name] for name in PROJECTIONS}
+    wide = {name: w[name].to(torch.float64) for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    v, o = (t.to(w["v_proj"].dtype) for t in canonical_vo(wide["v_proj"], wide["o_proj"], shape))
+    q, k = (t.to(w["q_proj"].dtype) for t in canonical_qk(wide["q_proj"], wide["k_proj"], shape))
+    kv_perm, q_perms = head_order(v, o, shape)
+    kv_rows = torch.cat([shape.head_rows(int(h)) for h in kv_perm])
+    q_rows = torch.cat([shape.head_rows(int(kv_perm[i]) * shape.group + int(q_perms[i, j]))
+                        for i in range(shape.n_kv_heads) for j in range(shape.group)])
+    gate, up, down = canonical_mlp(w["gate_proj"], w["up_proj"], w["down_proj"])
+    return {"q_proj": q[q_rows], "k_proj": k[kv_rows], "v_proj": v[kv_rows], "o_proj": o[:, q_rows],
+            "gate_proj": gate, "up_proj": up, "down_proj": down}
+
+
+def canonicalise(sd: StateDict, shape: GaugeShape) -> StateDict:
+    """A whole state dict at its canonical point: gains folded, the residual basis of :func:`residual_basis`,
+    every layer by :func:`canonical_layer`. The function is unchanged (float64 out).
+
+    Args:
+        sd: a Llama state dict (HF names); shape: its :class:`~geodrift.gauge.orbit.GaugeShape`.
+
+    Returns:
+        The canonical state dict (gains 1, untied ``lm_head``).
+    """
+    out = {key: value.to(torch.float64) for key, value in fold_gains(sd, shape).items()}
+    basis = residual_basis(out[EMBED])
+    out[EMBED] = out[EMBED] @ basis
+    out[LM_HEAD] = out[LM_HEAD] @ basis
+    for layer in range(shape.n_layers):
+        weights = to_basis({name: out[layer_key(layer, name)] for name in PROJECTIONS}, basis)
+        for name, value in canonical_layer(weights, shape).items():  # float64 throughout here
+            out[layer_key(layer, name)] = value
+    return out
+
+
+__all__ = ["PROJECTIONS", "canonical_layer", "canonical_mlp", "canonical_qk",
+           "canonical_vo", "canonicalise", "head_order", "residual_basis", "to_basis"]

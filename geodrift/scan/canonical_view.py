@@ -1,0 +1,138 @@
+"""The canonical view (``--view canonical``): each layer of a checkpoint at the canonical point of its gauge orbit.
+
+The maths is :mod:`geodrift.gauge.canonical`; this module streams it. The folded projections of
+one layer (:mod:`geodrift.scan.fold`) are read together, expressed in the canonical residual basis
+(the eigenbasis of the token embedding's Gram, computed once) and canonicalised; the layer is kept
+while its seven projections are handed out one by one (at most two layers resident: the scan reads
+the next matrix on a second thread). Every reader hands Q/K rows over in Hugging Face's half-split
+rotary order (the GGUF reader undoes llama.cpp's interleaving, :func:`geodrift.scan.gguf_reader.unpermute_qk`),
+so the RoPE pairs are the same for every format.
+
+Only architectures whose gauge group geodrift has derived are accepted (:data:`CANONICAL_ARCHITECTURES`);
+the others are refused with the symmetry that is not derived.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+
+from geodrift.errors import GeodriftError
+from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis, to_basis
+from geodrift.gauge.orbit import GaugeShape
+from geodrift.scan.checkpoint import Checkpoint
+from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet
+
+# Llama-family attention (RoPE, GQA, no per-head q/k norm), pre-norm RMSNorm, gated MLP.
+CANONICAL_ARCHITECTURES = ("llama", "mistral", "qwen2")
+ROLE_OF: dict[str, str] = dict(zip(PROJECTIONS, TRANSFORMER_ROLES, strict=True))
+NAME_OF: dict[str, str] = {role: name for name, role in ROLE_OF.items()}
+# What keeps an architecture's group underived, by the norms its checkpoint holds.
+_UNDERIVED_NORMS = {
+    "norm_q": "per-head q/k norm gains sit between Q/K and RoPE (the Q/K gauge is not derived)",
+    "norm_k": "per-head q/k norm gains sit between Q/K and RoPE (the Q/K gauge is not derived)",
+    "norm_attn_post": "sandwich norms sit between O and the residual stream (the residual rotation is not derived)",
+    "norm_mlp_post": "sandwich norms sit between Down and the residual stream (the residual rotation is not derived)",
+}
+
+
+def check_canonical(ckpt: Checkpoint) -> GaugeShape:
+    """The gauge shape of a checkpoint the canonical view can read, or a one-line refusal.
+
+    Raises:
+        GeodriftError: an architecture whose gauge group is not derived (naming the symmetry), a mixture
+            of experts, no head counts, or a missing projection/embedding.
+
+    Example:
+        >>> from geodrift.scan.readers import open_checkpoint
+        >>> check_canonical(open_checkpoint(None))
+        GaugeShape(n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64)
+    """
+    kinds = {kind for kind, _ in ckpt.plan}
+    where = f"--view canonical: {ckpt.label} ({ckpt.architecture})"
+    for kind, why in _UNDERIVED_NORMS.items():
+        if kind in kinds:
+            raise GeodriftError(f"{where}: {why}; geodrift has not derived this model's gauge group - use --view "
+                                "folded or raw")
+    if "router" in kinds:
+        raise GeodriftError(f"{where}: a mixture of experts (the experts' permutation and each expert's group are "
+                            "not derived for the scan yet); use --view folded or raw")
+    if ckpt.architecture not in CANONICAL_ARCHITECTURES:
+        raise GeodriftError(f"{where}: the gauge group of {ckpt.architecture!r} is not derived (known: "
+                            f"{', '.join(CANONICAL_ARCHITECTURES)}; e.g. LayerNorm's centring and biases in gpt2, "
+                            "fused or partial-rotary attention); use --view folded or raw")
+    if not ckpt.config.get("n_heads"):
+        raise GeodriftError(f"{where}: the head counts are unknown (the V/O and Q/K gauges act per head); pass the "
+                            "model's config (config.json beside the weights, or config= in geodrift.scan)")
+    if ("embed", None) not in ckpt.plan:
+        raise GeodriftError(f"{where}: no token embedding, which fixes the canonical residual basis; include "
+                            "it (or map it in --names as 'embed') or use --view folded")
+    return GaugeShape.from_config(ckpt.config)
+
+
+class CanonicalLayers:
+    """Canonical layers computed on demand from folded loaders; thread-safe, at most ``keep`` layers cached.
+
+    Args:
+        loaders: ``(role, layer) -> folded loader`` for all seven projections of every layer.
+        embedding: loads the token embedding (the residual basis, computed on first use).
+        shape: the heads.
+        keep: layers kept (the scan reads ahead one matrix).
+    """
+
+    def __init__(self, loaders: dict[tuple[str, int], Callable[[], torch.Tensor]],
+                 embedding: Callable[[], torch.Tensor], shape: GaugeShape, keep: int = 2) -> None:
+        self.loaders, self.embedding, self.shape, self.keep = loaders, embedding, shape, keep
+        self._lock = threading.Lock()
+        self._layers: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
+        self._basis: torch.Tensor | None = None
+
+    def basis(self) -> torch.Tensor:
+        """The canonical residual basis (:func:`geodrift.gauge.canonical.residual_basis`)."""
+        if self._basis is None:
+            self._basis = residual_basis(self.embedding())
+        return self._basis
+
+    def load(self, role: str, layer: int) -> torch.Tensor:
+        """The canonical ``(role, layer)`` projection, float32."""
+        with self._lock:
+            if layer not in self._layers:
+                raw = {NAME_OF[r]: self.loaders[(r, layer)]().to(torch.float32) for r in TRANSFORMER_ROLES}
+                done = canonical_layer(to_basis(raw, self.basis()), self.shape)
+                self._layers[layer] = {name: value.to(torch.float32) for name, value in done.items()}
+                while len(self._layers) > self.keep:
+                    self._layers.popitem(last=False)
+            return self._layers[layer][NAME_OF[role]].clone()
+
+
+def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable[[], torch.Tensor]) -> WeightSet:
+    """The canonical view of ``ckpt`` from its folded WeightSet (same keys, shapes and sources).
+
+    Args:
+        ckpt: the checkpoint (checked by :func:`check_canonical`).
+        folded: its folded WeightSet (all seven projections of every layer).
+        embedding: loads the token embedding.
+
+    Returns:
+        A WeightSet with ``view="canonical"``.
+
+    Raises:
+        GeodriftError: see :func:`check_canonical`; a layer without all seven projections.
+    """
+    shape = check_canonical(ckpt)
+    layers = sorted({layer for _, layer in folded.entries})
+    missing = [f"{role}[{layer}]" for layer in layers for role in TRANSFORMER_ROLES if (role, layer) not in folded.entries]
+    if missing:
+        raise GeodriftError(f"--view canonical: {ckpt.label} lacks {', '.join(missing[:4])}; every layer needs all "
+                            "seven projections (a layer's gauges tie them together) - use --view folded")
+    source = CanonicalLayers({key: entry.load for key, entry in folded.entries.items()}, embedding, shape)
+    entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source, *key))
+               for key, entry in folded.entries.items()}
+    return WeightSet(entries, origin=folded.origin, view="canonical")
+
+
+def _loader(source: CanonicalLayers, role: str, layer: int) -> Callable[[], torch.Tensor]:
+    return lambda: source.load(role, layer)
