@@ -121,6 +121,11 @@ def test_align_on_models_of_different_shapes_or_families_is_a_one_line_error(pai
     assert "--align" in err and str(gemma) in err and "gemma2" in err
 
 
+def test_align_past_max_memory_is_refused_before_reading(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]):
+    err = _refused(["compare", str(pair[0]), str(pair[1]), "--align", "--max-memory", "100K", "--quiet"], capsys)
+    assert "--align" in err and "--max-memory" in err and str(pair[0]) in err
+
+
 def test_align_refuses_state_dicts_of_different_shapes_naming_the_tensor():
     sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=40, generator=torch.Generator().manual_seed(0))
     other = toy_state_dict(SHAPE, d_model=32, d_ff=64, vocab=40, generator=torch.Generator().manual_seed(0))

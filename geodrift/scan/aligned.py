@@ -10,6 +10,7 @@ no biases, no per-head q/k norms, no post-norms, no experts).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,13 @@ def _config(shape: GaugeShape, architecture: str) -> dict[str, Any]:
             "num_key_value_heads": shape.n_kv_heads}
 
 
+# float64 copies alive at once while a pair is aligned: A and B read, both folded, B's working copy
+COPIES = 5
+
+
 def aligned_series(models: list[Any], names: str | Path | None = None, option: str = "--align",
-                   head_maps: str = "general") -> tuple[list[StateDictCheckpoint], list[AlignmentReport]]:
+                   head_maps: str = "general", max_memory: int | None = None
+                   ) -> tuple[list[StateDictCheckpoint], list[AlignmentReport]]:
     """Read every model, fold its gains and bring each one after the first into the first one's gauge.
 
     Args:
@@ -96,6 +102,8 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
         names: a ``--names`` mapping for unknown tensor names.
         option: the option named in errors (``--align``).
         head_maps: as :func:`geodrift.gauge.align.align`'s.
+        max_memory: refuse (before reading any tensor) when the float64 copies alignment holds would
+            exceed this many bytes (the CLI's ``--max-memory``).
 
     Returns:
         ``(checkpoints, reports)``: in-memory checkpoints (the first folded, the others aligned to it,
@@ -103,7 +111,7 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
 
     Raises:
         GeodriftError: a model outside the alignable families, two models of different families or
-            shapes (one line naming both models and the option).
+            shapes (one line naming both models and the option), or more memory than ``max_memory``.
     """
     ckpts = [open_model(m, names) for m in models]
     heads = [check_alignable(c, option) for c in ckpts]
@@ -113,6 +121,13 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
             raise GeodriftError(f"{option}: {first.label} is {first.architecture} with {heads[0][0]}/{heads[0][1]} "
                                 f"heads but {ckpt.label} is {ckpt.architecture} with {h[0]}/{h[1]}; {option} needs "
                                 "two models of one architecture and shape")
+    if max_memory is not None:
+        params = sum(math.prod(first.shape(name)) for name in first.tensor_names())
+        need = COPIES * 8 * params
+        if need > max_memory:
+            raise GeodriftError(f"{option}: aligning {first.label} holds about {need / 2**30:.1f} GiB of float64 "
+                                f"copies, above --max-memory {max_memory / 2**30:.1f} GiB; raise --max-memory or "
+                                "compare without --align")
     sd_first = checkpoint_state_dict(first)
     shape = shape_of(sd_first, *heads[0])
     out: list[StateDictCheckpoint] = []

@@ -244,7 +244,7 @@ def _align(models: list[Any], align: bool, options: dict[str, Any]) -> tuple[lis
         return models, []
     from geodrift.scan.aligned import aligned_series
 
-    return aligned_series(models, options.get("names"))
+    return aligned_series(models, options.get("names"), max_memory=options.get("max_memory"))
 
 
 def checkpoint_task(model: Any, spec: MeasureSpec, options: dict[str, Any], threads: int) -> tuple[Report, Spectra]:
