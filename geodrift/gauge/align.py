@@ -233,37 +233,39 @@ def _residual_rotation(a: StateDict, b: StateDict) -> torch.Tensor:
     return torch.from_numpy(rotation)
 
 
-def _head_blocks(sd: StateDict, shape: GaugeShape, layer: int) -> tuple[list[torch.Tensor], ...]:
-    hd = shape.head_dim
-    w = {n: sd[layer_key(layer, n)] for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
-    q = [w["q_proj"][h * hd:(h + 1) * hd] for h in range(shape.n_heads)]
-    k = [w["k_proj"][g * hd:(g + 1) * hd] for g in range(shape.n_kv_heads)]
-    v = [w["v_proj"][g * hd:(g + 1) * hd] for g in range(shape.n_kv_heads)]
-    o = [w["o_proj"][:, h * hd:(h + 1) * hd] for h in range(shape.n_heads)]
-    return q, k, v, o
+def _head_similarity(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> np.ndarray:
+    # Per pair of query heads (h in A, h' in B), the mean of the cosines of O_h V_g(h) and of Q_h^T K_g(h)
+    # (d x d products the per-head maps cancel in), from hd x hd blocks of four cross-Gram matrices:
+    # <X1 Y1, X2 Y2>_F = tr((X1^T X2)(Y2 Y1^T)) = sum((X1^T X2) * (Y1 Y2^T)).
+    hd, group, n = shape.head_dim, shape.group, shape.n_heads
+    w = {side: {name: sd[layer_key(layer, name)] for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+         for side, sd in (("a", a), ("b", b))}
+
+    def blocks(x: torch.Tensor, heads: int) -> torch.Tensor:  # (heads*hd, heads*hd) -> (heads, heads, hd, hd)
+        return x.reshape(heads, hd, heads, hd).permute(0, 2, 1, 3)
+
+    def expand(x: torch.Tensor) -> torch.Tensor:  # KV-head blocks -> query-head blocks
+        return x.repeat_interleave(group, dim=0).repeat_interleave(group, dim=1)
+
+    def pair(x1: torch.Tensor, y1: torch.Tensor, x2: torch.Tensor, y2: torch.Tensor, kv_first: bool) -> torch.Tensor:
+        # x: query-head factors (columns of O, or rows of Q), y: KV-head factors; -> (n, n) inner products
+        xs = blocks(x1.T @ x2 if not kv_first else x1 @ x2.T, n)
+        ys = expand(blocks(y1 @ y2.T, shape.n_kv_heads))
+        return (xs * ys).sum(dim=(2, 3))
+
+    sims = []
+    for x, y, kv_first in (("o_proj", "v_proj", False), ("q_proj", "k_proj", True)):
+        cross = pair(w["a"][x], w["a"][y], w["b"][x], w["b"][y], kv_first)
+        self_a = pair(w["a"][x], w["a"][y], w["a"][x], w["a"][y], kv_first).diagonal()
+        self_b = pair(w["b"][x], w["b"][y], w["b"][x], w["b"][y], kv_first).diagonal()
+        sims.append(cross / (self_a.reshape(-1, 1) * self_b.reshape(1, -1)).clamp_min(1e-300).sqrt())
+    return ((sims[0] + sims[1]) / 2).numpy()
 
 
 def _match_heads(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    # Per query head, two products no per-head map moves: OV_h = O_h V_g and QK_h = Q_h^T K_g (V/O's GL and
-    # RoPE's commutant cancel in them). Cosines of those d x d matrices, as hd x hd traces:
-    # <X1 Y1, X2 Y2>_F = tr((X1^T X2)(Y2 Y1^T)). Query heads matched within each pair of groups, then groups.
-    qa, ka, va, oa = _head_blocks(a, shape, layer)
-    qb, kb, vb, ob = _head_blocks(b, shape, layer)
+    # Query heads matched within each pair of groups, then the groups matched on those matchings' totals.
     group = shape.group
-
-    def inner(x1: torch.Tensor, y1: torch.Tensor, x2: torch.Tensor, y2: torch.Tensor) -> float:
-        return float(torch.trace((x1.T @ x2) @ (y2 @ y1.T)))
-
-    def cosines(h_a: int, h_b: int) -> float:
-        ga, gb = h_a // group, h_b // group
-        ov = [(oa[h_a], va[ga]), (ob[h_b], vb[gb])]
-        qk = [(qa[h_a].T, ka[ga]), (qb[h_b].T, kb[gb])]
-        total = 0.0
-        for (x1, y1), (x2, y2) in (ov, qk):
-            total += inner(x1, y1, x2, y2) / (inner(x1, y1, x1, y1) * inner(x2, y2, x2, y2)) ** 0.5
-        return total / 2
-
-    sim = np.array([[cosines(i, j) for j in range(shape.n_heads)] for i in range(shape.n_heads)])
+    sim = _head_similarity(a, b, shape, layer)
     within = {}
     group_score = np.zeros((shape.n_kv_heads, shape.n_kv_heads))
     for ga in range(shape.n_kv_heads):
