@@ -85,3 +85,17 @@ def json_like(numbers: st.SearchStrategy[float] = st.floats(allow_nan=True, allo
     leaves = numbers | st.integers() | st.text(max_size=3) | st.none()
     return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4)
                         | st.dictionaries(st.text(max_size=3), inner, max_size=4), max_leaves=max_leaves)
+
+
+def gauge_draws(max_condition: float = 100.0, max_sigma: float = 1.0) -> st.SearchStrategy[dict[str, Any]]:
+    """Keyword arguments of :func:`geodrift.gauge.orbit.random_gauge` besides the state dict and shape: a seed
+    (``seed``, for its ``torch.Generator``), a V/O condition number in ``[1, max_condition]``, a log-scale
+    spread in ``[0, max_sigma]`` and a non-empty subset of the generators (shrinks towards a single one)."""
+    from geodrift.gauge.orbit import GENERATORS
+
+    return st.fixed_dictionaries({
+        "seed": st.integers(0, 2**31 - 1),
+        "condition": st.floats(1.0, max_condition, allow_nan=False),
+        "sigma": st.floats(0.0, max_sigma, allow_nan=False),
+        "generators": st.sets(st.sampled_from(GENERATORS), min_size=1).map(lambda s: tuple(sorted(s))),
+    })

@@ -26,6 +26,7 @@ def test_each_choice_lists_exactly_the_names_the_library_accepts(tmp_path: Path)
     from geodrift.compress.methods import METHODS as SHARE_METHODS
     from geodrift.compress.prune import METHODS
     from geodrift.lm.tokenizer import make_tokenizer
+    from geodrift.scan.readers import VIEWS
     from geodrift.scan.scan import load_weights
     from geodrift.sim.presets import PRESETS
     from geodrift.sim.train import resolve_device
@@ -40,7 +41,7 @@ def test_each_choice_lists_exactly_the_names_the_library_accepts(tmp_path: Path)
     assert {make_tokenizer(v, "some training text " * 50, 260).kind for v in _values(choices.Tokenizer)} == {
         "bpe", "bytes"}
     folder = write_hf_folder(tmp_path / "model", llama_state(n_layers=2), hf_config(n_layers=2))
-    assert [load_weights(folder, v)[0].view for v in _values(choices.View)] == ["raw", "folded"]
+    assert [load_weights(folder, v)[0].view for v in _values(choices.View)] == list(VIEWS) == ["raw", "folded", "canonical"]
     assert set(_values(choices.Device)) == {"auto", "cpu", "cuda"}
     assert resolve_device("cpu").type == "cpu" and resolve_device("auto").type in ("cpu", "cuda")  # cuda: if present
     for refused in ("cooked", "Raw"):  # the library refuses what the Enum refuses

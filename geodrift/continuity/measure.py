@@ -28,7 +28,7 @@ import contextlib
 import functools
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -41,6 +41,7 @@ from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ah
 from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.continuity.verdicts import path_verdicts, projection_verdict, relative_verdicts
 from geodrift.errors import GeodriftError
+from geodrift.gauge.status import ALIGNED, space_gauge
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import WeightKey, WeightSet, predicted_space, role_label, role_sort_key
 
@@ -143,7 +144,7 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
                 notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
                 continue
             reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
-                                        spec.null_draws, bank, spec.k))
+                                        spec.null_draws, bank, spec.k, view))
             undefined_note = degenerate.note(role, layers, degenerate.undefined_vectors(
                 torch.stack([spectra[(role, layer)].S[:reports[-1].k] for layer in layers]), reports[-1].shape),
                 reports[-1].k)
@@ -222,7 +223,7 @@ def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) 
 
 
 def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null_draws: int,
-                 bank: PermutationBank, k: int) -> RoleReport:
+                 bank: PermutationBank, k: int, view: str = "raw") -> RoleReport:
     # Continuity of one role from its per-layer triplets (ordered by depth).
     available = min(t.S.shape[0] for t in triplets)
     k = min(k, available)
@@ -235,10 +236,14 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
     shape = (triplets[0].U.shape[0], triplets[0].Vh.shape[1])
     undefined = degenerate.undefined_vectors(sigma, shape)  # (L, K): zero/rank-deficient -> NaN pairs
     spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank, undefined) for s in SPACES}
+    for s in SPACES:  # the gauge label of every number (geodrift.gauge.status)
+        status, moved = space_gauge(view, role, s)
+        spaces[s] = replace(spaces[s], gauge=status, moved_by=list(moved))
     lower, upper = metrics.effective_rank_bounds(sigma, fro, min(shape))
     known, predicted = predicted_space(role)
     if known:
-        verdict, criterion = projection_verdict(predicted, spaces["v"].vectors[0], spaces["u"].vectors[0])
+        verdict, criterion = projection_verdict(predicted, spaces["v"].vectors[0], spaces["u"].vectors[0],
+                                                aligned={s for s in SPACES if spaces[s].gauge == ALIGNED})
     else:
         verdict, criterion = "no prediction", "the theory makes no per-space prediction for this role"
     methods: dict[str, int] = {}

@@ -60,6 +60,11 @@ class SpaceContinuity:
     sigma2_null_draws: int
     subspace_overlap: float  # mean cos^2 of principal angles of the top-K subspaces
     subspace_baseline: float  # K / dim: random K-subspaces
+    # Whether the network's exact gauges leave these numbers unchanged in the report's view
+    # (geodrift.gauge.status): "invariant", "varies" (moved_by names the gauges), "aligned" (head/hidden-side
+    # vectors of the canonical view: aligned by construction, not continuity) or "unknown".
+    gauge: str = "unknown"
+    moved_by: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,7 @@ class Report:
                         "sigma2_wa": s.sigma2_wa, "sigma2_wa_upper": s.sigma2_wa_upper,
                         "sigma2_null_mean": s.sigma2_null_mean,
                         "subspace_overlap": s.subspace_overlap, "subspace_baseline": s.subspace_baseline,
+                        "gauge": s.gauge, "moved_by": " ".join(s.moved_by),
                         "predicted_space": r.predicted_space or "none", "verdict": r.verdict,
                         "path_verdict": r.path_verdict, "criterion": r.criterion,
                         "path_criterion": r.path_criterion,
@@ -198,7 +204,10 @@ class Report:
         Columns: ``model``, ``view``, ``role``, ``label``, ``layers``, ``space``, ``dim``, ``k`` (1),
         ``mean`` (Eq. 1, mean |cos| over adjacent pairs), ``median``, ``baseline`` (``sqrt(2/(pi d))``),
         ``null_mean``, ``null_std``, ``z`` (its permutation null), ``sigma2_wa``, ``sigma2_wa_upper``,
-        ``sigma2_null_mean``, ``subspace_overlap``, ``subspace_baseline``, ``predicted_space``,
+        ``sigma2_null_mean``, ``subspace_overlap``, ``subspace_baseline``, ``gauge`` (whether exact
+        reparametrisations leave the row's numbers unchanged in this view: ``invariant``, ``varies``,
+        ``aligned`` or ``unknown``; :mod:`geodrift.gauge.status`), ``moved_by`` (the gauges that move
+        them, space-separated), ``predicted_space``,
         ``verdict`` and ``criterion`` (shared frame), ``path_verdict`` and ``path_criterion`` (depth path).
 
         Returns:

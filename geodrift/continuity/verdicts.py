@@ -30,6 +30,7 @@ from typing import Protocol
 
 from geodrift.continuity.report import RoleReport
 from geodrift.continuity.trajectory import TrajectoryShape
+from geodrift.gauge.status import ALIGNED
 
 # A projection's space counts as continuous when its v1/u1 continuity beats the permutation null
 # by this many null standard deviations (a one-sided test at about 1e-3 under a normal null).
@@ -93,7 +94,8 @@ class _VectorStat(Protocol):
     def z(self) -> float: ...
 
 
-def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat) -> tuple[str, str]:
+def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat,
+                       aligned: set[str] | frozenset[str] = frozenset()) -> tuple[str, str]:
     """``(verdict, criterion)`` of the theory's prediction for one projection.
 
     Compares excesses over each space's own permutation null, not raw ``|cos|``: near-uniform
@@ -102,6 +104,9 @@ def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat) 
     Args:
         predicted: ``"v"``, ``"u"`` or None (neither space).
         v1, u1: the k = 1 continuity of each space (``mean``, ``null_mean``, ``z``).
+        aligned: spaces aligned by construction (the canonical view's head/hidden side,
+            :mod:`geodrift.gauge.status`): they are no evidence either way, so the predicted space is not
+            compared with an aligned other space, and "neither" (V) is judged on its other space only.
 
     Returns:
         ``("holds" | "fails", criterion text)``.
@@ -117,14 +122,19 @@ def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat) 
     if predicted in ("v", "u"):
         hit, other = (v1, u1) if predicted == "v" else (u1, v1)
         other_name = "u1" if predicted == "v" else "v1"
+        if other_name[0] in aligned:
+            criterion = (f"{predicted}1 beats its permutation null (z >= {Z_SIGNIFICANT:g}); {other_name} is aligned by "
+                         "the canonical ordering and not compared")
+            return ("holds" if hit.z >= Z_SIGNIFICANT else "fails"), criterion
         criterion = (f"{predicted}1 beats its permutation null (z >= {Z_SIGNIFICANT:g}) and its excess over "
                      f"the null exceeds {other_name}'s")
         ok = hit.z >= Z_SIGNIFICANT and (hit.mean - hit.null_mean) > (other.mean - other.null_mean)
         return ("holds" if ok else "fails"), criterion
-    return neither_verdict(v1, u1, {"v": [], "u": []})
+    return neither_verdict(v1, u1, {"v": [], "u": []}, aligned)
 
 
-def neither_verdict(v1: _VectorStat, u1: _VectorStat, peers: dict[str, list[float]]) -> tuple[str, str]:
+def neither_verdict(v1: _VectorStat, u1: _VectorStat, peers: dict[str, list[float]],
+                    aligned: set[str] | frozenset[str] = frozenset()) -> tuple[str, str]:
     """``(verdict, criterion)`` for a projection predicted continuous in neither space (V).
 
     Relative, so it keeps its meaning across models: in each space V must be not significant
@@ -135,6 +145,7 @@ def neither_verdict(v1: _VectorStat, u1: _VectorStat, peers: dict[str, list[floa
         v1, u1: V's k = 1 continuity in each space.
         peers: space -> the peers' excesses over their nulls in that space (v1 of Q, K, Gate,
             Up; u1 of O, Down).
+        aligned: spaces left out (aligned by the canonical ordering: V's u1 in the canonical view).
 
     Returns:
         ``("holds" | "fails" | "n/a", criterion)``: ``n/a`` when a space in which V is significant
@@ -148,14 +159,15 @@ def neither_verdict(v1: _VectorStat, u1: _VectorStat, peers: dict[str, list[floa
     """
     outcome = "holds"
     for space, stat in (("v", v1), ("u", u1)):
-        if stat.z < Z_SIGNIFICANT:
+        if space in aligned or stat.z < Z_SIGNIFICANT:
             continue
         if not peers.get(space):
             outcome = "n/a" if outcome == "holds" else outcome
             continue
         if stat.mean - stat.null_mean >= min(peers[space]):
             outcome = "fails"
-    return outcome, NEITHER_CRITERION
+    return outcome, NEITHER_CRITERION + (f" ({', '.join(sorted(aligned))}1 aligned by the canonical ordering: left out)"
+                                         if aligned else "")
 
 
 def relative_verdicts(roles: list[RoleReport]) -> list[RoleReport]:
@@ -175,7 +187,8 @@ def relative_verdicts(roles: list[RoleReport]) -> list[RoleReport]:
             # Peers whose first vectors are undefined (all-zero matrices: NaN excess) are not peers.
             peers = {space: [excess[p][space] for p in names if p in excess and math.isfinite(excess[p][space])]
                      for space, names in NEITHER_PEERS.items()}
-            verdict, criterion = neither_verdict(r.spaces["v"].vectors[0], r.spaces["u"].vectors[0], peers)
+            verdict, criterion = neither_verdict(r.spaces["v"].vectors[0], r.spaces["u"].vectors[0], peers,
+                                                 {s for s, space in r.spaces.items() if space.gauge == ALIGNED})
             r = replace(r, verdict=verdict, criterion=criterion)
         out.append(r)
     return out
@@ -296,7 +309,9 @@ def path_verdicts(roles: list[RoleReport], trajectory: list[TrajectoryShape]) ->
         elif r.role == "attn_v" and r.predicted_space is None:
             peers = {space: [shapes[p][space].order_z for p in names if space in shapes.get(p, {})]
                      for space, names in NEITHER_PEERS.items()}
-            verdict, criterion = _neither_path(shapes.get(r.role, {}), peers)
+            own = {s: t for s, t in shapes.get(r.role, {}).items()
+                   if s not in r.spaces or r.spaces[s].gauge != ALIGNED}  # the canonical view's aligned side: no evidence
+            verdict, criterion = _neither_path(own, peers)
         else:
             verdict, criterion = path_verdict(r.predicted_space, shapes.get(r.role, {}))
         out.append(replace(r, path_verdict=verdict, path_criterion=criterion))

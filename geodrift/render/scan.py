@@ -23,6 +23,7 @@ from geodrift.continuity.verdicts import (
     depth_path,
     is_continuity,
 )
+from geodrift.gauge.status import ALIGNED, UNKNOWN
 from geodrift.render import console, fmt, lit, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
 
@@ -65,8 +66,8 @@ def scan_grid(report: Report, title: str | None = None) -> Grid:
         lines=True,
     )
     for r in report.roles:
-        v1, u1 = r.spaces["v"].vectors[0], r.spaces["u"].vectors[0]
-        grid.add(lit(r.label), f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), _cell(v1), _cell(u1),
+        v1, u1 = (ALIGNED_CELL if r.spaces[s].gauge == ALIGNED else _cell(r.spaces[s].vectors[0]) for s in ("v", "u"))
+        grid.add(lit(r.label), f"{r.shape[0]}×{r.shape[1]}\n{len(r.layers)} layers", _predicted(r), v1, u1,
                  _wa(r, "v"), _wa(r, "u"), _verdicts(r))
     return grid
 
@@ -102,10 +103,32 @@ def brief_grid(report: Report) -> Grid:
     )
     for r in report.roles:
         judged = r.verdict != "no prediction"
-        cells = [_brief_cell(r.spaces[s].vectors[0], bold=judged and r.predicted_space == s) for s in ("v", "u")]
+        cells = [ALIGNED_CELL if r.spaces[s].gauge == ALIGNED
+                 else _brief_cell(r.spaces[s].vectors[0], bold=judged and r.predicted_space == s) for s in ("v", "u")]
         grid.add(lit(r.label), {"v": "v", "u": "u", None: "none"}[r.predicted_space] if judged else "—", *cells,
                  _styled(r.verdict) if judged else "—", _styled(r.path_verdict) if judged else "—")
     return grid
+
+
+# A head/hidden-side space of the canonical view: aligned by construction, its numbers are not continuity
+# (they stay in --json and the CSV, labelled "aligned").
+ALIGNED_CELL = "[dim]aligned[/dim]"
+
+
+def gauge_line(report: Report) -> str:
+    """Whether the report's numbers are gauge-invariant (one line under the table; docs/verdicts.md).
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> gauge_line(Report("m", "raw", 8, 20, 0, [])).startswith("gauge: raw")
+        True
+    """
+    if report.view == "canonical":
+        return ("gauge: every number shown is invariant under the network's exact reparametrisations (canonical "
+                "view); aligned: a head/hidden-side space, aligned by the canonical ordering - not continuity, "
+                "not judged")
+    return (f"gauge: {report.view} numbers move under the network's exact reparametrisations (the --json field "
+            "moved_by names them per space); --view canonical gives numbers and verdicts they leave unchanged")
 
 
 def _brief_cell(vc: VectorContinuity, bold: bool) -> str:
@@ -125,6 +148,8 @@ def _verdicts(r: RoleReport) -> str:
 
 def _wa(r: RoleReport, space: str) -> str:
     s = r.spaces[space]
+    if s.gauge == ALIGNED:
+        return ALIGNED_CELL
     bound = "" if s.sigma2_wa_upper - s.sigma2_wa < 5e-4 else f"\n≤ {fmt(s.sigma2_wa_upper)}"
     return f"{fmt(s.sigma2_wa)}{bound}\n[dim]({fmt(s.sigma2_null_mean)})[/dim]"
 
@@ -134,7 +159,8 @@ def profile_grid(report: Report) -> Grid:
     grid = Grid("Depth profile of v1 and u1: |cos(layer l, l+1)| per adjacent pair (▁ = 0, █ = 1)",
                 [Col("Proj", "left", style="bold"), Col("v1", "left"), Col("u1", "left")])
     for r in report.roles:
-        grid.add(lit(r.label), sparkline(r.spaces["v"].vectors[0].per_pair), sparkline(r.spaces["u"].vectors[0].per_pair))
+        grid.add(lit(r.label), *(ALIGNED_CELL if r.spaces[x].gauge == ALIGNED else sparkline(r.spaces[x].vectors[0].per_pair)
+                                 for x in ("v", "u")))
     return grid
 
 
@@ -148,7 +174,8 @@ def k_grid(report: Report) -> Grid:
         for s in r.spaces.values():
             cells = [f"{fmt(vc.mean)} [dim]({fmt(vc.null_mean)})[/dim]" for vc in s.vectors]
             cells += [""] * (k - len(cells))
-            grid.add(lit(r.label), s.space, *cells, f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
+            grid.add(lit(r.label), f"{s.space} {ALIGNED_CELL}" if s.gauge == ALIGNED else s.space, *cells,
+                     f"{fmt(s.subspace_overlap)} [dim]({fmt(s.subspace_baseline)})[/dim]")
     return grid
 
 
@@ -224,6 +251,8 @@ def render_scan(report: Report, full: bool = False, wide: bool = False, summary:
         print_grid(brief_grid(report), wide=wide)
     for line in criteria_lines(report, grouped=not full):
         console.print(lit(line, "dim"))
+    if report.roles and any(space.gauge != UNKNOWN for r in report.roles for space in r.spaces.values()):
+        console.print(lit(gauge_line(report), "dim"))
     render_experts(whole, detail=full, wide=wide)
     if not full:
         console.print(lit(FULL_HINT, "dim"))
@@ -251,6 +280,7 @@ def trajectory_grid(report: Report) -> Grid:
                  "layer shares) and p, the share of layer orders that reach it (every order up to 8 layers, else "
                  "random ones until 100 reach it, at most 200,000). path: whether this space shows a depth path (path criterion below)."),
     )
+    aligned = {(r.role, x) for r in report.roles for x, space in r.spaces.items() if space.gauge == ALIGNED}
     for t in report.trajectory:
         lag_cells = []
         for k in shown:
@@ -259,7 +289,8 @@ def trajectory_grid(report: Report) -> Grid:
                 lag_cells.append(f"{fmt(t.lag_abs_cos[i])} [dim]({fmt(t.lag_null_mean[i])})[/dim]")
             else:
                 lag_cells.append("—")
-        grid.add(lit(t.label), t.space, f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
+        grid.add(lit(t.label), f"{t.space} {ALIGNED_CELL}" if (t.role, t.space) in aligned else t.space,
+                 f"[bold]{fmt(t.evr)}[/bold]", f"{fmt(t.evr_random_mean)}±{fmt(t.evr_random_std)}",
                  f"{fmt(t.evr_null_mean)}±{fmt(t.evr_null_std)}", *lag_cells,
                  f"{fmt(t.order_null_mean)}±{fmt(t.order_null_std)} ({_z(t.order_z)}, p {_p(t.order_p)})",
                  {True: "yes", False: "no", None: "—"}[depth_path(t)])
