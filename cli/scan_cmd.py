@@ -63,7 +63,7 @@ def scan_command(
     from geodrift.render.files import pairs_csv_path, write_csv
     from geodrift.render.gauge import gauge_plot_path, render_gauge, write_gauge_plot
     from geodrift.render.progress import JobProgress, announce
-    from geodrift.render.scan import render_scan
+    from geodrift.render.scan import render_scan, summary_line
     from geodrift.scan.distributed import RaySource, check_backend
     from geodrift.scan.embedded import embedded_model_path
     from geodrift.scan.fingerprint import file_fingerprint
@@ -118,8 +118,8 @@ def scan_command(
     if as_json:
         sys.stdout.write(to_json(document("continuity_report", payload)) + "\n")
     else:
-        render_scan(report, full=full, wide=wide)
-        if gauge is not None:
-            render_gauge(gauge, wide=wide)
+        render_scan(report, full=full, wide=wide, summary=gauge is None)
+        if gauge is not None:  # the gauge diagnosis, then the scan's summary line, last as always
+            render_gauge(gauge, wide=wide, then=summary_line(report))
     if written:
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)

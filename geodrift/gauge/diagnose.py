@@ -97,10 +97,8 @@ class GaugeDiagnosis:
 
     def summary(self) -> str:
         """One line: the hidden-unit balance against the reference, and the flag."""
-        verdict = ("OFF BALANCE: the hidden units look rescaled after training (an AWQ/SmoothQuant-style fold?)"
-                   if self.flagged else "balanced like a trained model")
-        return (f"gauge: median hidden-unit spread {self.mlp_median_ratio:.1f}x a fresh initialisation's "
-                f"(flag at {self.flag_ratio:g}x): {verdict}")
+        verdict = "OFF BALANCE (units rescaled?)" if self.flagged else "balanced"
+        return f"gauge: Up/Down spread {self.mlp_median_ratio:.1f}x fresh init (flag >= {self.flag_ratio:g}x): {verdict}"
 
 
 def _spread(x: torch.Tensor) -> Spread:

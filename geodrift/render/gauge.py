@@ -48,13 +48,16 @@ def gauge_grid(diag: GaugeDiagnosis) -> Grid:
                         "relative V/O Gram imbalance (Gram); ×init: Up/Down over the fresh initialisation (init).")
 
 
-def render_gauge(diag: GaugeDiagnosis | str, wide: bool = False) -> None:
-    """Print the diagnosis table and its one-line summary (or the note saying why there is none)."""
+def render_gauge(diag: GaugeDiagnosis | str, wide: bool = False, then: str | None = None) -> None:
+    """Print the diagnosis table and its one-line summary (or the note saying why there is none), then
+    ``then`` in bold (the scan's summary line, which stays last)."""
     if isinstance(diag, str):
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(diag)))
-        return
-    print_grid(gauge_grid(diag), wide=wide)
-    console.print(lit(diag.summary(), "bold" if diag.flagged else ""), soft_wrap=True)
+    else:
+        print_grid(gauge_grid(diag), wide=wide)
+        console.print(lit(diag.summary(), "bold" if diag.flagged else ""), soft_wrap=True)
+    if then is not None:
+        console.print(lit(then, "bold"), soft_wrap=True)
 
 
 def gauge_plot_path(plot: Path) -> Path:
