@@ -76,6 +76,7 @@ def test_scan_full_prints_writes_and_draws_the_diagnosis(tmp_path: Path, capsys:
     doc = json.loads(out.read_text())["gauge_diagnosis"]
     assert len(doc["layers"]) == 3 and set(doc["layers"][0]["spreads"]) == {"mlp", "mlp_norm", "attn_norm", "qk",
                                                                              "vo_log"}
+    assert doc["gauge"] == "varies" and doc["moved_by"]["mlp"] == ["mlp_scale"]
     assert (tmp_path / "s_gauge.png").stat().st_size > 0
     gemma = write_hf_folder(tmp_path / "g", llama_state(gemma2=True), hf_config("gemma2"), dtype=torch.float32)
     with pytest.raises(SystemExit) as done:
@@ -113,3 +114,20 @@ def test_an_awq_fold_of_smollm2_from_real_calibration_keeps_the_logits_is_flagge
     for role, space in (("mlp_gate", "v"), ("mlp_up", "v"), ("mlp_down", "u")):
         a, b = reps[0].role(role).spaces[space].vectors[0], reps[1].role(role).spaces[space].vectors[0]
         assert a.mean == pytest.approx(b.mean, abs=1e-5)
+
+
+def test_each_family_moves_only_under_the_gauges_its_moved_by_names():
+    from geodrift.gauge.diagnose import MOVED_BY
+    from geodrift.gauge.orbit import GENERATORS, random_gauge
+
+    shape = GaugeShape(2, 4, 2, 4)
+    sd = toy_state_dict(shape, d_model=16, d_ff=24, vocab=7, generator=torch.Generator().manual_seed(0))
+    base = diagnose([(0, sd), (1, sd)], shape, 16, 24, "toy")
+    for generator in (g for g in GENERATORS if g != "fold"):
+        moved = random_gauge(sd, shape, torch.Generator().manual_seed(1), generators=("fold", generator))
+        folded = random_gauge(sd, shape, torch.Generator().manual_seed(1), generators=("fold",))
+        after, ref = (diagnose([(0, x), (1, x)], shape, 16, 24, "toy") for x in (moved, folded))
+        for family in ("mlp", "qk", "vo_log"):
+            changed = any(abs(p - q) > 1e-9 for p, q in zip(after.spread(family), ref.spread(family), strict=True))
+            assert changed == (generator in MOVED_BY[family]), (generator, family)
+    assert base.gauge == "varies"

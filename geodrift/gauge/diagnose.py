@@ -41,6 +41,10 @@ FAMILIES = ("mlp", "mlp_norm", "attn_norm", "qk", "vo_log")
 # hidden-unit spread is at least this many times a fresh initialisation's (benchmarks/RESULTS_gauge_diagnosis.md
 # measures where trained models and an AWQ-folded one fall).
 FLAG_RATIO = 3.0
+# Which exact gauges (geodrift.gauge.orbit.GENERATORS) move each family's numbers; none leaves all of them
+# unchanged, and permutations move none (a spread over units, heads or pairs ignores their order).
+MOVED_BY: dict[str, list[str]] = {"mlp": ["mlp_scale"], "mlp_norm": ["fold", "rotate"], "attn_norm": ["fold", "rotate"],
+                                  "qk": ["qk"], "vo_log": ["vo"], "vo_gram": ["vo"]}
 
 
 @dataclass
@@ -72,6 +76,8 @@ class GaugeDiagnosis:
     mlp_median_ratio: float = float("nan")  # median over layers of the mlp spread / the reference's
     flagged: bool = False  # mlp_median_ratio >= flag_ratio: the hidden units were rescaled after training
     flag_ratio: float = FLAG_RATIO
+    gauge: str = "varies"  # geodrift.gauge.status: these numbers measure the gauge
+    moved_by: dict[str, list[str]] = field(default_factory=lambda: dict(MOVED_BY))
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
