@@ -41,7 +41,7 @@ def scan_command(
                                               "mixture of experts, the experts' figure as NAME_experts.EXT); the "
                                               "suffix gives the format: .png, .pdf or .svg.")] = None,
     full: Annotated[bool, typer.Option("--full/--brief", "--detail", help="Every table: σ²-WA and both floors, depth "
-                                       "profiles, k = 1..K, trajectory shape, each projection's criterion (default "
+                                       "profiles, k = 1..K, trajectory shape, each projection's criterion, the gauge diagnosis (default "
                                        "brief: one row per projection, its verdicts beside its numbers; --detail is "
                                        "an older name of --full).")] = False,
     ov: Annotated[bool, typer.Option("--ov/--no-ov", help="Also scan the OV composite W_O W_V per layer.")] = True,
@@ -61,11 +61,13 @@ def scan_command(
     from geodrift.provenance import report_provenance
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import pairs_csv_path, write_csv
+    from geodrift.render.gauge import gauge_plot_path, render_gauge, write_gauge_plot
     from geodrift.render.progress import JobProgress, announce
-    from geodrift.render.scan import render_scan
+    from geodrift.render.scan import render_scan, summary_line
     from geodrift.scan.distributed import RaySource, check_backend
     from geodrift.scan.embedded import embedded_model_path
     from geodrift.scan.fingerprint import file_fingerprint
+    from geodrift.scan.gauge_diagnosis import diagnose_model
     from geodrift.scan.preflight import check_plan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.stdio import report_only_stdout
@@ -92,9 +94,12 @@ def scan_command(
                            if backend == choices.Backend.ray else None))
     report.provenance = report_provenance("geodrift " + shlex.join(sys.argv[1:]),
                                           file_fingerprint(model if model is not None else embedded_model_path()))
+    gauge = diagnose_model(model, names, layer_list) if full else None  # --full: distance from the balanced point
+    payload = report.to_dict() | ({"gauge_diagnosis": gauge.to_dict()} if gauge is not None and
+                                  not isinstance(gauge, str) else {})
     written: list[Path] = []
     if json_out:
-        write_json(json_out, document("continuity_report", report.to_dict()))
+        write_json(json_out, document("continuity_report", payload))
         written.append(json_out)
     if csv_out:
         written += write_csv(report, csv_out)
@@ -108,9 +113,13 @@ def scan_command(
             from geodrift.render.experts_plot import experts_plot_path, write_experts_plot
 
             written.append(write_experts_plot(report, experts_plot_path(plot), dpi))
+        if gauge is not None and not isinstance(gauge, str):
+            written.append(write_gauge_plot(gauge, gauge_plot_path(plot), dpi))
     if as_json:
-        sys.stdout.write(to_json(document("continuity_report", report.to_dict())) + "\n")
+        sys.stdout.write(to_json(document("continuity_report", payload)) + "\n")
     else:
-        render_scan(report, full=full, wide=wide)
+        render_scan(report, full=full, wide=wide, summary=gauge is None)
+        if gauge is not None:  # the gauge diagnosis, then the scan's summary line, last as always
+            render_gauge(gauge, wide=wide, then=summary_line(report))
     if written:
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)

@@ -30,6 +30,9 @@ Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of ten
 Json = Annotated[bool, typer.Option("--json", help="Print the full report as JSON on stdout.")]
 JsonOut = Annotated[Path | None, typer.Option("--json-out", help="Also write the JSON report here.")]
 Ov = Annotated[bool, typer.Option("--ov/--no-ov", help="Also measure the OV composite W_O W_V per layer.")]
+Align = Annotated[bool, typer.Option("--align", help="Bring the models into the first one's gauge first (gains "
+                                     "folded; residual rotation, hidden permutations and scalings, V/O and Q/K maps "
+                                     "recovered); llama/mistral.")]
 
 
 @app.command("drift")
@@ -44,7 +47,7 @@ def drift_command(
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figures NAME_rotation.EXT and NAME_continuity.EXT "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    ov: Ov = True, align: Align = False, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
@@ -72,7 +75,7 @@ def drift_command(
                     if plot else []))
     with JobProgress(f"reading {len(checkpoints)} checkpoints", 0, "matrices", quiet=quiet) as bar:
         rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
-                    backend=backend.value, address=address, **options)
+                    backend=backend.value, address=address, align=align, **options)
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("drift_report", rep.to_dict()))
@@ -107,7 +110,7 @@ def compare_command(
                                                  "here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figure of the subspace overlap across layers "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    ov: Ov = True, align: Align = False, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
@@ -132,7 +135,7 @@ def compare_command(
     check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
     with JobProgress("reading 2 models", 0, "matrices", quiet=quiet) as bar:
         rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label),
-                      backend=backend.value, address=address, **options)
+                      backend=backend.value, address=address, align=align, **options)
     written: list[Path] = []
     if json_out:
         write_json(json_out, document("compare_report", rep.to_dict()))

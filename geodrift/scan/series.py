@@ -17,8 +17,10 @@ from typing import Any
 from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotation_drift, subspace_comparison
 from geodrift.errors import GeodriftError
+from geodrift.gauge.align import AlignmentReport
 from geodrift.linalg import SVDTriplets
 from geodrift.scan.api import open_model
+from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.distributed import check_backend, on_ray, svd_workers
 from geodrift.scan.preflight import check_layers, check_plan
 from geodrift.scan.readers import weightset
@@ -40,6 +42,7 @@ class DriftReport:
     reports: list[Report]
     rotation: list[RotationRow]
     notes: list[str] = field(default_factory=list)
+    alignment: list[AlignmentReport] = field(default_factory=list)  # --align: each checkpoint after the first
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (see docs/output-schema.md, kind ``drift_report``)."""
@@ -76,6 +79,7 @@ class CompareReport:
     reports: list[Report]
     subspaces: list[SubspaceRow]
     notes: list[str] = field(default_factory=list)
+    alignment: AlignmentReport | None = None  # --align: what was recovered
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (see docs/output-schema.md, kind ``compare_report``)."""
@@ -108,7 +112,7 @@ def plan_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", roles: 
     Raises:
         GeodriftError: an unreadable input; with ``max_memory``, one of the checks above.
     """
-    ckpt = open_model(model, names)
+    ckpt = model if isinstance(model, Checkpoint) else open_model(model, names)  # --align: aligned in memory
     full = weightset(ckpt, view=view)
     ws = full.select(roles, layers)
     heads = heads_of(ckpt) if ov else None
@@ -162,7 +166,7 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", ro
 
 
 def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
-          address: str | None = None, **options: Any) -> DriftReport:
+          address: str | None = None, align: bool = False, **options: Any) -> DriftReport:
     """A training series: continuity of each checkpoint and each layer's v1/u1 rotation from the first.
 
     Args:
@@ -172,6 +176,7 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
         backend: ``local`` (one checkpoint after another) or ``ray`` (one Ray task per checkpoint, at
             ``address`` or on a local cluster; bitwise the local numbers, see :mod:`geodrift.scan.distributed`).
         address: an existing Ray cluster (``ray`` only).
+        align: bring every checkpoint into the first one's gauge first (:mod:`geodrift.scan.aligned`).
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory``.
 
@@ -184,6 +189,9 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
     """
     if len(models) < 2:
         raise GeodriftError(f"drift: needs at least 2 checkpoints of one training run, got {len(models)}")
+    alignment = _align(models, align, options)
+    if align:
+        models = alignment[0]
     plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
     check_same_shapes(plans, "drift", same_layers=True)
     if not any(len(plans[0].layers(role)) >= 2 for role in plans[0].roles()):
@@ -191,13 +199,13 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
                             "compares adjacent layers - select at least 2 (--layers)")
     decomposed = _decompose_all(models, spec, progress, backend, address, options)
     reports, series = [report for report, _ in decomposed], [spectra for _, spectra in decomposed]
-    notes = _shape_notes(series)
+    notes = _shape_notes(series) + [f"checkpoint {t}: {rep.summary()}" for t, rep in enumerate(alignment[1], 1)]
     return DriftReport([r.origin for r in reports], spec.k, spec.null_draws, spec.seed, reports[0].view, reports,
-                       rotation_drift(series, spec.null_draws, spec.seed), notes)
+                       rotation_drift(series, spec.null_draws, spec.seed), notes, alignment[1])
 
 
 def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
-            address: str | None = None, **options: Any) -> CompareReport:
+            address: str | None = None, align: bool = False, **options: Any) -> CompareReport:
     """Two models (base vs fine-tune, a model vs its compressed copy): principal angles of top-k subspaces.
 
     Args:
@@ -205,6 +213,7 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         spec: ``k`` is the subspace dimension; null draws and seed as the scan's.
         progress: called after each matrix.
         backend, address: as :func:`drift`'s (one Ray task per model).
+        align: bring B into A's gauge first (:mod:`geodrift.scan.aligned`): compare in the aligned frame.
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory``.
 
@@ -215,6 +224,9 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         GeodriftError: an unreadable model, shared projections of different shapes (from the headers,
             before any SVD), or no projection in common.
     """
+    aligned, reports = _align([a, b], align, options)
+    if align:
+        a, b = aligned
     check_same_shapes([plan_checkpoint(m, spec, **options)[0] for m in (a, b)], "compare", same_layers=False)
     (report_a, spectra_a), (report_b, spectra_b) = _decompose_all([a, b], spec, progress, backend, address, options)
     rows = subspace_comparison(spectra_a, spectra_b, spec.k, spec.null_draws, spec.seed)
@@ -222,7 +234,17 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         raise GeodriftError(f"compare: {report_a.origin} and {report_b.origin} share no projection of the same shape "
                             "and layers; compare checkpoints of one architecture")
     return CompareReport(report_a.origin, report_b.origin, spec.k, spec.null_draws, spec.seed, report_a.view,
-                         [report_a, report_b], rows, _shape_notes([spectra_a, spectra_b]))
+                         [report_a, report_b], rows, _shape_notes([spectra_a, spectra_b])
+                         + [r.summary() for r in reports], reports[0] if reports else None)
+
+
+def _align(models: list[Any], align: bool, options: dict[str, Any]) -> tuple[list[Any], list[AlignmentReport]]:
+    # --align: every model after the first brought into the first one's gauge (gains folded).
+    if not align:
+        return models, []
+    from geodrift.scan.aligned import aligned_series
+
+    return aligned_series(models, options.get("names"), max_memory=options.get("max_memory"))
 
 
 def checkpoint_task(model: Any, spec: MeasureSpec, options: dict[str, Any], threads: int) -> tuple[Report, Spectra]:

@@ -1,0 +1,133 @@
+"""Orbit alignment (issue 31 item 5): a randomly gauged copy is brought back, and ``--align`` compares in
+the aligned frame; bad pairs are one-line errors naming both models and the option."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from _checkpoints import hf_config, llama_state, write_hf_folder
+
+from geodrift.cli.main import main
+from geodrift.continuity import MeasureSpec
+from geodrift.errors import GeodriftError
+from geodrift.gauge.align import align, shape_of, weight_error
+from geodrift.gauge.orbit import GaugeShape, fold_gains, random_gauge, toy_state_dict
+from geodrift.scan.aligned import checkpoint_state_dict
+from geodrift.scan.readers import open_checkpoint
+from geodrift.scan.series import compare
+
+SHAPE = GaugeShape(n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8)
+
+
+def test_a_gauged_toy_copy_is_recovered_exactly_and_the_permutations_found():
+    sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=100, generator=torch.Generator().manual_seed(0))
+    gauged = random_gauge(sd, SHAPE, torch.Generator().manual_seed(1), condition=100.0, sigma=1.0)
+    assert weight_error(fold_gains(sd, SHAPE), gauged, SHAPE) > 0.5  # the gauge moved the weights
+    folded, aligned, rep = align(sd, gauged, SHAPE)
+    assert rep.aligned_weight_error < 1e-10 and rep.rotation_residual < 1e-10
+    assert all(x.mutual_best_share == 1.0 and x.vo_residual < 1e-10 and x.qk_residual < 1e-10 for x in rep.layers)
+    assert all(x.identity_share < 0.5 for x in rep.layers)  # the permutations were real, and undone
+    assert any(x.heads_kept < 1.0 for x in rep.layers)  # heads were permuted too, and matched back
+    torch.testing.assert_close(aligned["model.layers.1.mlp.up_proj.weight"], folded["model.layers.1.mlp.up_proj.weight"])
+    assert "rotation fit residual" in rep.summary()
+
+
+def test_without_the_general_head_maps_only_attention_stays_apart():
+    sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=100, generator=torch.Generator().manual_seed(2))
+    gauged = random_gauge(sd, SHAPE, torch.Generator().manual_seed(3), condition=10.0, sigma=0.5)
+    folded, aligned, rep = align(sd, gauged, SHAPE, head_maps="none")
+    assert rep.aligned_weight_error > 1e-3  # V/O and Q/K maps not undone
+    assert align(sd, gauged, SHAPE, head_maps="orthogonal")[2].aligned_weight_error > 1e-3  # nor by rotations alone
+    rotated_only = random_gauge(sd, SHAPE, torch.Generator().manual_seed(3), condition=1.0, sigma=0.0)
+    assert align(sd, rotated_only, SHAPE, head_maps="orthogonal")[2].aligned_weight_error < 1e-10
+    for name in ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+        torch.testing.assert_close(aligned[f"model.layers.0.{name}.weight"], folded[f"model.layers.0.{name}.weight"])
+
+
+@pytest.mark.slow  # about 20 s on one core; benchmarks/bench_barriers.py measures it too
+def test_the_embedded_smollm2_under_a_random_gauge_is_recovered_to_1e_5():
+    sd = checkpoint_state_dict(open_checkpoint(None))
+    shape = shape_of(sd, 9, 3)
+    gauged = random_gauge(sd, shape, torch.Generator().manual_seed(0), condition=100.0, sigma=1.0)
+    _, _, rep = align(sd, gauged, shape)
+    assert rep.naive_weight_error > 1.0 and rep.aligned_weight_error < 1e-5
+    assert all(x.mutual_best_share == 1.0 for x in rep.layers)  # every hidden unit of every layer matched
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    # A model and an exactly gauged copy of it, both as Hugging Face folders (float32 on disk).
+    root = tmp_path_factory.mktemp("align")
+    state = llama_state(n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60, seed=4)
+    gauged = random_gauge(state, SHAPE, torch.Generator().manual_seed(5), condition=10.0, sigma=0.5)
+    config = hf_config(n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60)
+    a = write_hf_folder(root / "a", state, config, dtype=torch.float32)
+    b = write_hf_folder(root / "b", gauged, {**config, "tie_word_embeddings": False}, dtype=torch.float32)
+    return a, b
+
+
+def test_compare_align_finds_a_gauged_copy_identical_where_plain_compare_does_not(pair: tuple[Path, Path]):
+    spec = MeasureSpec(k=2, null_draws=8)
+    plain = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v"], view="folded")
+    assert min(r.overlap for r in plain.subspaces) < 0.9
+    aligned = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v", "attn_k"], align=True)
+    assert all(r.overlap == pytest.approx(1.0, abs=1e-5) for r in aligned.subspaces)
+    assert aligned.alignment is not None and aligned.alignment.aligned_weight_error < 1e-5
+    assert "aligned to" in aligned.b and any("rotation fit residual" in n for n in aligned.notes)
+
+
+def test_compare_and_drift_align_commands_report_what_was_recovered(pair: tuple[Path, Path], tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]):
+    out = tmp_path / "c.json"
+    with pytest.raises(SystemExit) as done:
+        main(["compare", str(pair[0]), str(pair[1]), "--align", "--k", "2", "--null-draws", "4", "--quiet",
+              "--roles", "up,down", "--json-out", str(out)])
+    assert done.value.code == 0 and "rotation fit residual" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "compare_report" and doc["alignment"]["aligned_weight_error"] < 1e-5
+    assert len(doc["alignment"]["layers"]) == 3 and doc["alignment"]["layers"][0]["mutual_best_share"] == 1.0
+    with pytest.raises(SystemExit) as done:
+        main(["drift", str(pair[0]), str(pair[1]), "--align", "--k", "1", "--null-draws", "4", "--quiet",
+              "--roles", "gate"])
+    assert done.value.code == 0
+    assert "checkpoint 1: aligned B to A" in capsys.readouterr().out
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def test_align_on_models_of_different_shapes_or_families_is_a_one_line_error(pair: tuple[Path, Path], tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]):
+    wide = write_hf_folder(tmp_path / "wide", llama_state(n_layers=3, d=48, n_heads=4, n_kv=2, d_ff=48, vocab=60),
+                           hf_config(n_layers=3, d=48, n_heads=4, n_kv=2, d_ff=48, vocab=60), dtype=torch.float32)
+    err = _refused(["compare", str(pair[0]), str(wide), "--align", "--quiet"], capsys)
+    assert "--align" in err and str(pair[0]) in err and str(wide) in err
+    mistral = write_hf_folder(tmp_path / "mistral", llama_state(n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60),
+                              hf_config("mistral", n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60),
+                              dtype=torch.float32)
+    err = _refused(["drift", str(pair[0]), str(mistral), "--align", "--quiet"], capsys)
+    assert "--align" in err and "llama" in err and "mistral" in err and str(mistral) in err
+    gemma = write_hf_folder(tmp_path / "gemma2", llama_state(gemma2=True), hf_config("gemma2"), dtype=torch.float32)
+    err = _refused(["compare", str(gemma), str(pair[0]), "--align", "--quiet"], capsys)
+    assert "--align" in err and str(gemma) in err and "gemma2" in err
+
+
+def test_align_past_max_memory_is_refused_before_reading(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]):
+    err = _refused(["compare", str(pair[0]), str(pair[1]), "--align", "--max-memory", "100K", "--quiet"], capsys)
+    assert "--align" in err and "--max-memory" in err and str(pair[0]) in err
+
+
+def test_align_refuses_state_dicts_of_different_shapes_naming_the_tensor():
+    sd = toy_state_dict(SHAPE, d_model=32, d_ff=48, vocab=40, generator=torch.Generator().manual_seed(0))
+    other = toy_state_dict(SHAPE, d_model=32, d_ff=64, vocab=40, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(GeodriftError, match="mlp.gate_proj.weight is 48x32 in A but 64x32 in B; --align"):
+        align(sd, other, SHAPE)
