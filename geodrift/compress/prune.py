@@ -22,13 +22,23 @@ from scipy.stats import spearmanr
 
 from geodrift.compress import rank
 from geodrift.compress.model import Setup, layer_states, perplexity_of, spread, window_nll
+from geodrift.compress.table import (
+    AGREEMENT_REFERENCE,
+    ANGULAR,
+    BLOCK_INFLUENCE,
+    GEOMETRY,
+    RANKINGS,
+    SEARCH,
+    STATES,
+    names,
+)
 from geodrift.continuity import MeasureSpec
 from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
 from geodrift.lm.hf_causal import HFCausalLM
 from geodrift.lm.llama import LlamaLM
 
-METHODS = ("geom-v1", "geom-s2wa", "block-influence", "angular", "greedy")
+METHODS = names(RANKINGS)  # every ranking, in the table's order (geodrift.compress.table.RANKINGS)
 RANK_TEST_ORDERS = 20  # random orders the rank test needs: with 20, beating 19 of them is p = 2/21 < 0.1
 # More random orders than this is no longer a check but a hang: each order costs --max-remove evaluations.
 MAX_RANDOM_ORDERS = 10_000
@@ -179,18 +189,18 @@ def run_prune(setup: Setup[LlamaLM | HFCausalLM], spec: PruneSpec, progress: Pro
     scores: dict[str, list[float]] = {}
     floors: list[dict[str, Any]] = []
     sets: dict[str, list[list[int]]] = {}
-    if any(m.startswith("geom-") for m in spec.methods):
+    if any(RANKINGS[m].signal == GEOMETRY for m in spec.methods):
         start = time.perf_counter()
         continuity = rank.geometry_report(model, MeasureSpec(k=spec.k, null_draws=spec.null_draws, seed=spec.seed))
         geometry = rank.geometry_scores(continuity, L)
         floors = rank.geometry_floors(continuity)
         seconds["geometry (both scores)"] = time.perf_counter() - start
-        for m in rank.GEOMETRY_METHODS:
-            if m in spec.methods:
-                scores[m] = geometry[m]
+        for m in RANKINGS:
+            if m in spec.methods and RANKINGS[m].signal == GEOMETRY:
+                scores[RANKINGS[m].score] = geometry[m]
                 order = rank.order_from_scores(geometry[m])
                 sets[m] = [sorted(order[:n]) for n in range(1, N + 1)]
-    if "block-influence" in spec.methods or "angular" in spec.methods:
+    if any(RANKINGS[m].signal == STATES for m in spec.methods):
         start = time.perf_counter()
         states = layer_states(model, setup.calib)
         bi = rank.block_influence(states)
@@ -198,21 +208,22 @@ def run_prune(setup: Setup[LlamaLM | HFCausalLM], spec: PruneSpec, progress: Pro
         angular1 = rank.angular_distances(states, 1)
         del states
         seconds["block-influence + angular (one calibration pass)"] = time.perf_counter() - start
-        if "block-influence" in spec.methods:
-            scores["block-influence"] = bi
+        if BLOCK_INFLUENCE in spec.methods:
+            scores[RANKINGS[BLOCK_INFLUENCE].score] = bi
             order = rank.order_from_scores([-b for b in bi])
-            sets["block-influence"] = [sorted(order[:n]) for n in range(1, N + 1)]
-        if "angular" in spec.methods:
-            scores["angular (n=1)"] = angular1
-            sets["angular"] = blocks
+            sets[BLOCK_INFLUENCE] = [sorted(order[:n]) for n in range(1, N + 1)]
+        if ANGULAR in spec.methods:
+            scores[RANKINGS[ANGULAR].score] = angular1
+            sets[ANGULAR] = blocks
     greedy_nll: list[float] = []
-    if "greedy" in spec.methods:
-        start = time.perf_counter()
-        order, greedy_nll = rank.greedy_order(model, setup.calib[:spec.greedy_windows], N,
-                                              progress=lambda done, total: report("greedy search", done, total))
-        seconds["greedy"] = time.perf_counter() - start
-        scores["greedy (step removed)"] = [float(order.index(i) + 1) if i in order else float("nan") for i in range(L)]
-        sets["greedy"] = [sorted(order[:n]) for n in range(1, N + 1)]
+    for m in RANKINGS:
+        if m in spec.methods and RANKINGS[m].signal == SEARCH:
+            start = time.perf_counter()
+            order, greedy_nll = rank.greedy_order(model, setup.calib[:spec.greedy_windows], N,
+                                                  progress=lambda done, total: report("greedy search", done, total))
+            seconds[m] = time.perf_counter() - start
+            scores[RANKINGS[m].score] = [float(order.index(i) + 1) if i in order else float("nan") for i in range(L)]
+            sets[m] = [sorted(order[:n]) for n in range(1, N + 1)]
     random_sets = {s: [sorted(rank.random_ranking(L, s)[:n]) for n in range(1, N + 1)] for s in range(spec.random_seeds)}
 
     total = sum(len(v) for v in sets.values()) + sum(len(v) for v in random_sets.values())
@@ -300,7 +311,7 @@ def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: li
     out = []
     logs = [statistics.fmean(math.log(p) for p in c.ppl) for c in random_curves]
     for c in curves:
-        if not c.method.startswith("geom-"):
+        if c.method not in RANKINGS or RANKINGS[c.method].signal != GEOMETRY:
             continue
         claim = f"Continuity tells which layers can go: the {c.method} order beats random removal"
         mine = statistics.fmean(math.log(p) for p in c.ppl)
@@ -317,7 +328,8 @@ def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: li
             out.append(Verdict(claim, BEATS_RANDOM, f"mean log ppl {mine:.3f}, below {sum(x > mine for x in logs)} of "
                                f"{len(logs)} random orders (median {statistics.median(logs):.3f}; p better "
                                f"{p_better:.3f}, p worse {p_worse:.3f}); orders beaten per n: {per_n}", verdict))
-        row = next((r for r in spearman if r["data_free"] == c.method and r["reference"] == "block-influence"), None)
+        reference = RANKINGS[AGREEMENT_REFERENCE].score
+        row = next((r for r in spearman if r["data_free"] == c.method and r["reference"] == reference), None)
         if row is not None:
             agrees = row["rho"] > 0 and row["p_value"] < 0.05
             out.append(Verdict(f"The {c.method} order agrees with Block Influence (ShortGPT)", AGREES,
@@ -327,20 +339,20 @@ def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: li
 
 
 def _removability(name: str, values: list[float]) -> list[float]:
-    # Higher = removed earlier, for every score: BI and angular distance are "importance" scores.
-    if name in ("block-influence", "angular (n=1)"):
-        return [-v for v in values]
-    if name.startswith("greedy"):
-        return [-v if v == v else -math.inf for v in values]
-    return list(values)
+    # Higher = removed earlier, for every score (``name``: a ranking's score name): importance scores are negated;
+    # the greedy step is nan for layers the search never removed (they tie last).
+    ranking = next(r for r in RANKINGS.values() if r.score == name)
+    if not ranking.importance:
+        return list(values)
+    return [-v if v == v else -math.inf for v in values]
 
 
 def _correlations(scores: dict[str, list[float]], n_layers: int) -> list[dict[str, Any]]:
     out = []
-    for mine in rank.GEOMETRY_METHODS:
+    for mine in (r.score for r in RANKINGS.values() if r.signal == GEOMETRY):
         if mine not in scores:
             continue
-        for other in ("block-influence", "angular (n=1)", "greedy (step removed)"):
+        for other in (r.score for r in RANKINGS.values() if r.signal != GEOMETRY):
             if other not in scores:
                 continue
             a = _removability(mine, scores[mine])

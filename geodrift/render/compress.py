@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from geodrift.compress.prune import PruneResult
+from geodrift.compress.table import GEOMETRY, RANKINGS
 from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
@@ -87,7 +88,7 @@ def prune_summary(result: PruneResult) -> str:
     best = min(result.curves, key=lambda c: c.ppl[-1])
     parts = [f"at n = {n}: best {best.method} {best.ppl[-1]:.2f}"]
     for c in result.curves:
-        if c.method.startswith("geom-"):
+        if c.method in RANKINGS and RANKINGS[c.method].signal == GEOMETRY:
             parts.append(f"{c.method} {c.ppl[-1]:.2f}")
     parts.append(f"random median {result.random_median[-1]:.2f} ({len(result.random_curves)} orders)")
     return f"{result.model}: unpruned {result.baseline_ppl:.2f}; " + ", ".join(parts)
