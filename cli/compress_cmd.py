@@ -109,12 +109,6 @@ def _check_save(save: Path | None, force: bool, model: str | None, corpus: Path 
         check_replace_folder(save, force=force, inputs=_inputs(model, corpus))
 
 
-def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, write: Any) -> Path:
-    from geodrift.outdir import replace_folder
-
-    return replace_folder(save, write, force=force, inputs=_inputs(model, corpus))
-
-
 def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None) -> list[Path]:
     from geodrift.atomic import document, write_json, write_text
     from geodrift.render.files import csv_text
@@ -180,22 +174,18 @@ def prune_command(
     with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
         result = run_prune(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage))
-    written = _write(result, "compress_prune", json_out, csv_out)
+    written: list[Path] = []
+    if save is not None:
+        from geodrift.compress.prune import save_pruned
+
+        save_pruned(setup, result, save_method.value, save_n, save, source=model, force=force,
+                    inputs=_inputs(model, corpus))
+        written.append(save)
+    written += _write(result, "compress_prune", json_out, csv_out)
     if plot:
         from geodrift.render.compress import plot_prune
 
         written.append(plot_prune(result, plot, dpi))
-    if save is not None:
-        from geodrift.compress.model import kept_layers
-        from geodrift.lm.hf import save_hf
-        from geodrift.lm.llama import LlamaLM
-
-        curve = next(c for c in result.curves if c.method == save_method.value)
-        kept = kept_layers(setup.n_layers, curve.removed[save_n - 1])
-        net = setup.model
-        written.append(_replace(save, force, model, corpus, lambda d: save_hf(
-            net, d, layers=kept, context_length=setup.config.get("context_length")) if isinstance(net, LlamaLM)
-            else net.save_pruned(d, kept)))
     if as_json:
         sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
     else:

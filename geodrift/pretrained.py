@@ -257,6 +257,48 @@ def gguf_tokenizer(path: str | Path) -> Tokenizer:
                               str(meta.get("tokenizer.ggml.pre", "default")), meta.get("tokenizer.ggml.token_type"))
 
 
+# What a Hugging Face folder's tokenizer is made of (AutoTokenizer reads these); a saved model keeps those it had.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json")
+
+
+def keep_tokenizer(path: str | Path | None, folder: str | Path) -> list[str]:
+    """Put the checkpoint's tokenizer into ``folder`` (a model written from it), so the folder is usable alone.
+
+    A Hugging Face folder's (or a ``.safetensors`` file's folder's) :data:`TOKENIZER_FILES` are copied
+    byte for byte; a GGUF file (and the embedded default, ``path=None``) gets its own BPE written as
+    ``tokenizer.json``.
+
+    Args:
+        path: the checkpoint the model was loaded from (as given to :func:`tokenizer_for`).
+        folder: the folder being written (an existing file of the same name is never replaced).
+
+    Returns:
+        The names of the files written, in :data:`TOKENIZER_FILES` order.
+
+    Example:
+        >>> import tempfile
+        >>> keep_tokenizer(None, tempfile.mkdtemp())
+        ['tokenizer.json']
+    """
+    import shutil
+
+    folder = Path(folder)
+    if path is None or Path(path).suffix.lower() == ".gguf":
+        backend = tokenizer_for(path).backend
+        if backend is None or (folder / "tokenizer.json").exists():
+            return []
+        backend.save(str(folder / "tokenizer.json"))
+        return ["tokenizer.json"]
+    source = Path(path) if Path(path).is_dir() else Path(path).parent
+    written = []
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file() and not (folder / name).exists():
+            shutil.copyfile(source / name, folder / name)
+            written.append(name)
+    return written
+
+
 def tokenizer_for(path: str | Path | None) -> Tokenizer:
     """The tokenizer that goes with a checkpoint.
 

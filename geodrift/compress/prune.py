@@ -13,15 +13,16 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from scipy.stats import spearmanr
 
 from geodrift.compress import rank
-from geodrift.compress.model import Setup, layer_states, perplexity_of, spread, window_nll
+from geodrift.compress.model import Setup, kept_layers, layer_states, perplexity_of, spread, window_nll
 from geodrift.compress.table import (
     AGREEMENT_REFERENCE,
     ANGULAR,
@@ -130,6 +131,7 @@ class PruneResult:
     notes: list[str] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     weights: str = ""
+    saved: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -360,4 +362,48 @@ def _correlations(scores: dict[str, list[float]], n_layers: int) -> list[dict[st
             rho, p = spearmanr(a, b)
             out.append({"data_free": mine, "reference": other, "rho": float(rho), "p_value": float(p),
                         "layers": n_layers})
+    return out
+
+
+def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method: str, n: int, folder: str | Path, *,
+                source: str | Path | None, force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """Write the model without the ``n`` layers ``method`` removed, with the input's tokenizer, as a Hugging Face folder.
+
+    The folder is written whole or not at all (:func:`geodrift.outdir.replace_folder`); the remaining
+    layers are renumbered ``0..L-n-1``. ``result.saved`` records it: ``folder``, ``method``, ``n``,
+    ``removed`` and ``kept`` (layer indices of the input model) and ``tokenizer`` (the files written).
+
+    Args:
+        setup, result: the loaded model and its :func:`run_prune` result.
+        method: a ranking that ran; n: how many of its layers go (1..N).
+        folder: the folder to write; source: the checkpoint the model came from (its tokenizer is kept).
+        force, inputs: as :func:`geodrift.outdir.replace_folder` (the output-folder policy).
+
+    Returns:
+        ``folder``.
+
+    Raises:
+        GeodriftError: ``method`` did not run, ``n`` is outside 1..N, or the folder is refused.
+    """
+    from geodrift.lm.hf import save_hf
+    from geodrift.outdir import replace_folder
+    from geodrift.pretrained import keep_tokenizer
+
+    curve = next((c for c in result.curves if c.method == method), None)
+    if curve is None or not 1 <= n <= len(curve.removed):
+        raise GeodriftError(f"--save-method/--save-n: {method} with {n} layers removed did not run")
+    removed = list(curve.removed[n - 1])
+    kept = kept_layers(setup.n_layers, removed)
+    model, tokenizer_files = setup.model, []
+
+    def write(tmp: Path) -> None:
+        if isinstance(model, LlamaLM):
+            save_hf(model, tmp, layers=kept, context_length=setup.config.get("context_length"))
+        else:
+            model.save_pruned(tmp, kept)
+        tokenizer_files.extend(keep_tokenizer(source, tmp))
+
+    out = replace_folder(folder, write, force=force, inputs=inputs)
+    result.saved = {"folder": str(folder), "method": method, "n": n, "removed": removed, "kept": kept,
+                    "tokenizer": tokenizer_files}
     return out
