@@ -301,19 +301,22 @@ def keep_tokenizer(path: str | Path | None, folder: str | Path) -> list[str]:
         ['tokenizer.json']
     """
     import shutil
+    from functools import partial
+
+    from geodrift.atomic import write_with
 
     folder = Path(folder)
     if path is None or Path(path).suffix.lower() == ".gguf":
         backend = tokenizer_for(path).backend
         if backend is None or (folder / "tokenizer.json").exists():
             return []
-        backend.save(str(folder / "tokenizer.json"))
+        write_with(folder / "tokenizer.json", lambda tmp: backend.save(str(tmp)))
         return ["tokenizer.json"]
     source = Path(path) if Path(path).is_dir() else Path(path).parent
     written = []
     for name in TOKENIZER_FILES:
         if (source / name).is_file() and not (folder / name).exists():
-            shutil.copyfile(source / name, folder / name)
+            write_with(folder / name, partial(shutil.copyfile, source / name))
             written.append(name)
     return written
 

@@ -111,6 +111,9 @@ def test_a_saved_pruned_model_loads_in_transformers_with_the_same_perplexity(tin
     windows = load_setup(tiny, seq_len=32, calib_windows=1, eval_windows_count=4).evaluation
     assert _hf_perplexity(saved, windows) == pytest.approx(curve["ppl"][1], rel=1e-4)
     assert (tmp_path / "p.png").stat().st_size > 0 and (tmp_path / "p.csv").read_text().startswith("model,method")
+    with pytest.raises(SystemExit) as exit_info:  # every file of the folder is geodrift's: --force replaces it
+        main([*main_args, "--force", "--save-n", "1", "--quiet"])
+    assert exit_info.value.code == 0 and json.loads(out.read_text())["saved"]["n"] == 1
 
 
 def test_compress_share_saves_a_smaller_factored_model_that_loads_back(tiny: Path, tmp_path: Path, capsys) -> None:

@@ -122,6 +122,12 @@ def test_cli_prune_saves_a_pruned_folder_transformers_loads_with_the_same_perple
     assert transformers.AutoConfig.from_pretrained(str(saved)).num_hidden_layers == 2
     assert hf_perplexity(saved, windows) == pytest.approx(curve["ppl"][1], rel=1e-5)
     assert transformers.AutoConfig.from_pretrained(str(folder)).num_hidden_layers == 4  # the input is untouched
+    assert result["saved"]["tokenizer"] == ["tokenizer.json"] and (saved / "tokenizer.json").is_file()
+    with pytest.raises(SystemExit) as exit_info:  # transformers' files are listed as geodrift's: --force replaces them
+        main(["compress", "prune", str(folder), "--max-remove", "1", "--methods", "block-influence", "--random-seeds",
+              "2", "--save", str(saved), "--save-method", "block-influence", "--force", *FAST])
+    assert exit_info.value.code == 0
+    assert transformers.AutoConfig.from_pretrained(str(saved)).num_hidden_layers == 3
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])

@@ -386,6 +386,7 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
         GeodriftError: ``method`` did not run, ``n`` is outside 1..N, or the folder is refused.
     """
     from geodrift.lm.hf import save_hf
+    from geodrift.manifest import record_written
     from geodrift.outdir import replace_folder
     from geodrift.pretrained import keep_tokenizer
 
@@ -401,6 +402,8 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
             save_hf(model, tmp, layers=kept, context_length=setup.config.get("context_length"))
         else:
             model.save_pruned(tmp, kept)
+            for written in sorted(tmp.iterdir()):  # transformers' files, listed as geodrift's (a later --force may
+                record_written(written)            # replace them)
         tokenizer_files.extend(keep_tokenizer(source, tmp))
 
     out = replace_folder(folder, write, force=force, inputs=inputs)
