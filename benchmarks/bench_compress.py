@@ -34,11 +34,14 @@ import sys
 import time
 from pathlib import Path
 
+from geodrift.compress.table import BASELINE, CANDIDATE, GROUPING_CONTROL, METHODS, RANKINGS, names
+
 LIMIT_S = 15 * 60
 FIGURE = Path(__file__).resolve().parent / "figures" / "compress_share.png"
-DRAW_METHODS = "svd-llm,svd-llm-v2,basis-sharing,prune-bi,prune-greedy,geodrift,geodrift:random-groups"
+# The extra draws: every baseline, geodrift and its random-grouping control (geodrift.compress.table).
+DRAW_METHODS = ",".join([*(n for n, m in METHODS.items() if m.kind == BASELINE), CANDIDATE, GROUPING_CONTROL])
 RUNS: dict[str, tuple[str, list[str]]] = {
-    "prune": ("prune", ["--methods", "geom-v1,geom-s2wa,block-influence,angular"]),
+    "prune": ("prune", ["--methods", ",".join(names(RANKINGS, preset="quick"))]),
     "share": ("share", []),
     "share-draws": ("share", ["--first-draw", "1", "--calib-draws", "2", "--ratios", "0.2,0.4", "--methods",
                               DRAW_METHODS, "--verdict-ratio", "0"]),

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from geodrift.compress.table import DEFAULT_SAVE
+
 
 def _nll(model: torch.nn.Module, windows: torch.Tensor) -> float:
     total = 0.0
@@ -36,7 +38,7 @@ def _nll(model: torch.nn.Module, windows: torch.Tensor) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", default="geodrift")
+    parser.add_argument("--method", default=DEFAULT_SAVE)
     parser.add_argument("--ratio", default="0.2")
     parser.add_argument("--eval-windows", default="64")
     parser.add_argument("--out", type=Path, default=Path("runs/compress/save"))

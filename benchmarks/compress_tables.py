@@ -20,6 +20,7 @@ from typing import Any
 
 from geodrift.compress.evaluate import paired
 from geodrift.compress.share_run import MethodRun, ShareSpec, _beats
+from geodrift.compress.table import CANDIDATE
 
 
 def prune_tables(doc: dict[str, Any]) -> str:
@@ -94,7 +95,7 @@ def share_tables(docs: list[dict[str, Any]]) -> str:
                          f"{any_run.build_seconds + any_run.eval_seconds:.0f} |")
     verdicts = []
     for ratio in ratios:  # over the draws that ran geodrift at this ratio (the extra draws skip 30 %)
-        ran = sorted({r.draw for r in runs if r.ratio == ratio and r.method == "geodrift"})
+        ran = sorted({r.draw for r in runs if r.ratio == ratio and r.method == CANDIDATE})
         if ran and ran == list(range(ran[0], ran[0] + len(ran))):
             spec = ShareSpec(ratios=(ratio,), methods=tuple(methods), calib_draws=len(ran), first_draw=ran[0])
             verdicts += [v] if (v := _beats(runs, ratio, spec)) is not None else []

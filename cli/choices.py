@@ -1,7 +1,8 @@
 """The command line's closed choices as ``str`` Enums (Typer's pattern): ``--help`` lists them, click refuses
 any other value with one line naming the option, and no command checks them by hand.
 
-This module imports nothing but the standard library, so ``geodrift --help`` stays fast (no torch). The
+This module imports nothing but the standard library and ``geodrift.compress.table`` (itself the standard library
+only), so ``geodrift --help`` stays fast (no torch). The
 values are the library's own names (``tests/test_cli_choices.py`` checks each Enum against the list the
 library accepts), and a member is a ``str``: the library receives it as the plain name.
 
@@ -13,6 +14,9 @@ Example:
 from __future__ import annotations
 
 from enum import Enum
+from typing import TYPE_CHECKING
+
+from geodrift.compress.table import METHODS, RANKINGS, enum_member, names
 
 
 class Choice(str, Enum):
@@ -78,31 +82,20 @@ class Tokenizer(Choice):
     bytes = "bytes"
 
 
-class PruneMethod(Choice):
-    """``compress prune --save-method`` (``geodrift.compress.prune.METHODS``)."""
-
-    geom_v1 = "geom-v1"
-    geom_s2wa = "geom-s2wa"
-    block_influence = "block-influence"
-    angular = "angular"
-    greedy = "greedy"
+def _method_choice(name: str, methods: tuple[str, ...], doc: str) -> type[Choice]:
+    # A Choice whose members are the method table's names (geodrift.compress.table: no name is spelled here).
+    choice = Choice(name, {enum_member(m): m for m in methods}, module=__name__, qualname=name)  # type: ignore[call-overload]
+    choice.__doc__ = doc
+    return choice  # type: ignore[no-any-return]
 
 
-class ShareMethod(Choice):
-    """``compress share --save-method`` (``geodrift.compress.methods.METHODS``)."""
-
-    svd_llm = "svd-llm"
-    svd_llm_v2 = "svd-llm-v2"
-    basis_sharing = "basis-sharing"
-    prune_bi = "prune-bi"
-    prune_greedy = "prune-greedy"
-    theory = "theory"
-    geodrift = "geodrift"
-    laco = "laco"
-    geodrift_random_groups = "geodrift:random-groups"
-    geodrift_swapped = "geodrift:swapped"
-    geodrift_loss_allocation = "geodrift:loss-allocation"
-    geodrift_no_refit = "geodrift:no-refit"
+if TYPE_CHECKING:  # to a type checker each is a Choice; at run time, an Enum of exactly the table's names
+    PruneMethod = ShareMethod = Choice
+else:
+    PruneMethod = _method_choice("PruneMethod", names(RANKINGS),
+                                 "``compress prune --save-method`` (``geodrift.compress.table.RANKINGS``).")
+    ShareMethod = _method_choice("ShareMethod", names(METHODS),
+                                 "``compress share --save-method`` (``geodrift.compress.table.METHODS``).")
 
 
 class SaveFormat(Choice):

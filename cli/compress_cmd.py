@@ -17,6 +17,7 @@ import typer
 
 from geodrift.cli import choices
 from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
+from geodrift.compress.table import DEFAULT_PRUNE_SAVE, DEFAULT_SAVE, METHODS, RANKINGS, SEARCH
 
 app = typer.Typer(help="Layer pruning and calibration-whitened low-rank compression, judged by held-out perplexity.",
                   no_args_is_help=True)
@@ -108,12 +109,6 @@ def _check_save(save: Path | None, force: bool, model: str | None, corpus: Path 
         check_replace_folder(save, force=force, inputs=_inputs(model, corpus))
 
 
-def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, write: Any) -> Path:
-    from geodrift.outdir import replace_folder
-
-    return replace_folder(save, write, force=force, inputs=_inputs(model, corpus))
-
-
 def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None) -> list[Path]:
     from geodrift.atomic import document, write_json, write_text
     from geodrift.render.files import csv_text
@@ -132,8 +127,8 @@ def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None) 
 def prune_command(
     model: Model = None, corpus: Corpus = None,
     max_remove: Annotated[int, typer.Option("--max-remove", help="N: evaluate n = 1..N removed layers.")] = 10,
-    methods: Annotated[str | None, typer.Option("--methods", help="Comma list of geom-v1, geom-s2wa, block-influence, "
-                                                "angular, greedy (default all; random always runs).")] = None,
+    methods: Annotated[str | None, typer.Option("--methods", help=f"Comma list of {', '.join(RANKINGS)} (default "
+                                                "all; random always runs).")] = None,
     random_seeds: Annotated[int, typer.Option("--random-seeds", help="Random rankings (seeds 0..R-1); the "
                                               "rank-test verdict needs at least 20.")] = 20,
     greedy_windows: Annotated[int, typer.Option("--greedy-windows", help="Calibration windows the greedy search "
@@ -144,7 +139,7 @@ def prune_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
     save: Save = None,
     save_method: Annotated[choices.PruneMethod, typer.Option(
-        "--save-method", help="Which method's removal set --save writes.")] = choices.PruneMethod.geom_v1,
+        "--save-method", help="Which method's removal set --save writes.")] = choices.PruneMethod(DEFAULT_PRUNE_SAVE),
     save_n: Annotated[int | None, typer.Option("--save-n", help="How many layers removed in --save (default N).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
@@ -153,18 +148,18 @@ def prune_command(
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.atomic import document, to_json
     from geodrift.compress.model import load_setup
-    from geodrift.compress.prune import METHODS, PruneSpec, run_prune
+    from geodrift.compress.prune import PruneSpec, run_prune
     from geodrift.errors import GeodriftError
     from geodrift.pretrained import open_model
     from geodrift.render.progress import JobProgress, announce
 
-    spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or METHODS,
+    spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or tuple(RANKINGS),
                      random_seeds=random_seeds, greedy_windows=greedy_windows, k=k, null_draws=null_draws, seed=seed)
     spec.check()
     limit = _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
                                     "--greedy-windows": greedy_windows}, plot, dpi, threads,
                           {"--json-out": json_out, "--csv": csv_out}, max_memory)
-    if "greedy" in spec.methods and greedy_windows > calib_windows:
+    if any(RANKINGS[m].signal == SEARCH for m in spec.methods) and greedy_windows > calib_windows:
         raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
     if save is not None and save_method.value not in spec.methods:
         raise GeodriftError(f"--save-method: {save_method.value!r} is not among the methods run "
@@ -179,22 +174,18 @@ def prune_command(
     with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
         result = run_prune(setup, spec, progress=lambda stage, done, total: bar.update(
             completed=done, total=total, description=stage))
-    written = _write(result, "compress_prune", json_out, csv_out)
+    written: list[Path] = []
+    if save is not None:
+        from geodrift.compress.prune import save_pruned
+
+        save_pruned(setup, result, save_method.value, save_n, save, source=model, force=force,
+                    inputs=_inputs(model, corpus))
+        written.append(save)
+    written += _write(result, "compress_prune", json_out, csv_out)
     if plot:
         from geodrift.render.compress import plot_prune
 
         written.append(plot_prune(result, plot, dpi))
-    if save is not None:
-        from geodrift.compress.model import kept_layers
-        from geodrift.lm.hf import save_hf
-        from geodrift.lm.llama import LlamaLM
-
-        curve = next(c for c in result.curves if c.method == save_method.value)
-        kept = kept_layers(setup.n_layers, curve.removed[save_n - 1])
-        net = setup.model
-        written.append(_replace(save, force, model, corpus, lambda d: save_hf(
-            net, d, layers=kept, context_length=setup.config.get("context_length")) if isinstance(net, LlamaLM)
-            else net.save_pruned(d, kept)))
     if as_json:
         sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
     else:
@@ -212,10 +203,8 @@ def share_command(
                                               "the pydoc topics (default for the embedded corpus); interleaved: the "
                                               "corpus's training / held-out split (default with --corpus).")] = None,
     ratios: Annotated[str, typer.Option("--ratios", help="Fractions of the projection parameters removed.")] = "0.2,0.3,0.4",
-    methods: Annotated[str | None, typer.Option("--methods", help="Comma list (default all): svd-llm, svd-llm-v2, "
-                                                "basis-sharing, prune-bi, prune-greedy, theory, geodrift, laco, "
-                                                "geodrift:random-groups, geodrift:swapped, geodrift:loss-allocation, "
-                                                "geodrift:no-refit.")] = None,
+    methods: Annotated[str | None, typer.Option("--methods", help=f"Comma list (default all): {', '.join(METHODS)}."
+                                                )] = None,
     group_size: Annotated[int, typer.Option("--group-size", help="g: layers sharing one basis.")] = 2,
     calib_windows: Annotated[int, typer.Option("--calib-windows", help="Calibration windows per draw (their tokens must "
                                                "be at least the widest projection input).")] = 24,
@@ -235,7 +224,7 @@ def share_command(
                                                "tokens).")] = None,
     save: Save = None,
     save_method: Annotated[choices.ShareMethod, typer.Option("--save-method", help="Which method --save writes.")
-                           ] = choices.ShareMethod.geodrift,
+                           ] = choices.ShareMethod(DEFAULT_SAVE),
     save_ratio: Annotated[float | None, typer.Option("--save-ratio", help="Which ratio --save writes (default the "
                                                      "first).")] = None,
     save_format: Annotated[choices.SaveFormat, typer.Option(
@@ -247,10 +236,12 @@ def share_command(
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: ShareThreads = None, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
     max_memory: MaxMemory = "8G",
+    full: Annotated[bool, typer.Option("--full", help="Print every table: the difference to the best baseline per "
+                                       "draw, the paired differences, geodrift's choices, the sharing evidence, each "
+                                       "verdict's criterion and the cost (default: perplexities and verdicts).")] = False,
 ) -> None:
     """Calibration-whitened low-rank compression at equal parameters: SVD-LLM, Basis Sharing, pruning, and continuity's methods."""
     from geodrift.atomic import document, to_json
-    from geodrift.compress.methods import METHODS
     from geodrift.compress.share_run import ShareSpec, run_share
     from geodrift.compress.sources import load_compress_setup
     from geodrift.errors import GeodriftError
@@ -261,7 +252,7 @@ def share_command(
         ratio_list = tuple(float(r) for r in _csv_list(ratios, "--ratios") or ())
     except ValueError:
         raise GeodriftError(f"--ratios: {ratios!r} is not a comma list of numbers, e.g. 0.2,0.3,0.4") from None
-    spec = ShareSpec(ratios=ratio_list, methods=_csv_list(methods, "--methods") or METHODS, group_size=group_size,
+    spec = ShareSpec(ratios=ratio_list, methods=_csv_list(methods, "--methods") or tuple(METHODS), group_size=group_size,
                      calib_draws=calib_draws, first_draw=first_draw, greedy_windows=greedy_windows,
                      select_windows=select_windows,
                      verdict_ratio=verdict_ratio if verdict_ratio != 0 else None)
@@ -312,6 +303,6 @@ def share_command(
     else:
         from geodrift.render.compress_share import render_share
 
-        render_share(result, wide=wide)
+        render_share(result, wide=wide, full=full)
     if written:
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)

@@ -46,6 +46,23 @@ from geodrift.scan.scan import load_weights, scan
 from geodrift.weights import TRANSFORMER_ROLES
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral")
+# Why compress share (which rewrites the projections of geodrift's own Llama) cannot run each causal LM that
+# transformers runs: what its forward has that a Llama's does not. Others get NOT_A_LLAMA.
+NOT_LLAMA_BECAUSE = {
+    "qwen2": "its Q, K and V projections carry biases",
+    "qwen2_moe": "it is a mixture of experts, and its Q, K and V projections carry biases",
+    "qwen3": "it normalises each head's queries and keys (q_norm, k_norm)",
+    "gemma": "it scales the embeddings by sqrt(hidden size), its RMSNorm weights are offset by one and its MLP is "
+             "GeLU",
+    "gemma2": "it soft-caps attention and output logits, normalises after each block and alternates "
+              "sliding-window layers",
+    "gemma3": "it normalises each head's queries and keys, normalises after each block and alternates "
+              "sliding-window layers with two rotary bases",
+    "gpt2": "Q, K and V are one fused Conv1D (c_attn) with biases, positions are learned and its norms are LayerNorm",
+    "phi3": "Q, K and V are one fused matrix (qkv_proj), as are Gate and Up (gate_up_proj)",
+    "mixtral": "it is a mixture of experts (a router and per-expert MLPs)",
+}
+NOT_A_LLAMA = "its forward is not a Llama's"
 _TOKENIZER_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type"})
 
 
@@ -69,11 +86,13 @@ def open_llama(path: str | Path | None) -> Checkpoint:
     # A mixture of experts converted to GGUF says "llama" (llama.cpp runs Mixtral as llama with experts).
     moe = any(kind == "router" for kind, _ in ckpt.plan)
     if ckpt.architecture not in SUPPORTED_ARCHITECTURES or moe:
+        why = NOT_LLAMA_BECAUSE["mixtral"] if moe else NOT_LLAMA_BECAUSE.get(ckpt.architecture, NOT_A_LLAMA)
         raise GeodriftError(
-            f"MODEL {ckpt.label}: architecture {ckpt.architecture!r}{' (a mixture of experts)' if moe else ''} has "
-            f"no forward implementation in geodrift; compress share runs {', '.join(SUPPORTED_ARCHITECTURES)} "
-            "checkpoints (GGUF, safetensors or HF folder); compress prune also runs other architectures' Hugging "
-            "Face folders (config.json beside the weights) through transformers")
+            f"MODEL {ckpt.label}: compress share cannot run architecture {ckpt.architecture!r}"
+            f"{' (a mixture of experts)' if moe else ''}: {why}, and it "
+            f"rewrites the projections of geodrift's own Llama ({', '.join(SUPPORTED_ARCHITECTURES)} checkpoints: "
+            "GGUF, safetensors or HF folder); compress prune runs other architectures' Hugging Face folders through "
+            "transformers")
     return ckpt
 
 
@@ -255,6 +274,51 @@ def gguf_tokenizer(path: str | Path) -> Tokenizer:
                             "GGUF metadata; pass a GGUF converted with its tokenizer")
     return gguf_bpe_tokenizer(meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.merges"],
                               str(meta.get("tokenizer.ggml.pre", "default")), meta.get("tokenizer.ggml.token_type"))
+
+
+# What a Hugging Face folder's tokenizer is made of (AutoTokenizer reads these); a saved model keeps those it had.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json")
+
+
+def keep_tokenizer(path: str | Path | None, folder: str | Path) -> list[str]:
+    """Put the checkpoint's tokenizer into ``folder`` (a model written from it), so the folder is usable alone.
+
+    A Hugging Face folder's (or a ``.safetensors`` file's folder's) :data:`TOKENIZER_FILES` are copied
+    byte for byte; a GGUF file (and the embedded default, ``path=None``) gets its own BPE written as
+    ``tokenizer.json``.
+
+    Args:
+        path: the checkpoint the model was loaded from (as given to :func:`tokenizer_for`).
+        folder: the folder being written (an existing file of the same name is never replaced).
+
+    Returns:
+        The names of the files written, in :data:`TOKENIZER_FILES` order.
+
+    Example:
+        >>> import tempfile
+        >>> keep_tokenizer(None, tempfile.mkdtemp())
+        ['tokenizer.json']
+    """
+    import shutil
+    from functools import partial
+
+    from geodrift.atomic import write_with
+
+    folder = Path(folder)
+    if path is None or Path(path).suffix.lower() == ".gguf":
+        backend = tokenizer_for(path).backend
+        if backend is None or (folder / "tokenizer.json").exists():
+            return []
+        write_with(folder / "tokenizer.json", lambda tmp: backend.save(str(tmp)))
+        return ["tokenizer.json"]
+    source = Path(path) if Path(path).is_dir() else Path(path).parent
+    written = []
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file() and not (folder / name).exists():
+            write_with(folder / name, partial(shutil.copyfile, source / name))
+            written.append(name)
+    return written
 
 
 def tokenizer_for(path: str | Path | None) -> Tokenizer:

@@ -27,6 +27,7 @@ from typing import Any
 
 from geodrift.compress.prune import PruneResult, PruneSpec
 from geodrift.compress.share_run import ShareResult, ShareSpec
+from geodrift.compress.table import METHODS, RANKINGS, names
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.prove import run_claims
@@ -183,11 +184,10 @@ def compress_plan(mode: str) -> CompressPlan:
     if mode == "full":
         return CompressPlan(PruneSpec(), ShareSpec())
     if mode == "quick":
-        return CompressPlan(PruneSpec(max_remove=4, methods=("geom-v1", "geom-s2wa", "block-influence", "angular")),
-                            ShareSpec(ratios=(0.2,), methods=("svd-llm", "basis-sharing", "theory", "geodrift",
-                                                              "geodrift:random-groups"), verdict_ratio=None),
+        return CompressPlan(PruneSpec(max_remove=4, methods=names(RANKINGS, preset=mode)),
+                            ShareSpec(ratios=(0.2,), methods=names(METHODS, preset=mode), verdict_ratio=None),
                             eval_windows=4, share_calib_windows=12, share_eval_windows=8)
-    return CompressPlan(PruneSpec(max_remove=2, methods=("geom-v1", "block-influence"), random_seeds=2,
+    return CompressPlan(PruneSpec(max_remove=2, methods=names(RANKINGS, preset=mode), random_seeds=2,
                                   null_draws=10), None, seq_len=32, calib_windows=2, eval_windows=2)
 
 

@@ -77,15 +77,21 @@ def _hf_perplexity(folder: Path, windows: torch.Tensor) -> float:
     return math.exp(float(nll.mean()))
 
 
-def test_a_saved_pruned_model_loads_in_transformers_with_the_same_perplexity(tiny: Path, tmp_path: Path) -> None:
+def test_a_saved_pruned_model_loads_in_transformers_with_the_same_perplexity(tiny: Path, tmp_path: Path,
+                                                                             capsys, monkeypatch) -> None:
     pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
     from geodrift.compress.model import load_setup
 
+    (tiny / "tokenizer_config.json").write_text('{"model_max_length": 2048}')  # a folder's other tokenizer file
     out, saved = tmp_path / "prune.json", tmp_path / "pruned"
     main_args = ["compress", "prune", str(tiny), "--max-remove", "2", "--methods", "geom-v1,block-influence",
                  "--random-seeds", "2", "--null-draws", "10", "--k", "2", "--calib-windows", "2",
                  "--save", str(saved), "--save-method", "block-influence", "--save-n", "2",
-                 "--json-out", str(out), "--csv", str(tmp_path / "p.csv"), "--plot", str(tmp_path / "p.png"), *FAST]
+                 "--json-out", str(out), "--csv", str(tmp_path / "p.csv"), "--plot", str(tmp_path / "p.png"),
+                 *[a for a in FAST if a != "--quiet"]]
+    monkeypatch.setenv("COLUMNS", "200")
     with pytest.raises(SystemExit) as exit_info:
         main(main_args)
     assert exit_info.value.code == 0
@@ -94,9 +100,20 @@ def test_a_saved_pruned_model_loads_in_transformers_with_the_same_perplexity(tin
     curve = next(c for c in result["curves"] if c["method"] == "block-influence")
     config = json.loads((saved / "config.json").read_text())
     assert config["num_hidden_layers"] == 2
+    # the output names the layers removed (terminal and JSON), and the folder keeps the input's tokenizer files
+    removed = curve["removed"][1]
+    assert result["saved"]["removed"] == removed and result["saved"]["kept"] == [i for i in range(4) if i not in removed]
+    assert f"(layers {', '.join(map(str, removed))} of the input)" in capsys.readouterr().out
+    assert result["saved"]["tokenizer"] == ["tokenizer.json", "tokenizer_config.json"]
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (saved / name).read_bytes() == (tiny / name).read_bytes()
+    assert AutoTokenizer.from_pretrained(saved).model_max_length == 2048
     windows = load_setup(tiny, seq_len=32, calib_windows=1, eval_windows_count=4).evaluation
     assert _hf_perplexity(saved, windows) == pytest.approx(curve["ppl"][1], rel=1e-4)
     assert (tmp_path / "p.png").stat().st_size > 0 and (tmp_path / "p.csv").read_text().startswith("model,method")
+    with pytest.raises(SystemExit) as exit_info:  # every file of the folder is geodrift's: --force replaces it
+        main([*main_args, "--force", "--save-n", "1", "--quiet"])
+    assert exit_info.value.code == 0 and json.loads(out.read_text())["saved"]["n"] == 1
 
 
 def test_compress_share_saves_a_smaller_factored_model_that_loads_back(tiny: Path, tmp_path: Path, capsys) -> None:

@@ -53,6 +53,22 @@ def gpt2_folder(folder: Path, n_layers: int = 4) -> Path:
     return _save(transformers.GPT2LMHeadModel(config), folder)
 
 
+def gemma_folder(folder: Path, version: int = 1, n_layers: int = 4) -> Path:
+    """A random Gemma (1: scaled embedding, (1 + w) RMSNorm, GeLU; 2: plus soft-capping and sandwich norms;
+    3: plus q/k norms, sliding-window layers with their own rotary base) as a Hugging Face folder."""
+    torch.manual_seed(3)
+    shape = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": n_layers,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 256,
+             "initializer_range": 0.3}
+    if version == 1:
+        model = transformers.GemmaForCausalLM(transformers.GemmaConfig(**shape))
+    elif version == 2:
+        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**shape, sliding_window=16))
+    else:
+        model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(**shape, sliding_window=16))
+    return _save(model, folder)
+
+
 def hf_perplexity(folder: Path, windows: torch.Tensor) -> float:
     """transformers' own perplexity of ``windows (W, T + 1)``: its forward on the whole window."""
     model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
@@ -106,15 +122,41 @@ def test_cli_prune_saves_a_pruned_folder_transformers_loads_with_the_same_perple
     assert transformers.AutoConfig.from_pretrained(str(saved)).num_hidden_layers == 2
     assert hf_perplexity(saved, windows) == pytest.approx(curve["ppl"][1], rel=1e-5)
     assert transformers.AutoConfig.from_pretrained(str(folder)).num_hidden_layers == 4  # the input is untouched
+    assert result["saved"]["tokenizer"] == ["tokenizer.json"] and (saved / "tokenizer.json").is_file()
+    with pytest.raises(SystemExit) as exit_info:  # transformers' files are listed as geodrift's: --force replaces them
+        main(["compress", "prune", str(folder), "--max-remove", "1", "--methods", "block-influence", "--random-seeds",
+              "2", "--save", str(saved), "--save-method", "block-influence", "--force", *FAST])
+    assert exit_info.value.code == 0
+    assert transformers.AutoConfig.from_pretrained(str(saved)).num_hidden_layers == 3
 
 
-def test_share_refuses_a_non_llama_model_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    qwen = qwen2_folder(tmp_path / "qwen", n_layers=2)
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_prune_runs_gemma_with_transformers_own_perplexity(version: int, tmp_path: Path) -> None:
+    # Gemma's embedding scale and Gemma 2's logit soft-cap are applied as their forwards do; Gemma 3's layers get
+    # both rotary tables. The adapter's check (layer by layer = the model's own forward) passes, and the numbers match.
+    folder = gemma_folder(tmp_path / f"gemma{version}", version, n_layers=3)
+    setup = load_setup(folder, seq_len=32, calib_windows=2, eval_windows_count=2)
+    ours = math.exp(float(window_nll(setup.model, setup.evaluation).mean()))
+    assert ours == pytest.approx(hf_perplexity(folder, setup.evaluation), rel=1e-5)
+    result = run_prune(setup, PruneSpec(max_remove=1, methods=("block-influence",), random_seeds=2))
+    assert all(math.isfinite(p) for p in result.curves[0].ppl)
+
+
+@pytest.mark.parametrize(("make", "reason"), [
+    (qwen2_folder, "'qwen2': its Q, K and V projections carry biases"),
+    (lambda f, n_layers: gemma_folder(f, 1, n_layers), "'gemma': it scales the embeddings by sqrt(hidden size)"),
+    (lambda f, n_layers: gemma_folder(f, 3, n_layers), "'gemma3': it normalises each head's queries and keys"),
+    (gpt2_folder, "'gpt2': Q, K and V are one fused Conv1D (c_attn)"),
+])
+def test_share_refuses_each_non_llama_architecture_in_one_line_with_its_reason(make, reason: str, tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    folder = make(tmp_path / "model", n_layers=2)
     with pytest.raises(SystemExit) as exit_info:
-        main(["compress", "share", str(qwen), *FAST])
+        main(["compress", "share", str(folder), *FAST])
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "qwen2" in lines[0] and "compress share runs llama" in lines[0], lines
+    assert len(lines) == 1 and f"compress share cannot run architecture {reason}" in lines[0], lines
+    assert "geodrift's own Llama (llama, mistral" in lines[0] and "compress prune runs" in lines[0]
 
 
 def test_missing_weights_are_refused_not_drawn_at_random(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -89,7 +89,7 @@ def _hf_nll(model, windows: torch.Tensor) -> torch.Tensor:
 def test_saved_models_load_in_transformers_with_the_same_perplexity_and_smaller_files(loaded, method: str,
                                                                                       tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     setup, texts = loaded
     comp = Compressor(setup.model, collect_moments(setup.model, texts.draws[0]), orders={"prune-greedy": [1, 2]})
@@ -98,8 +98,11 @@ def test_saved_models_load_in_transformers_with_the_same_perplexity_and_smaller_
         ours = heldout_nll(setup.model, setup.evaluation, compressed.removed)
     small, dense = save_factored(setup, compressed, tmp_path / "small"), save_dense(setup, compressed, tmp_path / "dense")
     assert torch.allclose(_hf_nll(load_factored(small), setup.evaluation), ours, atol=1e-4)
-    plain = LlamaForCausalLM.from_pretrained(dense, torch_dtype=torch.float32).eval()
+    plain = AutoModelForCausalLM.from_pretrained(dense, torch_dtype=torch.float32).eval()
     assert torch.allclose(_hf_nll(plain, setup.evaluation), ours, atol=1e-4)
+    # transformers refuses the factored folder (it would draw the compressed projections at random), naming the loader
+    with pytest.raises(ValueError, match=r"geodrift-factored: load it with geodrift\.compress\.factorized\.load_factored"):
+        AutoModelForCausalLM.from_pretrained(small)
     if compressed.factors:
         assert (small / "model.safetensors").stat().st_size < (dense / "model.safetensors").stat().st_size
     with pytest.raises(GeodriftError, match="already holds geodrift's earlier output"):
@@ -178,3 +181,27 @@ def test_share_spec_names_the_window_option_it_refuses(field, value, option):
     # These two checks once sat after a `return` and never ran.
     with pytest.raises(GeodriftError, match=option):
         ShareSpec(**{field: value}).check()
+
+
+def test_the_default_output_fits_80_lines_at_80_columns_and_the_progress_ends_at_n_of_n(loaded, monkeypatch,
+                                                                                       capsys) -> None:
+    from geodrift.compress.share_run import BEATS
+    from geodrift.render.compress_share import render_share
+
+    setup, texts = loaded
+    seen: list[tuple[int, int]] = []
+    spec = ShareSpec(select_windows=1)  # every method at 20, 30 and 40 %, the sharing evidence: the default run
+    result, _ = run_share(setup, spec, texts.draws, progress=lambda stage, done, total: seen.append((done, total)))
+    steps = len(METHODS) * len(spec.ratios) + 1
+    assert seen[-1] == (steps, steps) and {total for _, total in seen} == {steps}
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    monkeypatch.setenv("COLUMNS", "80")
+    render_share(result)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= 80 and max(map(len, lines)) <= 80, "\n".join(lines)
+    assert all(m in "\n".join(lines) for m in METHODS) and "note: --full" in "\n".join(lines)
+    criterion = "control's by more than 2 paired standard errors"
+    assert criterion in BEATS and criterion not in " ".join(" ".join(lines).split())  # criteria: only with --full
+    render_share(result, full=True)
+    full = capsys.readouterr().out
+    assert len(full.splitlines()) > 3 * len(lines) and "control's" in full and "Cost (wall seconds)" in full

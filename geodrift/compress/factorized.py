@@ -13,7 +13,15 @@ On disk (:func:`save_factored`), a Hugging Face-style folder:
   except that a basis shared by several layers is stored once, as ``geodrift.shared.<k>.weight``;
   removed layers are left out and the rest renumbered 0..L-n-1.
 - ``config.json``: the ``LlamaConfig`` plus ``geodrift_factored``: ``format`` (1), ``dtype`` and
-  ``projections``: ``{projection name: {"rank", "first", "second"}}`` naming the tensor of each factor.
+  ``projections``: ``{projection name: {"rank", "first", "second"}}`` naming the tensor of each factor,
+  except that ``model_type`` and ``architectures`` are :data:`FACTORED_MODEL_TYPE` and
+  :data:`FACTORED_ARCHITECTURE` (the Llama's own are kept in ``geodrift_factored`` as ``base_model_type``
+  and ``base_architectures``; not ``model_type``, which transformers' ``LlamaConfig.from_pretrained`` would
+  take for the config itself): a model type transformers does not know, so
+  ``AutoModelForCausalLM.from_pretrained(folder)`` refuses the folder with a message naming
+  :func:`load_factored`, instead of loading a Llama whose compressed projections it would draw at random.
+  (Asking for ``LlamaForCausalLM`` by name still builds one, under transformers' warning that names the
+  model type, and so :func:`load_factored`.)
 
 :func:`load_factored` builds a ``transformers.LlamaForCausalLM`` from it with those projections
 replaced by :class:`LowRankLinear` (shared factors are one module, so they stay tied).
@@ -40,6 +48,10 @@ from geodrift.lm.llama import LlamaLM
 from geodrift.weights import HF_LLAMA_PROJECTIONS
 
 FORMAT = 1
+# config.json's model_type and architectures: transformers refuses them ("has model type `...` but Transformers does
+# not recognize this architecture"), and its message then shows this line.
+FACTORED_MODEL_TYPE = "geodrift-factored: load it with geodrift.compress.factorized.load_factored"
+FACTORED_ARCHITECTURE = "GeodriftFactoredLlama"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 Factors = tuple[torch.Tensor, torch.Tensor]  # (second (d_out, r), first (r, d_in))
@@ -187,7 +199,9 @@ def save_factored(setup: Setup[LlamaLM], compressed: Compressed, folder: str | P
     state = {k: v.to(DTYPES[dtype]).contiguous() for k, v in state.items()}
     config = _config(setup, len(renumber), dtype)
     config["geodrift_factored"] = {"format": FORMAT, "dtype": dtype, "method": compressed.method,
-                                   "ratio": compressed.ratio, "projections": spec}
+                                   "ratio": compressed.ratio, "base_model_type": config["model_type"],
+                                   "base_architectures": config["architectures"], "projections": spec}
+    config["model_type"], config["architectures"] = FACTORED_MODEL_TYPE, [FACTORED_ARCHITECTURE]
     return _write_folder(folder, state, config, force, inputs)
 
 
@@ -246,6 +260,9 @@ def load_factored(folder: str | Path) -> Any:
     if spec.get("format") != FORMAT:
         raise GeodriftError(f"{folder}: factored format {spec.get('format')!r}; this geodrift reads {FORMAT}")
     dtype = DTYPES[spec["dtype"]]
+    # The Llama's own model type (folders written before the factored model type kept "llama" in config.json).
+    config["model_type"] = spec.get("base_model_type", config.get("model_type"))
+    config["architectures"] = spec.get("base_architectures", config.get("architectures"))
     model = LlamaForCausalLM(LlamaConfig(**config))
     model.to(dtype)  # type: ignore[arg-type]
     linears: dict[str, nn.Linear] = {}

@@ -37,6 +37,7 @@ groups), ``geodrift:loss-allocation`` (ranks by loss per parameter) and ``geodri
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -53,20 +54,24 @@ from geodrift.compress.lowrank import (
     whitened_energy,
 )
 from geodrift.compress.merge import merged_parameters, norm_growth
+from geodrift.compress.table import (
+    ADJACENT,
+    LOSS_PER_PARAMETER,
+    METHODS,
+    RANDOM,
+    SWAP,
+    SWAPPED,
+    UNIFORM,
+    V2,
+    Method,
+)
 from geodrift.compress.whiten import Root, square_root
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from geodrift.weights import TRANSFORMER_ROLES
 
-BASELINES = ("svd-llm", "svd-llm-v2", "basis-sharing", "prune-bi", "prune-greedy")
-CONTINUITY = ("theory", "geodrift", "laco")
-CONTROLS = ("geodrift:random-groups", "geodrift:swapped", "geodrift:loss-allocation", "geodrift:no-refit")
-METHODS = BASELINES + CONTINUITY + CONTROLS
-THEORY = {"attn_q": "input", "attn_k": "input", "mlp_gate": "input", "mlp_up": "input",
-          "attn_o": "output", "mlp_down": "output", "attn_v": "private"}
-BASIS_SHARING = {**{r: "input" for r in ("attn_q", "attn_k", "attn_v", "mlp_up", "mlp_gate")},
-                 "attn_o": "private", "mlp_down": "private"}
-_OTHER = {"input": "output", "output": "input", "private": "private"}
+# The methods, their kinds and every choice that tells them apart are rows of geodrift.compress.table.METHODS.
+_ALLOCATE = {UNIFORM: allocate.uniform_ranks, V2: allocate.v2_ranks, LOSS_PER_PARAMETER: allocate.loss_per_parameter_ranks}
 
 
 @dataclass
@@ -107,8 +112,8 @@ class Compressor:
         model: the loaded model (never modified).
         moments: its calibration moments.
         group_size: layers per shared basis.
-        orders: ``{"prune-bi": order, "prune-greedy": order}``: layers in removal order (as long as
-            the largest ratio needs).
+        orders: ``{method: order}`` for each removal method that owns an order (``Method.order``): layers in
+            removal order (as long as the largest ratio needs).
         seed: seed of the random groups.
         select: ``(W, T + 1)`` calibration windows that settle geodrift's spaces (None: the whitened loss alone).
     """
@@ -258,41 +263,35 @@ class Compressor:
 
     # -- methods -------------------------------------------------------------------------------
     def build(self, method: str, ratio: float) -> Compressed:
-        """The ``method``'s compressed configuration at ``ratio`` (see the module docstring).
+        """The ``method``'s compressed configuration at ``ratio``, built as its row of
+        :data:`~geodrift.compress.table.METHODS` says (see the module docstring).
 
         Raises:
             GeodriftError: for an unknown method, or a ratio leaving less than rank 1.
         """
-        adjacent = grouping.adjacent_groups(self.n_layers, self.group_size)
-        if method in ("svd-llm", "svd-llm-v2"):
-            units = self.units({r: "private" for r in TRANSFORMER_ROLES}, {}, relative=False)
-            ranks = allocate.uniform_ranks(units, ratio) if method == "svd-llm" else allocate.v2_ranks(units, ratio)
-            return self._lowrank(method, ratio, units, ranks, refit=False)
-        if method in ("basis-sharing", "theory"):
-            spaces = BASIS_SHARING if method == "basis-sharing" else THEORY
-            units = self.units(spaces, {r: adjacent for r in TRANSFORMER_ROLES}, relative=False)
-            return self._lowrank(method, ratio, units, allocate.uniform_ranks(units, ratio), refit=False)
-        if method in ("prune-bi", "prune-greedy", "laco"):
-            return self._removal(method, ratio)
-        if method == "geodrift" or method in CONTROLS:
-            return self._geodrift(method, ratio)
-        raise GeodriftError(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
-
-    def _geodrift(self, method: str, ratio: float) -> Compressed:
-        choice = self.choices(ratio)
-        spaces = {role: c.space for role, c in choice.items()}
-        groups = {role: c.groups.get(c.space, []) for role, c in choice.items()}
-        if method == "geodrift:swapped":
-            spaces = {role: _OTHER[s] for role, s in spaces.items()}
+        spec = METHODS.get(method)
+        if spec is None:
+            raise GeodriftError(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
+        if spec.order is not None:
+            return self._removal(method, spec, ratio)
+        if spec.measured:
+            choice = self.choices(ratio)
+            spaces = {role: c.space for role, c in choice.items()}
+            if spec.spaces == SWAPPED:
+                spaces = {role: SWAP[s] for role, s in spaces.items()}
             groups = {role: choice[role].groups.get(spaces[role], []) for role in spaces}
-        if method == "geodrift:random-groups":
+        else:
+            assert isinstance(spec.spaces, Mapping)
+            spaces = dict(spec.spaces)
+            adjacent = grouping.adjacent_groups(self.n_layers, self.group_size)
+            groups = {r: adjacent for r in TRANSFORMER_ROLES} if spec.groups == ADJACENT else {}
+        if spec.groups == RANDOM:
             groups = {role: grouping.random_groups(self.n_layers, self.group_size, self.seed * 1009 + i)
                       for i, role in enumerate(TRANSFORMER_ROLES)}
-        units = self.units(spaces, groups, relative=True)
-        ranks = (allocate.loss_per_parameter_ranks(units, ratio) if method == "geodrift:loss-allocation"
-                 else allocate.uniform_ranks(units, ratio))
-        out = self._lowrank(method, ratio, units, ranks, refit=method != "geodrift:no-refit")
-        out.notes.append("spaces " + ", ".join(f"{role} {s}" for role, s in spaces.items()))
+        units = self.units(spaces, groups, relative=spec.relative)
+        out = self._lowrank(method, ratio, units, _ALLOCATE[spec.allocation](units, ratio), refit=spec.refit)
+        if spec.measured:
+            out.notes.append("spaces " + ", ".join(f"{role} {s}" for role, s in spaces.items()))
         return out
 
     def _lowrank(self, method: str, ratio: float, units: list[Unit], ranks: list[int], refit: bool) -> Compressed:
@@ -309,8 +308,9 @@ class Compressor:
         """Whole layers removed at ``ratio``: ``round(ratio L)`` (the same projection parameters)."""
         return max(1, min(self.n_layers - 1, round(ratio * self.n_layers)))
 
-    def _removal(self, method: str, ratio: float) -> Compressed:
-        order = self.orders.get("prune-greedy" if method == "laco" else method)
+    def _removal(self, method: str, spec: Method, ratio: float) -> Compressed:
+        assert spec.order is not None
+        order = self.orders.get(spec.order)
         n = self.removal_count(ratio)
         if order is None or len(order) < n:
             raise GeodriftError(f"{method}: no removal order of {n} layers was computed")
@@ -318,7 +318,7 @@ class Compressor:
         per_layer = sum(W.numel() for (role, layer), W in self.weights.items() if layer == 0)
         out = Compressed(method, ratio, removed=removed, kept_params=(self.n_layers - n) * per_layer,
                          dense_params=self.n_layers * per_layer)
-        if method == "laco":
+        if spec.merge:
             out.replaced = merged_parameters(self.model, removed)
             out.notes.append(f"merged projections' Frobenius norm / the kept layer's own: "
                              f"{norm_growth(self.model, removed):.2f} on average (1 when the merged layers share "

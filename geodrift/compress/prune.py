@@ -13,22 +13,33 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 from scipy.stats import spearmanr
 
 from geodrift.compress import rank
-from geodrift.compress.model import Setup, layer_states, perplexity_of, spread, window_nll
+from geodrift.compress.model import Setup, kept_layers, layer_states, perplexity_of, spread, window_nll
+from geodrift.compress.table import (
+    AGREEMENT_REFERENCE,
+    ANGULAR,
+    BLOCK_INFLUENCE,
+    GEOMETRY,
+    RANKINGS,
+    SEARCH,
+    STATES,
+    names,
+)
 from geodrift.continuity import MeasureSpec
 from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
 from geodrift.lm.hf_causal import HFCausalLM
 from geodrift.lm.llama import LlamaLM
 
-METHODS = ("geom-v1", "geom-s2wa", "block-influence", "angular", "greedy")
+METHODS = names(RANKINGS)  # every ranking, in the table's order (geodrift.compress.table.RANKINGS)
 RANK_TEST_ORDERS = 20  # random orders the rank test needs: with 20, beating 19 of them is p = 2/21 < 0.1
 # More random orders than this is no longer a check but a hang: each order costs --max-remove evaluations.
 MAX_RANDOM_ORDERS = 10_000
@@ -120,6 +131,7 @@ class PruneResult:
     notes: list[str] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     weights: str = ""
+    saved: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -179,18 +191,18 @@ def run_prune(setup: Setup[LlamaLM | HFCausalLM], spec: PruneSpec, progress: Pro
     scores: dict[str, list[float]] = {}
     floors: list[dict[str, Any]] = []
     sets: dict[str, list[list[int]]] = {}
-    if any(m.startswith("geom-") for m in spec.methods):
+    if any(RANKINGS[m].signal == GEOMETRY for m in spec.methods):
         start = time.perf_counter()
         continuity = rank.geometry_report(model, MeasureSpec(k=spec.k, null_draws=spec.null_draws, seed=spec.seed))
         geometry = rank.geometry_scores(continuity, L)
         floors = rank.geometry_floors(continuity)
         seconds["geometry (both scores)"] = time.perf_counter() - start
-        for m in rank.GEOMETRY_METHODS:
-            if m in spec.methods:
-                scores[m] = geometry[m]
+        for m in RANKINGS:
+            if m in spec.methods and RANKINGS[m].signal == GEOMETRY:
+                scores[RANKINGS[m].score] = geometry[m]
                 order = rank.order_from_scores(geometry[m])
                 sets[m] = [sorted(order[:n]) for n in range(1, N + 1)]
-    if "block-influence" in spec.methods or "angular" in spec.methods:
+    if any(RANKINGS[m].signal == STATES for m in spec.methods):
         start = time.perf_counter()
         states = layer_states(model, setup.calib)
         bi = rank.block_influence(states)
@@ -198,21 +210,22 @@ def run_prune(setup: Setup[LlamaLM | HFCausalLM], spec: PruneSpec, progress: Pro
         angular1 = rank.angular_distances(states, 1)
         del states
         seconds["block-influence + angular (one calibration pass)"] = time.perf_counter() - start
-        if "block-influence" in spec.methods:
-            scores["block-influence"] = bi
+        if BLOCK_INFLUENCE in spec.methods:
+            scores[RANKINGS[BLOCK_INFLUENCE].score] = bi
             order = rank.order_from_scores([-b for b in bi])
-            sets["block-influence"] = [sorted(order[:n]) for n in range(1, N + 1)]
-        if "angular" in spec.methods:
-            scores["angular (n=1)"] = angular1
-            sets["angular"] = blocks
+            sets[BLOCK_INFLUENCE] = [sorted(order[:n]) for n in range(1, N + 1)]
+        if ANGULAR in spec.methods:
+            scores[RANKINGS[ANGULAR].score] = angular1
+            sets[ANGULAR] = blocks
     greedy_nll: list[float] = []
-    if "greedy" in spec.methods:
-        start = time.perf_counter()
-        order, greedy_nll = rank.greedy_order(model, setup.calib[:spec.greedy_windows], N,
-                                              progress=lambda done, total: report("greedy search", done, total))
-        seconds["greedy"] = time.perf_counter() - start
-        scores["greedy (step removed)"] = [float(order.index(i) + 1) if i in order else float("nan") for i in range(L)]
-        sets["greedy"] = [sorted(order[:n]) for n in range(1, N + 1)]
+    for m in RANKINGS:
+        if m in spec.methods and RANKINGS[m].signal == SEARCH:
+            start = time.perf_counter()
+            order, greedy_nll = rank.greedy_order(model, setup.calib[:spec.greedy_windows], N,
+                                                  progress=lambda done, total: report("greedy search", done, total))
+            seconds[m] = time.perf_counter() - start
+            scores[RANKINGS[m].score] = [float(order.index(i) + 1) if i in order else float("nan") for i in range(L)]
+            sets[m] = [sorted(order[:n]) for n in range(1, N + 1)]
     random_sets = {s: [sorted(rank.random_ranking(L, s)[:n]) for n in range(1, N + 1)] for s in range(spec.random_seeds)}
 
     total = sum(len(v) for v in sets.values()) + sum(len(v) for v in random_sets.values())
@@ -300,7 +313,7 @@ def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: li
     out = []
     logs = [statistics.fmean(math.log(p) for p in c.ppl) for c in random_curves]
     for c in curves:
-        if not c.method.startswith("geom-"):
+        if c.method not in RANKINGS or RANKINGS[c.method].signal != GEOMETRY:
             continue
         claim = f"Continuity tells which layers can go: the {c.method} order beats random removal"
         mine = statistics.fmean(math.log(p) for p in c.ppl)
@@ -317,7 +330,8 @@ def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: li
             out.append(Verdict(claim, BEATS_RANDOM, f"mean log ppl {mine:.3f}, below {sum(x > mine for x in logs)} of "
                                f"{len(logs)} random orders (median {statistics.median(logs):.3f}; p better "
                                f"{p_better:.3f}, p worse {p_worse:.3f}); orders beaten per n: {per_n}", verdict))
-        row = next((r for r in spearman if r["data_free"] == c.method and r["reference"] == "block-influence"), None)
+        reference = RANKINGS[AGREEMENT_REFERENCE].score
+        row = next((r for r in spearman if r["data_free"] == c.method and r["reference"] == reference), None)
         if row is not None:
             agrees = row["rho"] > 0 and row["p_value"] < 0.05
             out.append(Verdict(f"The {c.method} order agrees with Block Influence (ShortGPT)", AGREES,
@@ -327,20 +341,20 @@ def prune_verdicts(curves: list[Curve], random_curves: list[Curve], spearman: li
 
 
 def _removability(name: str, values: list[float]) -> list[float]:
-    # Higher = removed earlier, for every score: BI and angular distance are "importance" scores.
-    if name in ("block-influence", "angular (n=1)"):
-        return [-v for v in values]
-    if name.startswith("greedy"):
-        return [-v if v == v else -math.inf for v in values]
-    return list(values)
+    # Higher = removed earlier, for every score (``name``: a ranking's score name): importance scores are negated;
+    # the greedy step is nan for layers the search never removed (they tie last).
+    ranking = next(r for r in RANKINGS.values() if r.score == name)
+    if not ranking.importance:
+        return list(values)
+    return [-v if v == v else -math.inf for v in values]
 
 
 def _correlations(scores: dict[str, list[float]], n_layers: int) -> list[dict[str, Any]]:
     out = []
-    for mine in rank.GEOMETRY_METHODS:
+    for mine in (r.score for r in RANKINGS.values() if r.signal == GEOMETRY):
         if mine not in scores:
             continue
-        for other in ("block-influence", "angular (n=1)", "greedy (step removed)"):
+        for other in (r.score for r in RANKINGS.values() if r.signal != GEOMETRY):
             if other not in scores:
                 continue
             a = _removability(mine, scores[mine])
@@ -348,4 +362,51 @@ def _correlations(scores: dict[str, list[float]], n_layers: int) -> list[dict[st
             rho, p = spearmanr(a, b)
             out.append({"data_free": mine, "reference": other, "rho": float(rho), "p_value": float(p),
                         "layers": n_layers})
+    return out
+
+
+def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method: str, n: int, folder: str | Path, *,
+                source: str | Path | None, force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """Write the model without the ``n`` layers ``method`` removed, with the input's tokenizer, as a Hugging Face folder.
+
+    The folder is written whole or not at all (:func:`geodrift.outdir.replace_folder`); the remaining
+    layers are renumbered ``0..L-n-1``. ``result.saved`` records it: ``folder``, ``method``, ``n``,
+    ``removed`` and ``kept`` (layer indices of the input model) and ``tokenizer`` (the files written).
+
+    Args:
+        setup, result: the loaded model and its :func:`run_prune` result.
+        method: a ranking that ran; n: how many of its layers go (1..N).
+        folder: the folder to write; source: the checkpoint the model came from (its tokenizer is kept).
+        force, inputs: as :func:`geodrift.outdir.replace_folder` (the output-folder policy).
+
+    Returns:
+        ``folder``.
+
+    Raises:
+        GeodriftError: ``method`` did not run, ``n`` is outside 1..N, or the folder is refused.
+    """
+    from geodrift.lm.hf import save_hf
+    from geodrift.manifest import record_written
+    from geodrift.outdir import replace_folder
+    from geodrift.pretrained import keep_tokenizer
+
+    curve = next((c for c in result.curves if c.method == method), None)
+    if curve is None or not 1 <= n <= len(curve.removed):
+        raise GeodriftError(f"--save-method/--save-n: {method} with {n} layers removed did not run")
+    removed = list(curve.removed[n - 1])
+    kept = kept_layers(setup.n_layers, removed)
+    model, tokenizer_files = setup.model, []
+
+    def write(tmp: Path) -> None:
+        if isinstance(model, LlamaLM):
+            save_hf(model, tmp, layers=kept, context_length=setup.config.get("context_length"))
+        else:
+            model.save_pruned(tmp, kept)
+            for written in sorted(tmp.iterdir()):  # transformers' files, listed as geodrift's (a later --force may
+                record_written(written)            # replace them)
+        tokenizer_files.extend(keep_tokenizer(source, tmp))
+
+    out = replace_folder(folder, write, force=force, inputs=inputs)
+    result.saved = {"folder": str(folder), "method": method, "n": n, "removed": removed, "kept": kept,
+                    "tokenizer": tokenizer_files}
     return out

@@ -38,10 +38,9 @@ from collections.abc import Callable
 import torch
 
 from geodrift.compress.model import BATCH, LayerStack, kept_layers, nll_from_hidden
+from geodrift.compress.table import GEOMETRY_S2WA, GEOMETRY_V1
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.weights import PREDICTED_SPACE
-
-GEOMETRY_METHODS = ("geom-v1", "geom-s2wa")
 
 
 def geometry_report(model: LayerStack, spec: MeasureSpec) -> Report:
@@ -74,7 +73,7 @@ def geometry_scores(report: Report, n_layers: int) -> dict[str, list[float]]:
         roles += 1
     if roles == 0:
         raise ValueError("continuity report holds no projection with a predicted space over every layer")
-    return {"geom-v1": _layer_means(pair_v1 / roles), "geom-s2wa": _layer_means(pair_wa / roles)}
+    return {GEOMETRY_V1: _layer_means(pair_v1 / roles), GEOMETRY_S2WA: _layer_means(pair_wa / roles)}
 
 
 def geometry_floors(report: Report) -> list[dict[str, float | str]]:

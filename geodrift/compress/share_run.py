@@ -7,8 +7,8 @@ held-out windows. Then, on the first draw, each projection's sharing evidence at
 (:mod:`~geodrift.compress.penalty`, no forward pass).
 
 The question's verdict, per ratio (its criterion is :data:`BEATS`): geodrift's continuity-guided
-method against the best baseline of each draw (the lowest held-out NLL among ``svd-llm``,
-``svd-llm-v2``, ``basis-sharing``, ``prune-bi``, ``prune-greedy``) and against its own random-grouping
+method against the best baseline of each draw (the lowest held-out NLL among the methods of kind
+``baseline`` in :data:`~geodrift.compress.table.METHODS`) and against its own random-grouping
 control. Attribution controls are reported as paired differences beside it.
 """
 
@@ -26,9 +26,19 @@ from geodrift.compress.calibrate import cached_moments, check_calibration
 from geodrift.compress.evaluate import heldout_nll, paired
 from geodrift.compress.factorized import Compressed, applied
 from geodrift.compress.merge import merge_targets
-from geodrift.compress.methods import BASELINES, CONTROLS, METHODS, Compressor
+from geodrift.compress.methods import Compressor
 from geodrift.compress.model import Setup, layer_states, nll_from_hidden, perplexity_of, spread
 from geodrift.compress.penalty import ProjectionSharing, sharing_evidence
+from geodrift.compress.table import (
+    AGAINST_BEST,
+    BASELINE,
+    BLOCK_INFLUENCE,
+    CANDIDATE,
+    CONTROL_OF,
+    GREEDY,
+    GROUPING_CONTROL,
+    METHODS,
+)
 from geodrift.continuity.verdicts import Verdict
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
@@ -38,10 +48,6 @@ BEATS = (f"in every calibration draw, geodrift's held-out NLL is below the best 
          "nats/token and by more than 2 paired standard errors over the windows, and below its own random-grouping "
          "control's by more than 2 paired standard errors (holds); the best baseline is ahead by more than 2 SE in "
          "every draw (fails); otherwise tie")
-KIND = {**{m: "baseline" for m in BASELINES}, "theory": "continuity", "geodrift": "continuity", "laco": "continuity",
-        **{m: "control" for m in CONTROLS}}
-CONTROL_OF = {"geodrift:random-groups": "geodrift", "geodrift:swapped": "geodrift",
-              "geodrift:loss-allocation": "geodrift", "geodrift:no-refit": "geodrift", "prune-greedy": "laco"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ class ShareSpec:
 
     Attributes:
         ratios: fractions of the projection parameters removed.
-        methods: a subset of :data:`~geodrift.compress.methods.METHODS`.
+        methods: a subset of :data:`~geodrift.compress.table.METHODS`.
         group_size: layers per shared basis.
         calib_draws: calibration draws (each a disjoint block of calibration windows).
         first_draw: index of the first draw (draws ``first_draw .. first_draw + calib_draws - 1``).
@@ -60,7 +66,7 @@ class ShareSpec:
     """
 
     ratios: tuple[float, ...] = (0.2, 0.3, 0.4)
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = tuple(METHODS)
     group_size: int = 2
     calib_draws: int = 1
     first_draw: int = 0
@@ -82,7 +88,7 @@ class ShareSpec:
         for r in (*self.ratios, *([self.verdict_ratio] if self.verdict_ratio is not None else [])):
             if not 0.0 < r < 1.0:
                 raise GeodriftError(f"--ratios/--verdict-ratio: {r} is not a fraction of parameters removed in (0, 1)")
-        if n_layers is not None and any(m.startswith(("prune", "laco")) for m in self.methods):
+        if n_layers is not None and any(METHODS[m].order is not None for m in self.methods):
             if round(max(self.ratios) * n_layers) >= n_layers:
                 raise GeodriftError(f"--ratios {max(self.ratios)}: pruning would remove every layer of {n_layers}")
         if self.calib_draws < 1:
@@ -170,16 +176,18 @@ class ShareResult:
 Progress = Callable[[str, int, int], None]
 
 
-def _stage(report: Progress, label: str) -> Callable[[int, int], None]:
-    return lambda done, total: report(label, done, total)
-
-
 def _start(compressed: Compressed, n_layers: int) -> int:
     # The first layer whose computation differs from the dense model's.
     changed = list(compressed.removed) + [layer for _, layer in compressed.factors]
     if compressed.replaced:
         changed += list(merge_targets(n_layers, compressed.removed))
     return min(changed) if changed else n_layers
+
+
+def _orders_needed(methods: tuple[str, ...]) -> list[str]:
+    # The removal orders the methods use (each keyed by the method that owns it), in the table's order.
+    used = {METHODS[m].order for m in methods}
+    return [owner for owner in METHODS if owner in used]
 
 
 def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] | None = None,
@@ -221,28 +229,33 @@ def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] 
     choices: list[dict[str, Any]] = []
     sharing: list[ProjectionSharing] = []
     kept: Compressed | None = None
-    total = spec.calib_draws * len(spec.ratios) * len(spec.methods)
+    # One count over the whole run, so the progress ends at total/total: every method at every ratio on every draw,
+    # and the sharing evidence; the calibration pass and the greedy search show their own count in the stage text.
+    total = spec.calib_draws * len(spec.ratios) * len(spec.methods) + (spec.verdict_ratio is not None)
     done = 0
+
+    def stage(label: str) -> Callable[[int, int], None]:
+        return lambda i, n: report(f"{label} {i}/{n}", done, total)
     first = spec.draw_ids[0]
     for d in spec.draw_ids:
         calib = draws[d]
         start = time.perf_counter()
-        moments, hit = cached_moments(model, calib, cache, _stage(report, f"draw {d}: calibration pass"))
+        moments, hit = cached_moments(model, calib, cache, stage(f"draw {d}: calibration pass"))
         seconds[f"draw {d}: calibration moments{' (cached)' if hit else ''}"] = time.perf_counter() - start
         order: dict[str, list[int]] = {}
         n_max = max(round(r * L) for r in spec.ratios)
-        if any(m in spec.methods for m in ("prune-bi",)):
+        for owner in _orders_needed(spec.methods):
             start = time.perf_counter()
-            states = layer_states(model, calib)
-            order["prune-bi"] = rank.order_from_scores([-b for b in rank.block_influence(states)])
-            del states
-            seconds[f"draw {d}: block influence"] = time.perf_counter() - start
-        if any(m in spec.methods for m in ("prune-greedy", "laco")):
-            start = time.perf_counter()
-            order["prune-greedy"], _ = rank.greedy_order(
-                model, calib[: spec.greedy_windows], n_max,
-                progress=_stage(report, f"draw {d}: greedy search"))
-            seconds[f"draw {d}: greedy search"] = time.perf_counter() - start
+            if METHODS[owner].ranking == BLOCK_INFLUENCE:
+                states = layer_states(model, calib)
+                order[owner] = rank.order_from_scores([-b for b in rank.block_influence(states)])
+                del states
+                seconds[f"draw {d}: block influence"] = time.perf_counter() - start
+            else:
+                assert METHODS[owner].ranking == GREEDY
+                order[owner], _ = rank.greedy_order(model, calib[: spec.greedy_windows], n_max,
+                                                    progress=stage(f"draw {d}: greedy search"))
+                seconds[f"draw {d}: greedy search"] = time.perf_counter() - start
         orders.append({"draw": d, **{k: v[:n_max] for k, v in order.items()}})
         comp = Compressor(model, moments, spec.group_size, order, seed=d,
                           select=calib[: spec.select_windows] if spec.select_windows else None)
@@ -254,19 +267,21 @@ def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] 
                 with applied(model, compressed):
                     nll = heldout_nll(model, setup.evaluation, compressed.removed, prefix, _start(compressed, L))
                 evaluated = time.perf_counter() - start - built
-                runs.append(MethodRun(method, KIND[method], ratio, d, perplexity_of(nll), float(nll.mean()),
+                runs.append(MethodRun(method, METHODS[method].kind, ratio, d, perplexity_of(nll), float(nll.mean()),
                                       spread(nll), compressed.kept_params, compressed.dense_params, built, evaluated,
                                       list(compressed.removed), nll.tolist(), compressed.notes))
                 if keep == (method, ratio) and d == first:
                     kept = compressed
                 done += 1
                 report(f"draw {d}: {method} at {ratio:.0%}", done, total)
-        if d == first and any(m.startswith("geodrift") for m in spec.methods):
+        if d == first and any(METHODS[m].measured for m in spec.methods):
             choices = [{"ratio": ratio, **asdict(c)} for ratio in spec.ratios for c in comp.choices(ratio).values()]
         if d == first and spec.verdict_ratio is not None:
             start = time.perf_counter()
-            report("sharing evidence per projection (no forward pass)", 0, 1)
+            report("sharing evidence per projection (no forward pass)", done, total)
             sharing = sharing_evidence(comp, spec.verdict_ratio)
+            done += 1
+            report("sharing evidence per projection (no forward pass)", done, total)
             seconds["sharing evidence (both budgets)"] = time.perf_counter() - start
         whitening |= {f"draw {d}: {w}" for w in comp.whitening()}
         seconds[f"draw {d}: building the methods"] = sum(r.build_seconds for r in runs if r.draw == d)
@@ -278,8 +293,8 @@ def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] 
     notes = [f"evaluation: {setup.corpus.get('evaluation', 'held-out split')}; calibration: "
              f"{setup.corpus.get('calibration', 'training split')}",
              f"pruning removes round(ratio x {L}) layers: " + ", ".join(f"{r:.0%} -> {round(r * L)}" for r in spec.ratios)]
-    notes += [f"laco at {r.ratio:.0%} (draw {r.draw}): {note}" for r in runs if r.method == "laco" and r.draw == first
-              for note in r.notes]
+    notes += [f"{r.method} at {r.ratio:.0%} (draw {r.draw}): {note}" for r in runs
+              if METHODS[r.method].merge and r.draw == first for note in r.notes]
     result = ShareResult(
         model=setup.label, weights=setup.weights, n_layers=L, corpus=setup.corpus,
         seq_len=setup.evaluation.shape[1] - 1, calib_windows=draws[first].shape[0],
@@ -295,7 +310,7 @@ def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] 
 
 def best_baseline(runs: list[MethodRun], ratio: float, draw: int) -> MethodRun | None:
     """The baseline with the lowest held-out NLL at ``ratio`` on ``draw`` (None when no baseline ran)."""
-    cands = [r for r in runs if r.kind == "baseline" and r.ratio == ratio and r.draw == draw]
+    cands = [r for r in runs if r.kind == BASELINE and r.ratio == ratio and r.draw == draw]
     return min(cands, key=lambda r: r.nll) if cands else None
 
 
@@ -307,8 +322,7 @@ def _comparisons(runs: list[MethodRun], spec: ShareSpec) -> list[dict[str, Any]]
             by = {r.method: r for r in runs if r.ratio == ratio and r.draw == d}
             pairs: list[tuple[str, str, str]] = []
             if best is not None:
-                pairs += [(m, best.method, "against the best baseline") for m in ("geodrift", "theory", "laco")
-                          if m in by]
+                pairs += [(m, best.method, "against the best baseline") for m in AGAINST_BEST if m in by]
             pairs += [(CONTROL_OF[c], c, "attribution control") for c in CONTROL_OF
                       if c in by and CONTROL_OF[c] in by and (CONTROL_OF[c], c) not in {(a, b) for a, b, _ in pairs}]
             for a, b, what in pairs:
@@ -318,15 +332,15 @@ def _comparisons(runs: list[MethodRun], spec: ShareSpec) -> list[dict[str, Any]]
 
 
 def _beats(runs: list[MethodRun], ratio: float, spec: ShareSpec) -> Verdict | None:
-    if "geodrift" not in spec.methods or not any(m in spec.methods for m in BASELINES):
+    if CANDIDATE not in spec.methods or not any(METHODS[m].kind == BASELINE for m in spec.methods):
         return None
     parts, met, behind = [], 0, 0
     for d in spec.draw_ids:
-        mine, best = next(r for r in runs if (r.method, r.ratio, r.draw) == ("geodrift", ratio, d)), \
+        mine, best = next(r for r in runs if (r.method, r.ratio, r.draw) == (CANDIDATE, ratio, d)), \
             best_baseline(runs, ratio, d)
         assert best is not None
         diff = paired(mine.window_nll, best.window_nll)
-        control = next((r for r in runs if (r.method, r.ratio, r.draw) == ("geodrift:random-groups", ratio, d)), None)
+        control = next((r for r in runs if (r.method, r.ratio, r.draw) == (GROUPING_CONTROL, ratio, d)), None)
         ctrl = paired(mine.window_nll, control.window_nll) if control is not None else None
         ok = diff["mean"] < -MARGIN and diff["mean"] < -2 * diff["se"] and ctrl is not None and \
             ctrl["mean"] < -2 * ctrl["se"]

@@ -5,14 +5,17 @@
 :class:`~geodrift.lm.llama.LlamaLM` has - ``embed(ids)``, ``run_layers(h, layers, record=...)``,
 ``logits(h)`` (final norm + head) and ``n_layers`` - using the model's own ``transformers`` modules:
 
-- decoder stacks under ``model.model.layers`` (Llama, Qwen2/3, Mistral, Phi-3, ...): token embedding;
-  each layer called with the model's rotary ``position_embeddings`` and ``position_ids``;
+- decoder stacks under ``model.model.layers`` (Llama, Qwen2/3, Mistral, Phi-3, Gemma 3, ...): token
+  embedding; each layer called with the model's rotary ``position_embeddings`` (Gemma 3: its global and
+  local ones) and ``position_ids``;
 - GPT-2 style stacks under ``model.transformer.h``: token plus learned position embedding.
 
 The attention masks come from ``transformers.masking_utils`` (the model's own builders: a layer whose
-``attention_type`` is ``sliding_attention`` gets the sliding-window mask). A model whose forward does
-more than this (Gemma's embedding scale, logit soft-capping, ...) is caught by :meth:`HFCausalLM.check`,
-which compares the adapter's logits with the model's own forward and refuses a mismatch.
+``attention_type`` is ``sliding_attention`` gets the sliding-window mask). Gemma's and Gemma 2's
+embedding scale (:data:`SCALED_EMBEDDING`) and a final logit soft-cap (``final_logit_softcapping``) are
+applied as their forwards do. A model whose forward does more than this is caught by
+:meth:`HFCausalLM.check`, which compares the adapter's logits with the model's own forward and refuses
+a mismatch.
 
 ``transformers`` is an optional extra (``pip install 'geodrift[hf]'``), imported only here.
 """
@@ -30,6 +33,9 @@ from geodrift.errors import GeodriftError
 from geodrift.weights import WeightSet
 
 INSTALL_HINT = "pip install 'geodrift[hf]'"
+# Model types whose model's forward multiplies the token embedding by sqrt(hidden size) (Gemma 3's embedding module
+# does it itself).
+SCALED_EMBEDDING = ("gemma", "gemma2")
 
 
 def import_transformers() -> Any:
@@ -91,11 +97,18 @@ class HFCausalLM(nn.Module):
         if self.kind == "gpt2":
             pos = torch.arange(ids.shape[1], device=ids.device)
             return self.inner.drop(self.inner.wte(ids) + self.inner.wpe(pos)[None])
-        return self.inner.embed_tokens(ids)
+        h = self.inner.embed_tokens(ids)
+        if self.hf.config.model_type in SCALED_EMBEDDING:  # their model's forward scales the embedding, not the module
+            h = h * torch.tensor(self.hf.config.hidden_size ** 0.5, dtype=h.dtype)
+        return h
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Logits ``(B, T, vocab)`` from final hidden states ``(B, T, d)``: final norm, then the head."""
-        return self.head(self.norm(h))
+        logits = self.head(self.norm(h))
+        cap = getattr(self.hf.config, "final_logit_softcapping", None)
+        if cap:  # Gemma 2: the output logits soft-capped, as its own forward does
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def run_layers(self, h: torch.Tensor, layers: Iterable[int],
                    record: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
@@ -116,7 +129,11 @@ class HFCausalLM(nn.Module):
         if self.kind == "decoder":
             kwargs["position_ids"] = position[None]
             rotary = getattr(self.inner, "rotary_emb", None)
-            if rotary is not None:
+            local = getattr(self.inner, "rotary_emb_local", None)
+            if rotary is not None and local is not None:  # Gemma 3: global and sliding-window layers, two bases
+                kwargs["position_embeddings_global"] = rotary(h, position[None])
+                kwargs["position_embeddings_local"] = local(h, position[None])
+            elif rotary is not None:
                 kwargs["position_embeddings"] = rotary(h, position[None])
         for i in layers:
             if record is not None:

@@ -13,13 +13,16 @@ import statistics
 from pathlib import Path
 
 from rich.markup import escape
+from rich.text import Text
 
 from geodrift.compress.evaluate import paired
 from geodrift.compress.share_run import ShareResult, best_baseline
+from geodrift.compress.table import CONTROL_OF, METHODS
+from geodrift.continuity.verdicts import Verdict
 from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
-from geodrift.render.verdicts import verdict_grid
+from geodrift.render.verdicts import VERDICT_STYLE, verdict_grid
 
 
 def _caption(result: ShareResult) -> str:
@@ -65,9 +68,8 @@ def comparison_grid(result: ShareResult) -> Grid:
     grid = Grid("Paired differences a − b (nats/token ± SE over the held-out windows; negative: a is better)",
                 [Col("ratio"), Col("draw"), Col("a", "left"), Col("b", "left"), Col("a − b"), Col("beyond 2 SE", "left"),
                  Col("what", "left")], keys=2,
-                caption="Controls undo one of geodrift's choices each: random-groups (grouping), swapped (space), "
-                "loss-allocation (ranks by loss per parameter), no-refit (refit); prune-greedy is laco's (merge vs removal of the same "
-                "layers).")
+                caption="Controls change one choice each: " + "; ".join(
+                    f"{control} of {target} ({METHODS[control].changes})" for control, target in CONTROL_OF.items()) + ".")
     for c in result.comparisons:
         grid.add(f"{c['ratio']:.0%}", str(c["draw"]), c["a"], c["b"], f"{c['mean']:+.3f} ± {c['se']:.3f}",
                  "yes" if c["significant"] else "no", c["what"])
@@ -142,18 +144,108 @@ def share_grids(result: ShareResult) -> list[Grid]:
     return grids + [cost]
 
 
-def render_share(result: ShareResult, wide: bool = False) -> None:
-    """Print every share table, the notes, then a one-line summary."""
-    for grid in share_grids(result):
-        print_grid(grid, wide=wide)
-    for note in [*result.notes, *(f"whitening: {w}" for w in result.whitening)]:
-        console.print(lit(f"note: {note}", "dim"), soft_wrap=True)
+FULL_HINT = ("--full: Δ per draw, paired differences, geodrift's choices, the sharing evidence, every verdict's "
+             "criterion, the cost")
+
+
+def short_ppl(ppl: float) -> str:
+    """A perplexity in at most 7 characters (two decimals below 10^4, none below 10^6, else two digits).
+
+    Example:
+        >>> short_ppl(64.8123), short_ppl(180438.9), short_ppl(2.34e8)
+        ('64.81', '180439', '2.3e+08')
+    """
+    return f"{ppl:.2f}" if ppl < 1e4 else f"{ppl:.0f}" if ppl < 1e6 else f"{ppl:.1e}"
+
+
+def perplexity_grid(result: ShareResult) -> Grid:
+    """The compact table: method × ratio, held-out perplexity ± SE on the first calibration draw."""
+    d = result.draw_ids[0]
+    draw = f"; calibration draw {d} of {result.calib_draws}" if result.calib_draws > 1 else ""
+    best = {ratio: best_baseline(result.runs, ratio, d) for ratio in result.ratios}
+    named = ", ".join(f"{ratio:.0%} {b.method}" for ratio, b in best.items() if b is not None)
+    grid = Grid(f"Held-out perplexity, parameters removed — {result.model} (dense {result.baseline_ppl:.2f} ± "
+                f"{result.baseline_nll_se:.3f}{draw})", [Col("method", "left")]
+                + [Col(f"{ratio:.0%}") for ratio in result.ratios],
+                caption=f"Weights: {result.weights}. {result.eval_windows} held-out windows of {result.seq_len} "
+                "tokens; ± SE of the mean window NLL (nats). Rows: baselines | continuity | controls"
+                + (f"; best baseline: {named}." if named else "."))
+    methods = [m for m in result.methods if any(result.run(m, r, d) for r in result.ratios)]
+    for i, method in enumerate(methods):
+        cells = []
+        for ratio in result.ratios:
+            run = result.run(method, ratio, d)
+            cells.append("—" if run is None else f"{short_ppl(run.ppl)} [dim]±{run.nll_se:.3f}[/dim]")
+        kind = METHODS[method].kind
+        last = i + 1 == len(methods) or METHODS[methods[i + 1]].kind != kind
+        grid.add(lit(method), *cells, end_section=last and i + 1 < len(methods))
+    return grid
+
+
+def beats_grid(result: ShareResult) -> Grid:
+    """The question's verdict per ratio, measured, without its criterion (``--full`` prints it)."""
+    grid = Grid("geodrift's compression beats the best baseline? (nats/token; criterion: --full)",
+                [Col("removed"), Col("geodrift − best baseline; − its random-grouping control", "left", prose=True),
+                 Col("verdict", "center")], lines=True)
+    beats = result.verdicts[:len(result.verdicts) - 2 * len(result.sharing)]  # one per ratio, in order
+    for ratio, v in zip(result.ratios, beats, strict=True):
+        grid.add(f"{ratio:.0%}", lit(v.measured.removesuffix(" (nats/token)")), VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
+    return grid
+
+
+def space_grid(result: ShareResult) -> Grid:
+    """Per projection: the predicted space and both budgets' verdicts with the paired difference that decided them."""
+    grid = Grid(f"A shared basis belongs in the predicted space? (at {result.verdict_ratio:.0%} removed, draw "
+                f"{result.draw_ids[0]}; criteria: --full)",
+                [Col("Proj", "left"), Col("predicted", "left"), Col("equal rank: alignment", "left", prose=True),
+                 Col("equal params: error", "left", prose=True), Col("ranks")],
+                caption="Paired over the adjacent groups: the predicted space minus the other (V: each space, "
+                "alignment; or minus private, error); mean ± SE.")
+    for p in result.sharing:
+        rank_v, params_v = (Verdict(**v) if isinstance(v, dict) else v for v in p["verdicts"])
+        predicted = p["predicted"]
+        other = "output" if predicted == "input" else "input"
+        rank_text = rank_v.measured.removeprefix(f"alignment {predicted} - {other} ").replace(" alignment ", " ")
+        params_text, _, ranks = params_v.measured.removeprefix(f"relative error {predicted} - {other} ").partition(
+            " (ranks ")
+        grid.add(p["label"], predicted or "neither",
+                 *(Text.assemble(Text.from_markup(VERDICT_STYLE.get(v.verdict, v.verdict)), lit(f" {text}"))
+                   for v, text in ((rank_v, rank_text), (params_v, params_text))),
+                 ranks.removesuffix(")") or "—")
+    return grid
+
+
+def render_share(result: ShareResult, wide: bool = False, full: bool = False) -> None:
+    """Print the share result: compact by default (at most about 60 lines at 80 columns), every table with ``full``.
+
+    Args:
+        result: what ``compress share`` measured.
+        wide: tables at their full width (never split).
+        full: every table (:func:`share_grids`: per-draw Δ, paired differences, choices, sharing evidence,
+            verdicts with their criteria, the cost) and every note.
+    """
+    if full:
+        for grid in share_grids(result):
+            print_grid(grid, wide=wide)
+        notes = [*result.notes, *(f"whitening: {w}" for w in result.whitening)]
+    else:
+        grids = [perplexity_grid(result)]
+        if len(result.verdicts) > 2 * len(result.sharing):
+            grids.append(beats_grid(result))
+        if result.sharing:
+            grids.append(space_grid(result))
+        for grid in grids:
+            print_grid(grid, wide=wide)
+        shown = result.whitening[0] + (f"; and {len(result.whitening) - 1} more" if len(result.whitening) > 1 else "")
+        notes = [f"whitening: {shown}", FULL_HINT]
+    for note in notes:
+        console.print(lit(f"note: {note}", "dim"))
     if result.saved:
         sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in result.saved["bytes"].items())
         console.print(lit(f"saved {result.saved['folder']}: {result.saved['method']} at {result.saved['ratio']:.0%}, "
                           f"{result.saved['format']} {result.saved['dtype']} ({sizes}; the dense model in float32: "
-                          f"{result.saved['dense_bytes'] / 1e6:.1f} MB)"), soft_wrap=True)
-    console.print(lit(share_summary(result), "bold"), soft_wrap=True)
+                          f"{result.saved['dense_bytes'] / 1e6:.1f} MB)"))
+    console.print(lit(share_summary(result), "bold"))
 
 
 def share_summary(result: ShareResult) -> str:
