@@ -23,9 +23,10 @@ from typer.testing import CliRunner
 
 from geodrift.cli.main import app
 from geodrift.continuity import Report
-from geodrift.render import console, fmt
+from geodrift.render import console, fmt, fmt_z
 from geodrift.render.layout import Col, Grid, grid_markdown, grid_tables, plain
-from geodrift.render.sim import render_reproduction
+from geodrift.render.scan import summary_line as scan_summary_line
+from geodrift.render.sim import render_reproduction, summary_line
 from geodrift.sim.reproduce import assemble
 
 runner = CliRunner()
@@ -41,7 +42,7 @@ def _numbers(report: Report) -> set[str]:
             for vc in s.vectors:
                 out |= {fmt(vc.mean), fmt(vc.null_mean)}
                 if vc.k == 1:
-                    out |= {fmt(vc.median), fmt(vc.null_std), fmt(vc.baseline), f"z={vc.z:.0f}"}
+                    out |= {fmt(vc.median), fmt(vc.null_std), fmt(vc.baseline), f"z={fmt_z(vc.z)}"}
     return out
 
 
@@ -67,7 +68,10 @@ def test_scan_at_80_columns_prints_every_value_whole(scan_report: Report, monkey
     assert result.exit_code == 0, result.output
     _assert_whole(result.stdout, 80, _numbers(scan_report))
     assert "(part 1 of" in result.stdout  # the wide table really was split, not squeezed
-    assert result.stdout.rstrip().splitlines()[-1].startswith(f"frame {len(scan_report.roles)}/")  # the summary line
+    lines = result.stdout.rstrip().splitlines()  # the summary line, last, wrapped between words at 80 columns
+    first = max(i for i, line in enumerate(lines) if line.startswith(f"frame {len(scan_report.roles)}/"))
+    assert " ".join(line.strip() for line in lines[first:]) == scan_summary_line(scan_report)
+    assert all(len(line) <= 80 for line in lines)
 
 
 def test_scan_piped_to_another_program_prints_every_value_whole(scan_report: Report):
@@ -96,7 +100,10 @@ def test_simulator_tables_at_80_columns_print_every_value_whole(monkeypatch):
     numbers = {fmt(st_.mean, 1 if c == "rotation_deg" else 2 if c == "rel_change" else 3)
                for stats in rep.stats.values() for c, st_ in stats.items() if st_.n}
     _assert_whole(text, 80, numbers)
-    assert text.rstrip().splitlines()[-1].startswith("geodrift simulate mlp --preset smoke: 2 configuration(s)")
+    lines = text.rstrip().splitlines()  # the summary, last, wrapped between words at 80 columns
+    first = next(i for i, line in enumerate(lines) if line.startswith("geodrift simulate mlp --preset smoke: 2 config"))
+    assert " ".join(line.strip() for line in lines[first:]) == summary_line(rep)
+    assert all(len(line) <= 80 for line in lines[first:])
 
 
 def test_prove_table_at_80_columns_is_not_elided(monkeypatch):
