@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sim_helpers import smoke_result, smoke_spec
+from sim_helpers import smoke_result, smoke_spec, tiny_result, tiny_spec
 from strategies import examples
 from typer.testing import CliRunner
 
@@ -104,6 +104,34 @@ def test_simulator_tables_at_80_columns_print_every_value_whole(monkeypatch):
     first = next(i for i, line in enumerate(lines) if line.startswith("geodrift simulate mlp --preset smoke: 2 config"))
     assert " ".join(line.strip() for line in lines[first:]) == summary_line(rep)
     assert all(len(line) <= 80 for line in lines[first:])
+
+
+def test_the_transformer_s_default_output_fits_80_lines_and_full_prints_the_rest(monkeypatch):
+    monkeypatch.setattr(console, "_width", 80)
+    rep = assemble("transformer", "tiny", [tiny_spec(steps=12)], [tiny_result()], [42])
+    outputs = {}
+    for detail in (False, True):
+        with console.capture() as captured:
+            render_reproduction(rep, detail=detail)
+        outputs[detail] = captured.get()
+    brief, full = outputs[False], outputs[True]
+    assert len(brief.splitlines()) <= 80, brief
+    assert "\\n" not in brief + full  # no escaped line break printed inside a cell
+    numbers = {fmt(st_.mean) for stats in rep.stats.values() for c, st_ in stats.items() if st_.n and c != "ppl"}
+    _assert_whole(brief, 80, numbers)
+    assert brief.count("criterion of claim") == len({v.criterion for v in rep.verdicts}) < len(rep.verdicts)
+    assert all(f"│ {i:>2} │" in brief for i in range(1, len(rep.verdicts) + 1))  # every claim numbered, one row
+    assert "--full:" in brief and "Over training" not in brief and "Trajectory shape" not in brief
+    assert "Over training" in full and "Trajectory shape" in full and "geodrift measured" in full
+    from geodrift.render.sim import reference_grid
+    from geodrift.render.verdicts import found_words
+
+    reference = rep.results[0].report  # any report serves as the reference column
+    rows = {plain(row[0]): plain(row[-1]) for row in reference_grid(rep, reference).rows}
+    assert all(cell.count("\n") == 1 and "\\n" not in cell for cell in rows.values()), rows  # two real lines a cell
+    v = reference.role("v")
+    assert rows["V"] == "frame {}\npath {}".format(*found_words(v)) and "holds" not in rows["V"]  # V: none / found
+    assert "has no frame across layers in either space" in " ".join(full.split())  # V's claim says what the theory predicts
 
 
 def test_prove_table_at_80_columns_is_not_elided(monkeypatch):
