@@ -96,17 +96,17 @@ def render_drift(rep: DriftReport, wide: bool = False) -> None:
     moved = fmean(r.angle_deg for r in last) if last else float("nan")
     console.print(lit(f"{len(rep.checkpoints)} checkpoints; mean rotation of v1/u1 from #0 to "
                       f"#{len(rep.checkpoints) - 1}: {_deg(moved)} (unrelated vectors: "
-                      f"{_deg(fmean(r.null_angle_deg for r in last) if last else math.nan)})", "bold"), soft_wrap=True)
+                      f"{_deg(fmean(r.null_angle_deg for r in last) if last else math.nan)})", "bold"))  # wrapped
 
 
 def render_compare(rep: CompareReport, wide: bool = False) -> None:
-    """Print the comparison table, notes, and a one-line summary."""
+    """Print the comparison table, notes, and the summary (one sentence, wrapped to the terminal)."""
     print_grid(compare_grid(rep), wide=wide)
     for note in rep.notes:
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     above = sum(r.overlap > r.overlap_null_mean + 3 * r.overlap_null_std for r in rep.subspaces)
     console.print(lit(f"{above}/{len(rep.subspaces)} (projection, space, layer) subspaces of {rep.b} overlap "
-                      f"{rep.a}'s above their permutation null (+3 sd)", "bold"), soft_wrap=True)
+                      f"{rep.a}'s above their permutation null (+3 sd)", "bold"))  # wrapped to the terminal
 
 
 def write_drift_plot(rep: DriftReport, path: str | Path, dpi: int = 300) -> Path:
