@@ -14,6 +14,7 @@ import geodrift
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from tests._checkpoints import hf_config, write_hf_folder
+from tests._figure_text import overlapping_texts
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -271,22 +272,6 @@ def test_the_embedded_model_loaded_through_transformers_scans_in_memory_like_its
     assert [r.verdict for r in in_memory.roles] == [r.verdict for r in from_file.roles]
 
 
-def _overlapping_texts(figure) -> list[tuple[str, str]]:
-    """Pairs of drawn texts of a figure whose boxes overlap (titles, axis labels, tick labels, legend)."""
-    figure.canvas.draw()
-    renderer = figure.canvas.get_renderer()
-    texts = [figure._suptitle] + [t for legend in figure.legends for t in legend.get_texts()]
-    for ax in figure.axes:
-        texts += [ax.title, ax.xaxis.label, ax.yaxis.label]
-        for axis, (low, high) in ((ax.xaxis, sorted(ax.get_xlim())), (ax.yaxis, sorted(ax.get_ylim()))):
-            texts += [tick.label1 for tick in axis.get_major_ticks() if low <= tick.get_loc() <= high]
-    texts = [t for t in texts if t is not None and t.get_visible() and t.get_text().strip()]
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
-    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
-            if box_a.overlaps(box_b) and box_a.intersection(box_a, box_b).width > 1
-            and box_a.intersection(box_a, box_b).height > 1]
-
-
 def test_the_figure_has_no_overlapping_text_and_a_legend_for_every_band(tmp_path: Path):
     from dataclasses import replace
 
@@ -295,7 +280,7 @@ def test_the_figure_has_no_overlapping_text_and_a_legend_for_every_band(tmp_path
     v = report.roles.index(report.role("v"))
     report.roles[v] = replace(report.roles[v], verdict="fails", path_verdict="fails")
     figure = report.plot(tmp_path / "scan.png", dpi=100)
-    assert _overlapping_texts(figure) == []
+    assert overlapping_texts(figure) == []
     titles = [ax.get_title() for ax in figure.axes]
     assert "V · predicted neither\na frame (not predicted)\na path (not predicted)" in titles
     assert "Q · predicted v1\nframe " in titles[0]

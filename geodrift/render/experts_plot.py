@@ -76,7 +76,7 @@ def _depth_panel(ax: Any, family: str, roles: list[RoleReport]) -> None:
     x = roles[0].layers[:-1]
     for r in roles:
         ax.plot(r.layers[:-1], r.spaces[pred].vectors[0].per_pair, color=SPACE_COLORS[pred], lw=0.6, alpha=0.6)
-    ax.plot([], [], color="0.5", lw=0.6, label="each expert, predicted space")
+    ax.plot([], [], color=SPACE_COLORS[pred], lw=0.6, alpha=0.6, label=f"each expert, {pred}1 (predicted)")
     mean_other = [sum(r.spaces[other].vectors[0].per_pair[i] for r in roles) / len(roles) for i in range(len(x))]
     ax.plot(x, mean_other, color="0.25", ls="-.", marker=".", label="other space (mean over experts)")
     vcs = [r.spaces[pred].vectors[0] for r in roles]
@@ -100,7 +100,7 @@ def _within_panel(ax: Any, family: str, roles: list[RoleReport]) -> None:
                        null_label(f"{space}1"))
         ax.plot(layers, [v.mean for v in vcs], color=SPACE_COLORS[space], marker=".", label=SPACE_NAMES[space])
         draw_random_floor(ax, vcs[0].baseline if vcs else 0.0)
-    ax.set_title(f"{ROLE_LABELS[family]}, experts e vs e+1\nno prediction", fontsize=6.5)
+    ax.set_title(f"{ROLE_LABELS[family]}, e vs e+1\nwithin a layer\nno prediction", fontsize=6.5)
     ax.set_xlabel("layer")
     ax.set_ylim(0, 1.02)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
