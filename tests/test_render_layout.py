@@ -110,9 +110,10 @@ def test_the_transformer_s_default_output_fits_80_lines_and_full_prints_the_rest
     monkeypatch.setattr(console, "_width", 80)
     rep = assemble("transformer", "tiny", [tiny_spec(steps=12)], [tiny_result()], [42])
     outputs = {}
+    reference = rep.results[0].report  # any report serves as the reference column
     for detail in (False, True):
         with console.capture() as captured:
-            render_reproduction(rep, detail=detail)
+            render_reproduction(rep, reference, detail=detail)
         outputs[detail] = captured.get()
     brief, full = outputs[False], outputs[True]
     assert len(brief.splitlines()) <= 80, brief
@@ -122,11 +123,13 @@ def test_the_transformer_s_default_output_fits_80_lines_and_full_prints_the_rest
     assert brief.count("criterion of claim") == len({v.criterion for v in rep.verdicts}) < len(rep.verdicts)
     assert all(f"│ {i:>2} │" in brief for i in range(1, len(rep.verdicts) + 1))  # every claim numbered, one row
     assert "--full:" in brief and "Over training" not in brief and "Trajectory shape" not in brief
+    q = reference.role("q").spaces["v"].vectors[0]
+    assert f"Q v1 {fmt(q.mean)} ({fmt(q.null_mean)})" in " ".join(brief.split())  # the reference, with its null
+    assert "Final weights beside pretrained models" in full
     assert "Over training" in full and "Trajectory shape" in full and "geodrift measured" in full
     from geodrift.render.sim import reference_grid
     from geodrift.render.verdicts import found_words
 
-    reference = rep.results[0].report  # any report serves as the reference column
     rows = {plain(row[0]): plain(row[-1]) for row in reference_grid(rep, reference).rows}
     assert all(cell.count("\n") == 1 and "\\n" not in cell for cell in rows.values()), rows  # two real lines a cell
     v = reference.role("v")

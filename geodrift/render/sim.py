@@ -37,7 +37,7 @@ def _cell(stat: Stat | None, paper: float | str | None, col: str) -> str:
 
 
 def _title(rep: Reproduction) -> str:
-    return f"{rep.sim} --preset {rep.preset}: geodrift (mean ± std, {len(rep.seeds)} seed(s)) vs the paper"
+    return f"geodrift (mean ± std over {len(rep.seeds)} seed(s)) vs the paper"  # the command: in the summary line
 
 
 def _caption(rep: Reproduction) -> str:
@@ -112,6 +112,22 @@ def _found(role: RoleReport) -> Text:
     return Text("\n").join([lit(f"frame {frame}"), lit(f"path {path}")])
 
 
+def reference_line(reference: Report) -> str:
+    """The pretrained reference in one sentence (the brief output; ``--full`` has its table with verdicts): each
+    projection's Eq. 1 in the space the paper reports, its permutation-null mean in brackets.
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> print(reference_line(Report("SmolLM2", "raw", 8, 20, 0, [])))
+        SmolLM2, the pretrained reference (Eq. 1 in the paper's space, null mean in brackets): —
+    """
+    cells = [f"{ROLE_LABELS[role]} {space}1 {fmt(r.spaces[space].vectors[0].mean)} "
+             f"({fmt(r.spaces[space].vectors[0].null_mean)})"
+             for role, space in PAPER_TABLE2_SPACE.items() if (r := reference.role(role)) is not None]
+    return (f"{reference.origin}, the pretrained reference (Eq. 1 in the paper's space, null mean in brackets): "
+            + (", ".join(cells) or "—"))
+
+
 def summary_line(rep: Reproduction) -> str:
     """One line: how many claims hold, for which preset, seeds and steps."""
     judged = [v for v in rep.verdicts if v.verdict in ("holds", "fails")]
@@ -136,7 +152,8 @@ def brief_claims_grid(rep: Reproduction) -> Grid:
     with one configuration its label is said once, in the title."""
     labels = {spec.label for spec in rep.specs}
     one = next(iter(labels)) if len(labels) == 1 else None
-    grid = Grid(f"Claims{f' ({one})' if one else ''}: frame claims are Eq. 1's, the paper's; criteria below",
+    every = " on every seed" if all(v.criterion.startswith(SEEDS) for v in rep.verdicts) else ""
+    grid = Grid(f"Claims{f' ({one})' if one else ''}{every}; frame claims are Eq. 1's (the paper's)",
                 [Col("#"), Col("claim", "left", prose=True), Col("verdict", "center")])
     for i, v in enumerate(rep.verdicts, 1):
         claim = v.claim.removeprefix(f"{one}: ") if one else v.claim
@@ -166,8 +183,7 @@ def _unseeded(rep: Reproduction) -> Reproduction | Any:
     return SimpleNamespace(verdicts=[replace(v, criterion=v.criterion.removeprefix(SEEDS)) for v in rep.verdicts])
 
 
-FULL_HINT = ("--full: the first run's scan tables, training, the pretrained reference, and each claim's measurement "
-             "beside its criterion")
+FULL_HINT = "--full: scan tables, training, the reference's table, each claim's measurement"
 
 
 def render_reproduction(rep: Reproduction, reference: Report | None = None, detail: bool = False,
@@ -184,6 +200,8 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
         print_grid(training_grid(rep), wide=wide)
         if reference is not None:
             print_grid(reference_grid(rep, reference), wide=wide)
+    elif per_projection and reference is not None:
+        console.print(lit(reference_line(reference), "dim"))
     if rep.verdicts and detail:
         what = ("" if per_projection else "; v1/u1 continuity is Eq. 1, a frame shared across layers (the depth path "
                 "is judged per projection, in the transformer only)")
@@ -191,10 +209,7 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
                                 f"paper's values{what})"), wide=wide)
     elif rep.verdicts:
         print_grid(brief_claims_grid(rep), wide=wide)
-        unseeded = _unseeded(rep)
-        if unseeded is not rep:
-            console.print(lit("each criterion holds on every seed:", "dim"))
-        for line in criteria_lines(unseeded):
+        for line in criteria_lines(_unseeded(rep)):  # "on every seed" is in the claims' title
             console.print(lit(line, "dim"))
     for note in rep.notes:
         console.print(lit(f"• {note}", "dim"))
