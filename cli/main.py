@@ -36,6 +36,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    # Help printed literally and whole: no rich markup ("pip install 'geodrift[hf]'" keeps its extra) and no
+    # "…" cuts (click's formatter wraps long words instead); tests/test_help_texts.py checks every command.
+    rich_markup_mode=None,
 )
 app.add_typer(scan_cmd.app)
 app.add_typer(series_cmd.app)

@@ -23,7 +23,8 @@ def scan_command(
                                               "mixture of experts also router, expert_gate (every expert's), "
                                               "expert_gate.3, experts, shared_gate (default all).")] = None,
     layers: Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")] = None,
-    k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K).")] = 8,
+    k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K); clipped, with a note, for a "
+                                   "projection of lower rank.")] = 8,
     view: Annotated[choices.View, typer.Option("--view", help="raw weights, folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers exact reparametrisations leave unchanged).")
                     ] = choices.View.raw,
     null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")] = 100,

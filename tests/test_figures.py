@@ -20,7 +20,7 @@ from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.prove import run_claims
 from geodrift.render import figures
-from geodrift.render.figures import COLUMN_WIDTH_IN, NULL_LABEL, RANDOM_LABEL
+from geodrift.render.figures import COLUMN_WIDTH_IN, RANDOM_LABEL, null_label
 from geodrift.render.proofs import write_proofs_plot
 from geodrift.render.scan_plot import write_plot
 from geodrift.render.sim_plots import write_plots
@@ -82,7 +82,8 @@ def _assert_paper_ready(fig: Any, similarity: bool) -> None:
                   is not None]
         assert not mapped or colorbars
     if similarity:
-        assert NULL_LABEL in _texts(fig) and RANDOM_LABEL in _texts(fig)
+        # each null band named, in its space's colour (null_label), or the one null of a single-colour figure
+        assert ("(mean to +3 sd)" in _texts(fig)) and RANDOM_LABEL in _texts(fig)
 
 
 @pytest.mark.parametrize("fmt", ["png", "pdf", "svg"])
@@ -115,7 +116,7 @@ def test_the_scan_cli_refuses_an_unknown_figure_format_before_scanning(tmp_path:
 def test_scan_figure_is_paper_ready(report: Report, tmp_path: Path, saved: list[Any]):
     svg = write_plot(report, tmp_path / "scan.svg", dpi=100).read_text()
     _assert_paper_ready(saved[-1], similarity=True)
-    assert "|cos| (Eq. 1)" in svg and "layer l (pair l, l+1)" in svg and NULL_LABEL in svg  # text stays text
+    assert "|cos| (Eq. 1)" in svg and "layer l (pair l, l+1)" in svg and null_label("u1") in svg  # text stays text
 
 
 def test_mlp_figures_are_paper_ready(tmp_path: Path, saved: list[Any]):

@@ -113,3 +113,24 @@ def test_the_training_reporter_counts_steps_across_runs_and_shows_loss_and_conti
     lines = out.getvalue().splitlines()
     assert lines[-2].endswith("step 4/4 · loss 0.2500 · W v1 0.812 (null 0.061) at step 10"), lines[-2]
     assert "8/8 (100%)" in lines[-2]
+
+
+@pytest.mark.parametrize(("total", "updates"), [(1, [0]), (0, [3, 7]), (5, [2])])
+def test_a_finished_job_ends_at_n_of_n(total: int, updates: list[int]):
+    # a job counted coarsely (compress share: one stage of "1 step" never advanced), a total never set, a
+    # job whose last update came before its last unit: the last line says done n/n, never 0/1 or 7/0
+    console, out = _console(terminal=False)
+    with JobProgress("job", total, "steps", every=0.0, console=console) as bar:
+        for done in updates:
+            bar.update(completed=done)
+    last = out.getvalue().splitlines()[-1]
+    n = max(total, max(updates)) if total > 0 else max(updates)
+    assert last.startswith(f"job done: {n}/{n} steps in "), last
+
+
+def test_a_failed_job_leaves_its_count_as_it_was():
+    console, out = _console(terminal=False)
+    with pytest.raises(RuntimeError), JobProgress("job", 4, "steps", every=0.0, console=console) as bar:
+        bar.update(completed=1)
+        raise RuntimeError
+    assert "1/4" in out.getvalue() and "done" not in out.getvalue()

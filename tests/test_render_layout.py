@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sim_helpers import smoke_result, smoke_spec
+from sim_helpers import smoke_result, smoke_spec, tiny_result, tiny_spec
 from strategies import examples
 from typer.testing import CliRunner
 
 from geodrift.cli.main import app
 from geodrift.continuity import Report
-from geodrift.render import console, fmt
+from geodrift.render import console, fmt, fmt_z
 from geodrift.render.layout import Col, Grid, grid_markdown, grid_tables, plain
-from geodrift.render.sim import render_reproduction
+from geodrift.render.scan import summary_line as scan_summary_line
+from geodrift.render.sim import render_reproduction, summary_line
 from geodrift.sim.reproduce import assemble
 
 runner = CliRunner()
@@ -41,7 +42,7 @@ def _numbers(report: Report) -> set[str]:
             for vc in s.vectors:
                 out |= {fmt(vc.mean), fmt(vc.null_mean)}
                 if vc.k == 1:
-                    out |= {fmt(vc.median), fmt(vc.null_std), fmt(vc.baseline), f"z={vc.z:.0f}"}
+                    out |= {fmt(vc.median), fmt(vc.null_std), fmt(vc.baseline), f"z={fmt_z(vc.z)}"}
     return out
 
 
@@ -67,7 +68,10 @@ def test_scan_at_80_columns_prints_every_value_whole(scan_report: Report, monkey
     assert result.exit_code == 0, result.output
     _assert_whole(result.stdout, 80, _numbers(scan_report))
     assert "(part 1 of" in result.stdout  # the wide table really was split, not squeezed
-    assert result.stdout.rstrip().splitlines()[-1].startswith(f"frame {len(scan_report.roles)}/")  # the summary line
+    lines = result.stdout.rstrip().splitlines()  # the summary line, last, wrapped between words at 80 columns
+    first = max(i for i, line in enumerate(lines) if line.startswith(f"frame {len(scan_report.roles)}/"))
+    assert " ".join(line.strip() for line in lines[first:]) == scan_summary_line(scan_report)
+    assert all(len(line) <= 80 for line in lines)
 
 
 def test_scan_piped_to_another_program_prints_every_value_whole(scan_report: Report):
@@ -96,7 +100,41 @@ def test_simulator_tables_at_80_columns_print_every_value_whole(monkeypatch):
     numbers = {fmt(st_.mean, 1 if c == "rotation_deg" else 2 if c == "rel_change" else 3)
                for stats in rep.stats.values() for c, st_ in stats.items() if st_.n}
     _assert_whole(text, 80, numbers)
-    assert text.rstrip().splitlines()[-1].startswith("geodrift simulate mlp --preset smoke: 2 configuration(s)")
+    lines = text.rstrip().splitlines()  # the summary, last, wrapped between words at 80 columns
+    first = next(i for i, line in enumerate(lines) if line.startswith("geodrift simulate mlp --preset smoke: 2 config"))
+    assert " ".join(line.strip() for line in lines[first:]) == summary_line(rep)
+    assert all(len(line) <= 80 for line in lines[first:])
+
+
+def test_the_transformer_s_default_output_fits_80_lines_and_full_prints_the_rest(monkeypatch):
+    monkeypatch.setattr(console, "_width", 80)
+    rep = assemble("transformer", "tiny", [tiny_spec(steps=12)], [tiny_result()], [42])
+    outputs = {}
+    reference = rep.results[0].report  # any report serves as the reference column
+    for detail in (False, True):
+        with console.capture() as captured:
+            render_reproduction(rep, reference, detail=detail)
+        outputs[detail] = captured.get()
+    brief, full = outputs[False], outputs[True]
+    assert len(brief.splitlines()) <= 80, brief
+    assert "\\n" not in brief + full  # no escaped line break printed inside a cell
+    numbers = {fmt(st_.mean) for stats in rep.stats.values() for c, st_ in stats.items() if st_.n and c != "ppl"}
+    _assert_whole(brief, 80, numbers)
+    assert brief.count("criterion of claim") == len({v.criterion for v in rep.verdicts}) < len(rep.verdicts)
+    assert all(f"│ {i:>2} │" in brief for i in range(1, len(rep.verdicts) + 1))  # every claim numbered, one row
+    assert "--full:" in brief and "Over training" not in brief and "Trajectory shape" not in brief
+    q = reference.role("q").spaces["v"].vectors[0]
+    assert f"Q v1 {fmt(q.mean)} ({fmt(q.null_mean)})" in " ".join(brief.split())  # the reference, with its null
+    assert "Final weights beside pretrained models" in full
+    assert "Over training" in full and "Trajectory shape" in full and "geodrift measured" in full
+    from geodrift.render.sim import reference_grid
+    from geodrift.render.verdicts import found_words
+
+    rows = {plain(row[0]): plain(row[-1]) for row in reference_grid(rep, reference).rows}
+    assert all(cell.count("\n") == 1 and "\\n" not in cell for cell in rows.values()), rows  # two real lines a cell
+    v = reference.role("v")
+    assert rows["V"] == "frame {}\npath {}".format(*found_words(v)) and "holds" not in rows["V"]  # V: none / found
+    assert "has no frame across layers in either space" in " ".join(full.split())  # V's claim says what the theory predicts
 
 
 def test_prove_table_at_80_columns_is_not_elided(monkeypatch):

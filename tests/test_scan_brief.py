@@ -23,6 +23,7 @@ from geodrift.atomic import payload_of
 from geodrift.cli.main import app
 from geodrift.continuity import Report
 from geodrift.render import fmt
+from geodrift.render.scan import summary_line
 
 MAX_ROWS = 60
 WIDTH = 80
@@ -55,8 +56,10 @@ def test_the_default_scan_of_the_embedded_model_fits_60_rows_with_each_verdict_b
     for role, line in zip(report.roles, table, strict=True):
         cells = [c.strip() for c in line.strip("│").split("│")]
         v1, u1 = role.spaces["v"].vectors[0], role.spaces["u"].vectors[0]
+        found = {"holds": "none", "fails": "found"} if role.predicted_space is None else {}  # V: what was found
         assert cells == [role.label, {"v": "v", "u": "u", None: "none"}[role.predicted_space],
-                         _cell(v1), _cell(u1), role.verdict, role.path_verdict], line
+                         _cell(v1), _cell(u1), found.get(role.verdict, role.verdict),
+                         found.get(role.path_verdict, role.path_verdict)], line
     # every similarity on screen sits beside its null: two "|cos| z=.. (null)" cells a row, no other decimals
     for line in table:
         assert len(re.findall(r"\d\.\d{3}", line)) == 2 * len(re.findall(r"\d\.\d{3} z=-?\d+ \(\d\.\d{3}\)", line)) == 4
@@ -65,7 +68,12 @@ def test_the_default_scan_of_the_embedded_model_fits_60_rows_with_each_verdict_b
     criteria = {r.criterion for r in report.roles}
     assert text.count("frame criterion (") == len(criteria) < len(report.roles)
     assert "Trajectory shape" not in text and "k=1" not in text and "--full" in text
-    assert text.rstrip().splitlines()[-1].startswith("frame 8/8, path ")  # the summary line, last
+    # the summary line, last, wrapped between words to the terminal's width (no line of the output is wider)
+    lines = text.rstrip().splitlines()
+    first = [i for i, line in enumerate(lines) if line.startswith("frame 8/8, path ")]
+    assert len(first) == 1 and all(cell_len(line) <= WIDTH for line in lines), text
+    assert " ".join(line.strip() for line in lines[first[0]:]) == summary_line(report)
+    assert summary_line(report).endswith("V (neither predicted): no frame, no path, as predicted")
 
 
 def test_full_prints_every_table_and_detail_is_its_older_name(monkeypatch):
@@ -77,7 +85,7 @@ def test_full_prints_every_table_and_detail_is_its_older_name(monkeypatch):
     for title in ("Depth profile", "Continuity by singular-vector index k", "Trajectory shape", "σ²-WA v"):
         assert title in full.stdout and title not in brief.stdout
     assert "Q: frame " in full.stdout and "frame criterion (" not in full.stdout  # per projection, not grouped
-    assert full.stdout.splitlines()[-1] == brief.stdout.splitlines()[-1]  # the same summary
+    assert full.stdout.splitlines()[-3:] == brief.stdout.splitlines()[-3:]  # the same summary (wrapped at 80)
 
 
 def test_a_projection_without_a_prediction_shows_dashes_and_says_why(monkeypatch):

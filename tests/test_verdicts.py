@@ -139,7 +139,10 @@ def test_the_summary_says_continuity_only_where_frame_and_path_both_hold(embedde
     assert line.startswith("frame 3/4, path 3/4 predictions hold on ")
     assert "continuity (frame and path) in Q;" in line
     assert "frame holds, path fails: K" in line and "frame fails, path holds: O" in line
-    assert "V (neither predicted): frame holds, path holds" in line
+    assert "V (neither predicted): no frame, no path, as predicted" in line  # what was found, not "holds"
+    report.roles[2] = replace(report.roles[2], verdict="fails")
+    assert "V (neither predicted): a frame (not predicted), no path" in summary_line(report)
+    assert criteria_lines(report)[2].startswith("V: a frame (not predicted), no path — frame criterion: neither")
     assert [is_continuity(r) for r in report.roles] == [True, False, False, False]
     lines = criteria_lines(report)
     assert lines[0].startswith("Q: frame holds, path holds — frame criterion: v1 beats its permutation null")

@@ -18,6 +18,10 @@ from geodrift.weights import canonical_role
 
 # What to_frame(kind=...) gives: the per-pair table, or the summary (one row per projection and space).
 FRAME_KINDS = ("pairs", "summary")
+# The summary's verdict columns, filled only on the rows of a space that a verdict judged.
+VERDICT_COLUMNS = ("verdict", "criterion", "path_verdict", "path_criterion")
+# How to get pandas (summary(), to_frame()): from PyPI, and in a checkout's venv (scripts/setup.sh installs it).
+PANDAS_HINT = "pip install pandas (in a checkout: .venv/bin/pip install -e '.[frame]', or bash scripts/setup.sh)"
 
 
 @dataclass(frozen=True)
@@ -195,8 +199,19 @@ class Report:
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """One row per projection and space: the ``k = 1`` rows of :meth:`rows` (the summary CSV's columns,
-        named as the JSON fields), verdicts and criteria included."""
-        return [row for row in self.rows() if row["k"] == 1]
+        named as the JSON fields), verdicts and criteria included on the rows of the space(s) they judged
+        (the predicted space; both for V, predicted neither); None on a space no verdict judged ("no
+        prediction" stays on both rows of a projection the theory says nothing about)."""
+        judged = {r.role: ("v", "u") if r.predicted_space is None or r.verdict == "no prediction"
+                  else (r.predicted_space,) for r in self.roles + self.across_experts}
+        out = []
+        for row in self.rows():
+            if row["k"] != 1:
+                continue
+            if row["space"] not in judged.get(row["role"], ("v", "u")):
+                row.update(dict.fromkeys(VERDICT_COLUMNS))
+            out.append(row)
+        return out
 
     def summary(self) -> Any:
         """The summary table: one row per projection and space (:meth:`summary_rows`).
@@ -211,16 +226,15 @@ class Report:
         ``verdict`` and ``criterion`` (shared frame), ``path_verdict`` and ``path_criterion`` (depth path).
 
         Returns:
-            A ``pandas.DataFrame`` when pandas is installed (``geodrift[frame]``), else the list of dicts.
+            A ``pandas.DataFrame``, always (:meth:`summary_rows` is the same rows as a list of dicts, without pandas).
+
+        Raises:
+            GeodriftError: pandas is not installed (one line naming :data:`PANDAS_HINT`).
 
         Example:
             >>> Report("tensors", "raw", 2, 10, 0, []).summary_rows()
             []
         """
-        try:
-            import pandas  # noqa: F401
-        except ImportError:
-            return self.summary_rows()
         return self.to_frame(kind="summary")
 
     def pair_rows(self) -> list[dict[str, Any]]:
@@ -262,7 +276,7 @@ class Report:
             ``pandas.DataFrame`` with those columns.
 
         Raises:
-            GeodriftError: an unknown ``kind``; pandas not installed (``pip install 'geodrift[frame]'``).
+            GeodriftError: an unknown ``kind``; pandas not installed (:data:`PANDAS_HINT`).
 
         Example:
             >>> import torch
@@ -279,8 +293,8 @@ class Report:
         try:
             import pandas as pd
         except ImportError:
-            raise GeodriftError("Report.to_frame needs pandas, which is not installed; "
-                                "pip install 'geodrift[frame]' (or pandas>=2)") from None
+            call = "summary()" if kind == "summary" else "to_frame()"
+            raise GeodriftError(f"Report.{call} needs pandas, which is not installed; {PANDAS_HINT}") from None
         if kind == "summary":
             return pd.DataFrame(self.summary_rows())
         rows = self.pair_rows()

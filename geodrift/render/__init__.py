@@ -22,6 +22,19 @@ def fmt(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def fmt_z(z: float) -> str:
+    """A z-score to the nearest whole number, never ``-0``; NaN as an em dash.
+
+    Example:
+        >>> [fmt_z(z) for z in (-0.3, 12.6, -4.5, float("nan"))]
+        ['0', '13', '-4', '—']
+    """
+    if z != z:
+        return "—"
+    text = f"{z:.0f}"
+    return "0" if text == "-0" else text
+
+
 def lit(text: object, style: str = "") -> Text:
     """Text from a file, a path or an option, printed exactly as it is: never parsed as markup, control
     characters shown as escapes (:func:`geodrift.literal.visible`).

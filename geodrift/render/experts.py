@@ -20,7 +20,7 @@ import math
 from dataclasses import replace
 
 from geodrift.continuity import Report, RoleReport, VectorContinuity
-from geodrift.render import console, fmt, sparkline
+from geodrift.render import console, fmt, fmt_z, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.weights import EXPERT_ROLES, ROLE_LABELS, split_across_experts_role, split_expert_role
 
@@ -45,7 +45,7 @@ def experts_by_family(report: Report) -> dict[str, list[RoleReport]]:
 
 
 def _stat(vc: VectorContinuity) -> str:
-    z = "—" if vc.z != vc.z else f"{vc.z:.0f}"
+    z = fmt_z(vc.z)
     return f"{fmt(vc.mean)} [dim]({fmt(vc.null_mean)})[/dim] z={z}"
 
 
@@ -126,7 +126,7 @@ def _count(roles: list[RoleReport]) -> tuple[int, int]:
 
 def _z_range(vcs: list[VectorContinuity]) -> str:
     zs = [v.z for v in vcs if math.isfinite(v.z)]
-    return f"{min(zs):.0f}..{max(zs):.0f}" if zs else "—"
+    return f"{fmt_z(min(zs))}..{fmt_z(max(zs))}" if zs else "—"
 
 
 def experts_summary_line(report: Report) -> str | None:

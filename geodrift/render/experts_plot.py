@@ -17,11 +17,11 @@ from matplotlib.ticker import MaxNLocator
 from geodrift.continuity import Report, RoleReport
 from geodrift.render.experts import experts_by_family
 from geodrift.render.figures import (
-    NULL_LABEL,
     RANDOM_LABEL,
     draw_null_band,
     draw_random_floor,
     figure_legend,
+    null_label,
     panels,
     save_figure,
     style,
@@ -37,11 +37,18 @@ def experts_plot_path(path: str | Path) -> Path:
 
 
 def write_experts_plot(report: Report, path: str | Path, dpi: int = 300) -> Path:
-    """Write the experts' figure of ``report`` (which must hold per-expert roles) to ``path``.
+    """Write the experts' figure of ``report`` (:func:`experts_figure`) to ``path``.
 
     Raises:
         GeodriftError: an unsupported suffix or dpi.
     """
+    with style():
+        return save_figure(experts_figure(report), path, dpi)
+
+
+def experts_figure(report: Report) -> Any:
+    """The experts' figure of ``report`` (which must hold per-expert roles), a matplotlib Figure: per expert
+    family, each expert across depth (top) and the experts of each layer compared (bottom)."""
     families = experts_by_family(report)
     within: dict[str, list[RoleReport]] = {}
     for r in report.across_experts:
@@ -60,7 +67,7 @@ def write_experts_plot(report: Report, path: str | Path, dpi: int = 300) -> Path
         axes[cols].set_ylabel("|cos| (Eq. 1)")
         fig.suptitle(f"Experts of {report.origin}, {report.view} weights")
         figure_legend(fig, axes)
-        return save_figure(fig, path, dpi)
+        return fig
 
 
 def _depth_panel(ax: Any, family: str, roles: list[RoleReport]) -> None:
@@ -69,14 +76,14 @@ def _depth_panel(ax: Any, family: str, roles: list[RoleReport]) -> None:
     x = roles[0].layers[:-1]
     for r in roles:
         ax.plot(r.layers[:-1], r.spaces[pred].vectors[0].per_pair, color=SPACE_COLORS[pred], lw=0.6, alpha=0.6)
-    ax.plot([], [], color="0.5", lw=0.6, label="each expert, predicted space")
+    ax.plot([], [], color=SPACE_COLORS[pred], lw=0.6, alpha=0.6, label=f"each expert, {pred}1 (predicted)")
     mean_other = [sum(r.spaces[other].vectors[0].per_pair[i] for r in roles) / len(roles) for i in range(len(x))]
     ax.plot(x, mean_other, color="0.25", ls="-.", marker=".", label="other space (mean over experts)")
     vcs = [r.spaces[pred].vectors[0] for r in roles]
     if all(vc.per_pair_null_mean for vc in vcs):
         null_mean = [sum(vc.per_pair_null_mean[i] for vc in vcs) / len(vcs) for i in range(len(x))]
         null_std = [sum(vc.per_pair_null_std[i] for vc in vcs) / len(vcs) for i in range(len(x))]
-        draw_null_band(ax, x, null_mean, null_std, SPACE_COLORS[pred], NULL_LABEL)
+        draw_null_band(ax, x, null_mean, null_std, SPACE_COLORS[pred], null_label(f"{pred}1"))
     draw_random_floor(ax, vcs[0].baseline, RANDOM_LABEL)
     held = sum(r.verdict == "holds" for r in roles)
     ax.set_title(f"{ROLE_LABELS[family]}, across depth\npred. {pred}1 · {held}/{len(roles)} hold", fontsize=6.5)
@@ -89,10 +96,11 @@ def _within_panel(ax: Any, family: str, roles: list[RoleReport]) -> None:
     layers = [split_across_experts_role(r.role)[1] for r in roles]  # type: ignore[index]
     for space in ("v", "u"):
         vcs = [r.spaces[space].vectors[0] for r in roles]
-        draw_null_band(ax, layers, [v.null_mean for v in vcs], [v.null_std for v in vcs], SPACE_COLORS[space])
+        draw_null_band(ax, layers, [v.null_mean for v in vcs], [v.null_std for v in vcs], SPACE_COLORS[space],
+                       null_label(f"{space}1"))
         ax.plot(layers, [v.mean for v in vcs], color=SPACE_COLORS[space], marker=".", label=SPACE_NAMES[space])
         draw_random_floor(ax, vcs[0].baseline if vcs else 0.0)
-    ax.set_title(f"{ROLE_LABELS[family]}, experts e vs e+1\nno prediction", fontsize=6.5)
+    ax.set_title(f"{ROLE_LABELS[family]}, e vs e+1\nwithin a layer\nno prediction", fontsize=6.5)
     ax.set_xlabel("layer")
     ax.set_ylim(0, 1.02)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

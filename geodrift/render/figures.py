@@ -32,6 +32,18 @@ STYLE: dict[str, Any] = {
     "text.parse_math": False,
 }
 NULL_LABEL = "permutation null (mean to +3 sd)"
+
+
+def null_label(what: str) -> str:
+    """The legend entry of one statistic's null band, e.g. ``null of v1 (mean to +3 sd)``: a figure that
+    draws the null of two spaces in two colours names each of them.
+
+    Example:
+        >>> null_label("u1")
+        'null of u1 (mean to +3 sd)'
+    """
+    return f"null of {what} (mean to +3 sd)"
+
 RANDOM_LABEL = "random floor √(2/πd)"
 
 

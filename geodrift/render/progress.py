@@ -150,6 +150,11 @@ class JobProgress:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
+        if kind is None:  # the job finished: its last line ends at n/n (a stage counted coarsely, or a total never set)
+            self.total = max(self.total, self.completed) if self.total > 0 else self.completed
+            self.completed = self.total
+            if self._bar is not None and self._task is not None:
+                self._bar.update(self._task, completed=self.completed, total=self.total)
         if self._bar is not None:
             self._bar.__exit__(kind, error, trace)
         elif not self.quiet and self._lines and kind is None:

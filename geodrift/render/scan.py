@@ -24,10 +24,12 @@ from geodrift.continuity.verdicts import (
     is_continuity,
 )
 from geodrift.gauge.status import ALIGNED, UNKNOWN
-from geodrift.render import console, fmt, lit, sparkline
+from geodrift.render import console, fmt, fmt_z, lit, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
+from geodrift.render.verdicts import found_phrase, found_words
 
-_VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "no prediction": "dim", "n/a": "dim"}
+_VERDICT_STYLE = {"holds": "bold green", "fails": "bold red", "no prediction": "dim", "n/a": "dim",
+                  "none": "bold green", "found": "bold red"}  # V (predicted neither): none found, as predicted
 
 
 def _cell(vc: VectorContinuity) -> str:
@@ -37,7 +39,7 @@ def _cell(vc: VectorContinuity) -> str:
 
 
 def _z(z: float) -> str:
-    return "—" if z != z else f"{z:.0f}"
+    return fmt_z(z)
 
 
 def _p(p: float) -> str:
@@ -97,6 +99,9 @@ def brief_grid(report: Report) -> Grid:
             f"under the permutation null ({report.null_draws} draws, seed {report.seed}); pred: the space the "
             "theory predicts continuous (bold). frame: Eq. 1 in that space; path: nearby layers agree more "
             "than far ones."
+            + (" For V (pred none): none = no frame (path) found, as predicted; found = one the theory did not "
+               "predict." if any(r.predicted_space is None and r.verdict != "no prediction" for r in report.roles)
+               else "")
             + (" —: the theory makes no prediction for this projection." if any(
                 r.verdict == "no prediction" for r in report.roles) else "")
         ),
@@ -105,8 +110,9 @@ def brief_grid(report: Report) -> Grid:
         judged = r.verdict != "no prediction"
         cells = [ALIGNED_CELL if r.spaces[s].gauge == ALIGNED
                  else _brief_cell(r.spaces[s].vectors[0], bold=judged and r.predicted_space == s) for s in ("v", "u")]
+        frame, path = found_words(r)
         grid.add(lit(r.label), {"v": "v", "u": "u", None: "none"}[r.predicted_space] if judged else "—", *cells,
-                 _styled(r.verdict) if judged else "—", _styled(r.path_verdict) if judged else "—")
+                 _styled(frame) if judged else "—", _styled(path) if judged else "—")
     return grid
 
 
@@ -143,7 +149,8 @@ def _styled(verdict: str) -> str:
 def _verdicts(r: RoleReport) -> str:
     if r.verdict == "no prediction":
         return _styled(r.verdict)
-    return f"frame {_styled(r.verdict)}\npath {_styled(r.path_verdict)}"
+    frame, path = found_words(r)
+    return f"frame {_styled(frame)}\npath {_styled(path)}"
 
 
 def _wa(r: RoleReport, space: str) -> str:
@@ -183,8 +190,9 @@ def summary_line(report: Report) -> str:
     """One line: how many frame and path predictions hold, on what, and where that is continuity.
 
     E.g. ``frame 8/8, path 8/8 predictions hold on X, raw weights — continuity (frame and path) in Q, K, O,
-    Gate, Up, Down, OV; V (neither predicted): frame holds, path holds``. "Continuity" names only the
-    projections whose frame and path both hold; the others are listed by their two verdicts.
+    Gate, Up, Down, OV; V (neither predicted): no frame, no path, as predicted``. "Continuity" names only
+    the projections whose frame and path both hold; the others are listed by their two verdicts (V's as
+    what was found, :func:`~geodrift.render.verdicts.found_phrase`). Printed wrapped to the terminal.
     """
     judged = [r for r in report.roles if r.verdict in ("holds", "fails")]
     paths = [r for r in judged if r.path_verdict in ("holds", "fails")]
@@ -196,7 +204,7 @@ def summary_line(report: Report) -> str:
         if is_continuity(r):
             key = "continuity (frame and path) in"
         elif r.predicted_space is None:
-            key = f"{r.label} (neither predicted): frame {r.verdict}, path {r.path_verdict}"
+            key = f"{r.label} (neither predicted): {found_phrase(r)}"
             groups[key] = []
             continue
         else:
@@ -219,7 +227,7 @@ def criteria_lines(report: Report, grouped: bool = False) -> list[str]:
             by_text.setdefault(r.criterion, []).append(r.label)
         lines = [f"frame criterion ({', '.join(labels)}): {text}" for text, labels in by_text.items()]
     else:
-        lines = [f"{r.label}: frame {r.verdict}, path {r.path_verdict} — frame criterion: {r.criterion}" for r in judged]
+        lines = [f"{r.label}: {found_phrase(r)} — frame criterion: {r.criterion}" for r in judged]
     if any(r.predicted_space is not None and r.verdict != "no prediction" for r in report.roles):
         lines += [f"frame: {FRAME_NOTE}", f"path criterion: {PATH_CRITERION}"]
     if any(r.role == "attn_v" and r.predicted_space is None for r in report.roles):
@@ -259,7 +267,7 @@ def render_scan(report: Report, full: bool = False, wide: bool = False, summary:
     for note in report.notes:
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     if summary:
-        console.print(lit(summary_line(report), "bold"), soft_wrap=True)
+        console.print(lit(summary_line(report), "bold"))  # wrapped between words at the terminal's width
 
 
 def trajectory_grid(report: Report) -> Grid:

@@ -2,7 +2,9 @@
 
 Each panel shows both spaces with each pair's own permutation null (a band from its mean to
 +3 sd) and the analytic floor ``sqrt(2/(pi d))`` (dotted; one line per space when their widths
-differ). The panel title names the projection, the space the theory predicts and both verdicts (frame, path).
+differ). The panel title names the projection and the space the theory predicts (first line) and both
+verdicts (second line; V's as what was found: ``no frame, no path, as predicted``). The legend names
+every line and band, the null band of each space in its own colour.
 """
 
 from __future__ import annotations
@@ -14,20 +16,23 @@ from matplotlib.ticker import MaxNLocator
 
 from geodrift.continuity import Report, RoleReport
 from geodrift.render.figures import (
-    NULL_LABEL,
     RANDOM_LABEL,
     draw_null_band,
     draw_random_floor,
     figure_legend,
     label_outer,
+    null_label,
     panels,
     save_figure,
     style,
 )
+from geodrift.render.verdicts import found_phrase
 from geodrift.weights import split_expert_role
 
 SPACE_COLORS = {"v": "tab:blue", "u": "tab:orange"}
 SPACE_NAMES = {"v": "v1 (input space)", "u": "u1 (output space)"}
+# The characters a panel title's line holds at 6.5 pt in a 2-column figure one journal column wide.
+TITLE_CHARS = 32
 
 
 def write_plot(report: Report, path: str | Path, dpi: int = 300, title: str | None = None) -> Path:
@@ -64,16 +69,19 @@ def _panel(ax: Any, role: RoleReport) -> None:
         vc = role.spaces[space].vectors[0]
         color = SPACE_COLORS[space]
         if vc.per_pair_null_mean:
-            draw_null_band(ax, x, vc.per_pair_null_mean, vc.per_pair_null_std, color,
-                           NULL_LABEL if space == "v" else None)
+            draw_null_band(ax, x, vc.per_pair_null_mean, vc.per_pair_null_std, color, null_label(f"{space}1"))
         ax.plot(x, vc.per_pair, color=color, marker=".", label=SPACE_NAMES[space])
         floors.add(round(vc.baseline, 6))
     for i, floor in enumerate(sorted(floors)):
         draw_random_floor(ax, floor, RANDOM_LABEL if i == 0 else None)
     predicted = {"v": "v1", "u": "u1", None: "neither"}[role.predicted_space]
-    verdict = "" if role.verdict == "no prediction" else \
-        f" · pred. {predicted} · frame {role.verdict}, path {role.path_verdict}"
-    ax.set_title(f"{role.label}{verdict}", pad=2, fontsize=7.5)
+    if role.verdict == "no prediction":
+        title = f"{role.label}\nno prediction"
+    else:
+        found = found_phrase(role)  # up to 46 characters (V's): more than a panel's width holds on one line
+        title = f"{role.label} · predicted {predicted}\n" + (found.replace(", ", "\n", 1) if len(found) > TITLE_CHARS
+                                                              else found)
+    ax.set_title(title, pad=2, fontsize=6.5, linespacing=1.1)
     ax.set_ylim(0, 1.02)
     ax.set_xlim(min(x) - 0.5, max(x) + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -107,7 +115,7 @@ def trajectory_figure(report: Report) -> Any:
             evr = []
             for t in (t for t in report.trajectory if t.label == label):
                 color = SPACE_COLORS[t.space]
-                draw_null_band(ax, t.lags, t.lag_null_mean, t.lag_null_std, color, NULL_LABEL if t.space == "v" else None)
+                draw_null_band(ax, t.lags, t.lag_null_mean, t.lag_null_std, color, null_label(f"{t.space}1"))
                 ax.plot(t.lags, t.lag_abs_cos, color=color, marker=".", label=SPACE_NAMES[t.space])
                 draw_random_floor(ax, t.lag_floor, RANDOM_LABEL if t.space == "v" else None)
                 evr.append(f"{t.space} {t.evr:.2f}")  # e.g. "v 0.48"

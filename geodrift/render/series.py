@@ -96,17 +96,17 @@ def render_drift(rep: DriftReport, wide: bool = False) -> None:
     moved = fmean(r.angle_deg for r in last) if last else float("nan")
     console.print(lit(f"{len(rep.checkpoints)} checkpoints; mean rotation of v1/u1 from #0 to "
                       f"#{len(rep.checkpoints) - 1}: {_deg(moved)} (unrelated vectors: "
-                      f"{_deg(fmean(r.null_angle_deg for r in last) if last else math.nan)})", "bold"), soft_wrap=True)
+                      f"{_deg(fmean(r.null_angle_deg for r in last) if last else math.nan)})", "bold"))  # wrapped
 
 
 def render_compare(rep: CompareReport, wide: bool = False) -> None:
-    """Print the comparison table, notes, and a one-line summary."""
+    """Print the comparison table, notes, and the summary (one sentence, wrapped to the terminal)."""
     print_grid(compare_grid(rep), wide=wide)
     for note in rep.notes:
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(note)))
     above = sum(r.overlap > r.overlap_null_mean + 3 * r.overlap_null_std for r in rep.subspaces)
     console.print(lit(f"{above}/{len(rep.subspaces)} (projection, space, layer) subspaces of {rep.b} overlap "
-                      f"{rep.a}'s above their permutation null (+3 sd)", "bold"), soft_wrap=True)
+                      f"{rep.a}'s above their permutation null (+3 sd)", "bold"))  # wrapped to the terminal
 
 
 def write_drift_plot(rep: DriftReport, path: str | Path, dpi: int = 300) -> Path:
@@ -145,12 +145,12 @@ def write_drift_plot(rep: DriftReport, path: str | Path, dpi: int = 300) -> Path
 def write_series_continuity_plot(rep: DriftReport, path: str | Path, dpi: int = 300) -> Path:
     """Continuity across depth (v1 and u1) at each checkpoint, per projection, with null band and random floor."""
     from geodrift.render.figures import (
-        NULL_LABEL,
         RANDOM_LABEL,
         draw_null_band,
         draw_random_floor,
         figure_legend,
         label_outer,
+        null_label,
         panels,
         save_figure,
         style,
@@ -165,7 +165,7 @@ def write_series_continuity_plot(rep: DriftReport, path: str | Path, dpi: int = 
             for space in ("v", "u"):
                 stats = [_first(rp, role.role, space) for rp in rep.reports]
                 draw_null_band(ax, x, [s.null_mean for s in stats], [s.null_std for s in stats], colors[space],
-                               NULL_LABEL if space == "v" else None)
+                               null_label(f"{space}1"))
                 ax.plot(x, [s.mean for s in stats], color=colors[space], marker=".", label=SPACE_NAMES[space])
             for i, floor in enumerate(sorted({round(role.spaces[s].vectors[0].baseline, 6) for s in ("v", "u")})):
                 draw_random_floor(ax, floor, RANDOM_LABEL if i == 0 else None)
@@ -180,10 +180,10 @@ def write_series_continuity_plot(rep: DriftReport, path: str | Path, dpi: int = 
 def write_compare_plot(rep: CompareReport, path: str | Path, dpi: int = 300) -> Path:
     """Per projection: subspace overlap of the two models across layers in both spaces, with null band and k/d."""
     from geodrift.render.figures import (
-        NULL_LABEL,
         draw_null_band,
         figure_legend,
         label_outer,
+        null_label,
         panels,
         save_figure,
         style,
@@ -200,7 +200,7 @@ def write_compare_plot(rep: CompareReport, path: str | Path, dpi: int = 300) -> 
                     continue
                 x = [r.layer for r in rows]
                 draw_null_band(ax, x, [r.overlap_null_mean for r in rows], [r.overlap_null_std for r in rows],
-                               colors[space], NULL_LABEL if space == "v" else None)
+                               colors[space], null_label(f"{space} overlap"))
                 ax.plot(x, [r.overlap for r in rows], color=colors[space], marker=".", label=f"{space} (top-{rows[0].k})")
                 ax.axhline(rows[0].overlap_random, color=colors[space], ls=":", lw=0.9,
                            label="random k/d" if space == "v" else None)

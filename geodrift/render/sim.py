@@ -8,12 +8,17 @@ mean, and the verdict table prints each criterion.
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
-from geodrift.continuity import Report, Stat
+from rich.text import Text
+
+from geodrift.continuity import Report, RoleReport, Stat
 from geodrift.render import console, fmt, lit
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.scan import render_scan, sparkline
-from geodrift.render.verdicts import verdict_grid
+from geodrift.render.verdicts import VERDICT_STYLE, found_words, verdict_grid
 from geodrift.sim.reference import PAPER_TABLE2, PAPER_TABLE2_SPACE
 from geodrift.sim.reproduce import COLUMN_TITLES, Reproduction
 from geodrift.weights import ROLE_LABELS
@@ -32,8 +37,7 @@ def _cell(stat: Stat | None, paper: float | str | None, col: str) -> str:
 
 
 def _title(rep: Reproduction) -> str:
-    return (f"geodrift simulate {rep.sim} --preset {rep.preset}: geodrift (mean ± std over {len(rep.seeds)} "
-            "seed(s)) vs paper (reference only)")
+    return f"geodrift (mean ± std over {len(rep.seeds)} seed(s)) vs the paper"  # the command: in the summary line
 
 
 def _caption(rep: Reproduction) -> str:
@@ -98,8 +102,30 @@ def reference_grid(rep: Reproduction, reference: Report) -> Grid:
         ref_cell = _with_null([ref.spaces[space].vectors[0].mean], [ref.spaces[space].vectors[0].null_mean]) \
             if ref is not None else "—"
         grid.add(ROLE_LABELS[role], f"{space}1", sim_cell, fmt(PAPER_TABLE2["Llama-3.1-8B"][role]), ref_cell,
-                 lit(f"frame {ref.verdict}\npath {ref.path_verdict}") if ref is not None else "—")
+                 _found(ref) if ref is not None else "—")
     return grid
+
+
+def _found(role: RoleReport) -> Text:
+    # Two lines, frame and path, in words a reader cannot misread (V: "none" = none found, as predicted).
+    frame, path = found_words(role)
+    return Text("\n").join([lit(f"frame {frame}"), lit(f"path {path}")])
+
+
+def reference_line(reference: Report) -> str:
+    """The pretrained reference in one sentence (the brief output; ``--full`` has its table with verdicts): each
+    projection's Eq. 1 in the space the paper reports, its permutation-null mean in brackets.
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> print(reference_line(Report("SmolLM2", "raw", 8, 20, 0, [])))
+        SmolLM2, the pretrained reference (Eq. 1 in the paper's space, null mean in brackets): —
+    """
+    cells = [f"{ROLE_LABELS[role]} {space}1 {fmt(r.spaces[space].vectors[0].mean)} "
+             f"({fmt(r.spaces[space].vectors[0].null_mean)})"
+             for role, space in PAPER_TABLE2_SPACE.items() if (r := reference.role(role)) is not None]
+    return (f"{reference.origin}, the pretrained reference (Eq. 1 in the paper's space, null mean in brackets): "
+            + (", ".join(cells) or "—"))
 
 
 def summary_line(rep: Reproduction) -> str:
@@ -117,23 +143,74 @@ def summary_line(rep: Reproduction) -> str:
     return f"{held}/{len(judged)} claims hold — {what}{tail}"
 
 
+EQ1 = " (Eq. 1, the paper's claim)"
+SEEDS = "on every seed: "
+
+
+def brief_claims_grid(rep: Reproduction) -> Grid:
+    """The claims, one short row each: number, claim, verdict (criteria follow once, :func:`criteria_lines`);
+    with one configuration its label is said once, in the title."""
+    labels = {spec.label for spec in rep.specs}
+    one = next(iter(labels)) if len(labels) == 1 else None
+    every = " on every seed" if all(v.criterion.startswith(SEEDS) for v in rep.verdicts) else ""
+    grid = Grid(f"Claims{f' ({one})' if one else ''}{every}; frame claims are Eq. 1's (the paper's)",
+                [Col("#"), Col("claim", "left", prose=True), Col("verdict", "center")])
+    for i, v in enumerate(rep.verdicts, 1):
+        claim = v.claim.removeprefix(f"{one}: ") if one else v.claim
+        grid.add(str(i), lit(claim.replace(EQ1, "")), VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
+    return grid
+
+
+def criteria_lines(rep: Reproduction) -> list[str]:
+    """Each distinct criterion once, with the numbers of the claims it judged (the brief output's claims table).
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> from geodrift.continuity.verdicts import Verdict
+        >>> criteria_lines(S(verdicts=[Verdict("a", "z >= 3", "", "holds"), Verdict("b", "z >= 3", "", "fails")]))
+        ['criterion of claims 1, 2: z >= 3']
+    """
+    by_text: dict[str, list[str]] = {}
+    for i, v in enumerate(rep.verdicts, 1):
+        by_text.setdefault(v.criterion, []).append(str(i))
+    return [f"criterion of claim{'s' * (len(n) > 1)} {', '.join(n)}: {text}" for text, n in by_text.items()]
+
+
+def _unseeded(rep: Reproduction) -> Reproduction | Any:
+    # The criteria with "on every seed: " said once (in the line before them), not on every criterion.
+    if not all(v.criterion.startswith(SEEDS) for v in rep.verdicts):
+        return rep
+    return SimpleNamespace(verdicts=[replace(v, criterion=v.criterion.removeprefix(SEEDS)) for v in rep.verdicts])
+
+
+FULL_HINT = "--full: scan tables, training, the reference's table, each claim's measurement"
+
+
 def render_reproduction(rep: Reproduction, reference: Report | None = None, detail: bool = False,
                         wide: bool = False) -> None:
-    """Print the comparison, the verdicts, (per-projection simulators: the transformer) the first run's scan table
-    (brief; every scan table with ``detail``, the CLI's ``--full``) and training, notes, summary."""
+    """Print the simulator's result: brief by default (the comparison with the paper, the claims with each
+    criterion once, notes, summary: within 80 lines at 80 columns for the presets' single configuration);
+    ``detail`` (the CLI's ``--full``) adds, for per-projection simulators (the transformer), the first run's
+    scan tables, training and the pretrained reference, and prints each claim with its measurement."""
     per_projection = rep.simulator.per_projection and bool(rep.results)
-    if per_projection:
-        render_scan(rep.results[0].report, full=detail, wide=wide, summary=False)
+    if per_projection and detail:
+        render_scan(rep.results[0].report, full=True, wide=wide, summary=False)
     print_grid(comparison_grid(rep), wide=wide)
-    if per_projection:
+    if per_projection and detail:
         print_grid(training_grid(rep), wide=wide)
         if reference is not None:
             print_grid(reference_grid(rep, reference), wide=wide)
-    if rep.verdicts:
+    elif per_projection and reference is not None:
+        console.print(lit(reference_line(reference), "dim"))
+    if rep.verdicts and detail:
         what = ("" if per_projection else "; v1/u1 continuity is Eq. 1, a frame shared across layers (the depth path "
                 "is judged per projection, in the transformer only)")
         print_grid(verdict_grid(rep.verdicts, "Claims (criteria from the noise floors and seed spread, not from the "
                                 f"paper's values{what})"), wide=wide)
+    elif rep.verdicts:
+        print_grid(brief_claims_grid(rep), wide=wide)
+        for line in criteria_lines(_unseeded(rep)):  # "on every seed" is in the claims' title
+            console.print(lit(line, "dim"))
     for note in rep.notes:
         console.print(lit(f"• {note}", "dim"))
     walls = [r.timing.get("wall_s", 0.0) / max(1.0, r.timing.get("members", 1.0)) for r in rep.records]
@@ -142,4 +219,6 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
     for r in rep.results:
         if r.path is not None:
             console.print(lit(f"• run record: {r.path / 'run.json'}", "dim"))
-    console.print(lit(summary_line(rep), "bold"), soft_wrap=True)
+    if not detail and (per_projection or rep.verdicts):
+        console.print(lit(FULL_HINT, "dim"))
+    console.print(lit(summary_line(rep), "bold"))  # wrapped between words at the terminal's width

@@ -29,6 +29,7 @@ from geodrift.render.figures import (
     figure_format,
     figure_legend,
     label_outer,
+    null_label,
     panels,
     save_figure,
     style,
@@ -201,7 +202,7 @@ def transformer_training_plot(records: list[RunRecord], path: Path, floors: dict
                         mean = [p[1] for p in rec.select("W", role, "null_mean", space, 1)]
                         std = [p[1] for p in rec.select("W", role, "null_std", space, 1)]
                         if len(mean) == len(std) == len(x):
-                            draw_null_band(ax, x, mean, std, color, NULL_LABEL if space == "v" else None)
+                            draw_null_band(ax, x, mean, std, color, null_label(f"{space}1"))
                 if (role, space) in floors:
                     draw_random_floor(ax, floors[(role, space)], RANDOM_LABEL if space == "v" else None)
             ax.set_title(f"{ROLE_LABELS[role]} (paper reports {PAPER_TABLE2_SPACE[role]}1)", pad=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from geodrift.continuity.report import RoleReport
 from geodrift.continuity.verdicts import Verdict
 from geodrift.render import lit
 from geodrift.render.layout import Col, Grid
@@ -20,3 +21,43 @@ def verdict_grid(verdicts: Iterable[Verdict], title: str) -> Grid:
     for v in verdicts:
         grid.add(lit(v.claim), lit(v.criterion), lit(v.measured), VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
     return grid
+
+
+def found_words(role: RoleReport) -> tuple[str, str]:
+    """A projection's frame and path verdicts as what was found, words a reader cannot misread.
+
+    A predicted space (Q, K, Gate, Up: v; O, Down, OV: u) keeps ``holds``/``fails`` (the prediction of a
+    frame or path holds or fails). V is predicted to have neither, so its "holds" is said as ``none`` (no
+    frame, or no path, as predicted) and its "fails" as ``found`` (one the theory did not predict).
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> found_words(S(predicted_space=None, verdict="holds", path_verdict="fails"))
+        ('none', 'found')
+        >>> found_words(S(predicted_space="v", verdict="holds", path_verdict="n/a"))
+        ('holds', 'n/a')
+    """
+    if role.predicted_space is not None:
+        return role.verdict, role.path_verdict
+    words = {"holds": "none", "fails": "found"}
+    return words.get(role.verdict, role.verdict), words.get(role.path_verdict, role.path_verdict)
+
+
+def found_phrase(role: RoleReport) -> str:
+    """:func:`found_words` as a phrase: ``frame holds, path fails``; for V ``no frame, no path, as predicted``.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> found_phrase(S(predicted_space=None, verdict="holds", path_verdict="holds"))
+        'no frame, no path, as predicted'
+        >>> found_phrase(S(predicted_space=None, verdict="fails", path_verdict="holds"))
+        'a frame (not predicted), no path'
+        >>> found_phrase(S(predicted_space="u", verdict="holds", path_verdict="fails"))
+        'frame holds, path fails'
+    """
+    if role.predicted_space is not None:
+        return f"frame {role.verdict}, path {role.path_verdict}"
+    said = {"holds": "no {}", "fails": "a {} (not predicted)"}
+    parts = [said.get(v, "{} " + v).format(name) for name, v in (("frame", role.verdict), ("path", role.path_verdict))]
+    as_predicted = role.verdict == role.path_verdict == "holds"
+    return ", ".join(parts) + (", as predicted" if as_predicted else "")

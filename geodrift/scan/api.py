@@ -33,6 +33,7 @@ from geodrift.provenance import report_provenance
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.fingerprint import checkpoint_fingerprint
 from geodrift.scan.mapping import NameRule, load_name_mapping
+from geodrift.scan.preflight import check_k, plan_shapes
 from geodrift.scan.readers import VIEWS, open_checkpoint, weightset
 from geodrift.scan.safetensors_reader import StateDictCheckpoint
 from geodrift.scan.scan import heads_of, parse_layers, parse_roles
@@ -43,7 +44,9 @@ from geodrift.scan.state_dict import module_config, unwrap_state_dict
 KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-draws": "null_draws=",
             "--seed": "seed=", "--view": "view=", "--names": "names="}
 _FLAG = re.compile("|".join(re.escape(flag) + r"\b(?!-)" for flag in sorted(KEYWORDS, key=len, reverse=True)))
-FIGURE_KINDS = ("continuity", "trajectory")
+# An option followed by a number ("use --k 32 or less") reads as a keyword with its value ("use k=32 or less").
+_FLAG_VALUE = re.compile(f"(?:{_FLAG.pattern}) (?=\\d)")
+FIGURE_KINDS = ("continuity", "trajectory", "experts")
 
 
 @dataclass(repr=False)
@@ -57,30 +60,39 @@ class ScanReport(Report):
         return cls(**{f.name: getattr(report, f.name) for f in fields(Report)})
 
     def plot(self, path: str | Path | None = None, *, kind: str = "continuity", dpi: int = 300) -> Any:
-        """The figure of ``geodrift scan --plot`` (matplotlib, imported now): ``kind="continuity"`` is
-        ``--plot FILE``, ``"trajectory"`` its ``FILE_trajectory`` figure.
+        """The figures of ``geodrift scan --plot`` (matplotlib, imported now): ``kind="continuity"`` is
+        ``--plot FILE``, ``"trajectory"`` its ``FILE_trajectory`` figure, ``"experts"`` (a mixture of
+        experts) its ``FILE_experts`` figure.
 
         Args:
             path: also write the figure there (.png, .pdf or .svg, atomically); None: only return it.
-            kind: ``"continuity"`` (|cos| of adjacent layers across depth, per projection) or ``"trajectory"``.
+            kind: ``"continuity"`` (|cos| of adjacent layers across depth, per projection), ``"trajectory"``
+                or ``"experts"`` (each expert across depth, and the experts of each layer compared).
             dpi: resolution of a written raster figure.
 
         Returns:
             The ``matplotlib.figure.Figure`` (open: ``fig.show()``, or shown by a notebook).
 
         Raises:
-            GeodriftError: an unknown ``kind``, a report without a trajectory, an unsupported suffix or dpi.
+            GeodriftError: an unknown ``kind``, a report without a trajectory or without experts, an
+                unsupported suffix or dpi.
         """
+        from geodrift.render.experts_plot import experts_figure
         from geodrift.render.figures import save_figure, style
         from geodrift.render.scan_plot import continuity_figure, trajectory_figure
+        from geodrift.weights import split_expert_role
 
         if kind not in FIGURE_KINDS:
             raise GeodriftError(f"plot(kind={kind!r}): unknown kind; use one of {', '.join(FIGURE_KINDS)}")
         if kind == "trajectory" and not self.trajectory:
             raise GeodriftError("plot(kind='trajectory'): this report has no trajectory (it needs a projection "
                                 "with at least 3 layers)")
+        if kind == "experts" and not any(split_expert_role(r.role) for r in self.roles):
+            raise GeodriftError("plot(kind='experts'): this report has no experts (it is not a mixture of experts, "
+                                "or roles= left out the experts' projections)")
+        figures = {"continuity": continuity_figure, "trajectory": trajectory_figure, "experts": experts_figure}
         with style():
-            fig = continuity_figure(self) if kind == "continuity" else trajectory_figure(self)
+            fig = figures[kind](self)
             if path is not None:
                 save_figure(fig, path, dpi, close=False)
         return fig
@@ -90,7 +102,7 @@ class ScanReport(Report):
 def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
     """Re-raise a GeodriftError with the options named as :func:`scan`'s keyword arguments: a message that
     starts ``--k: ...`` starts ``k=0: ...`` (the value as given, a long list elided); ``--roles`` elsewhere
-    in it reads ``roles=``.
+    in it reads ``roles=``, and ``--k 32`` reads ``k=32``.
 
     Example:
         >>> with keyword_errors({"layers": list(range(94))}):
@@ -106,6 +118,7 @@ def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
         if first and text[first.end():first.end() + 1] == ":" and KEYWORDS[first.group(0)][:-1] in given:
             name = KEYWORDS[first.group(0)]
             text = f"{name}{_shown(given[name[:-1]])}{text[first.end():]}"
+        text = _FLAG_VALUE.sub(lambda m: KEYWORDS[m.group(0)[:-1]], text)
         raise GeodriftError(_FLAG.sub(lambda m: KEYWORDS[m.group(0)], text)) from None
 
 
@@ -219,6 +232,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
             raise GeodriftError(f"--view: {view!r} is not a view; use raw, folded or canonical")
         ckpt = open_model(model, names, architecture, config)
         ws = weightset(ckpt, view=view).select(role_list, layer_list)
+        check_k(plan_shapes(ws, heads_of(ckpt) if ov else None), spec, ws.origin)  # the CLI's rule for k
         report = ScanReport.of(scan_weights(ws, spec, progress=progress, heads=heads_of(ckpt) if ov else None))
     report.provenance = report_provenance(call, checkpoint_fingerprint(ckpt))
     return report

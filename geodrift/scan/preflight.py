@@ -1,8 +1,10 @@
 """Checks of a scan's options against the opened checkpoint, from headers only, before any SVD.
 
 - ``--layers`` must name layers the model has (the message gives the model's range);
-- ``--k`` must not exceed the rank of the smallest selected matrix (it is refused rather than
-  clipped in silence; the library clips and notes it, see ``Report.notes``);
+- ``--k`` (one rule for both faces, :func:`check_k`): above the rank of some selected matrices it is
+  clipped for those projections and said in ``Report.notes`` (``geodrift scan`` and ``geodrift.scan``
+  give the same report at their default k = 8 on a 4-expert router, rank 4); above the rank of every
+  selected matrix it is refused (nothing would use it);
 - the measurement's memory estimate (``geodrift.continuity.budget``) must fit ``--max-memory``.
 """
 
@@ -42,8 +44,35 @@ def plan_shapes(ws: WeightSet, heads: tuple[int, int] | None) -> dict[str, tuple
     return shapes
 
 
+def check_k(shapes: dict[str, tuple[int, int, int]], spec: MeasureSpec, origin: str) -> None:
+    """Refuse a ``k`` above the rank of every selected matrix; a ``k`` that only some exceed is clipped for
+    those by the measurement (with a note), from the CLI and from Python alike.
+
+    Args:
+        shapes: role -> ``(layers, d_out, d_in)`` (:func:`plan_shapes`).
+        spec: the measurement.
+        origin: the checkpoint's name for the message.
+
+    Raises:
+        GeodriftError: e.g. ``--k 10000: larger than the rank of every selected projection in m.gguf (the
+            largest: attn_q, rank 576 = min of 576 x 576); use --k 576 or less``.
+
+    Example:
+        >>> check_k({"router": (3, 4, 32), "attn_q": (3, 32, 32)}, MeasureSpec(k=8), "m")  # router clipped to 4
+    """
+    if not shapes or spec.full_spectrum:
+        return
+    role, (_, d_out, d_in) = max(shapes.items(), key=lambda item: min(item[1][1:]))
+    if spec.k > min(d_out, d_in):
+        raise GeodriftError(
+            f"--k {spec.k}: larger than the rank of every selected projection in {origin} (the largest: {role}, "
+            f"rank {min(d_out, d_in)} = min of {d_out} x {d_in}); use --k {min(d_out, d_in)} or less"
+        )
+
+
 def check_plan(ws: WeightSet, spec: MeasureSpec, heads: tuple[int, int] | None, max_memory: int) -> int:
-    """Refuse a ``--k`` above a selected matrix's rank, or a run whose estimate exceeds ``max_memory``.
+    """Refuse a ``--k`` no selected matrix can use (:func:`check_k`), or a run whose memory estimate exceeds
+    ``max_memory`` (k clipped per projection to its rank, as the measurement clips it).
 
     Args:
         ws: the selected projections (headers read, no data).
@@ -55,15 +84,10 @@ def check_plan(ws: WeightSet, spec: MeasureSpec, heads: tuple[int, int] | None, 
         The estimate in bytes.
 
     Raises:
-        GeodriftError: naming the option, the estimate or rank, and the fix.
+        GeodriftError: naming the option, the estimate and the fix.
     """
     shapes = plan_shapes(ws, heads)
-    role, (_, d_out, d_in) = min(shapes.items(), key=lambda item: min(item[1][1:]))
-    if spec.k > min(d_out, d_in):
-        raise GeodriftError(
-            f"--k {spec.k}: larger than the rank of {role} ({min(d_out, d_in)} = min of its shape "
-            f"{d_out} x {d_in}) in {ws.origin}; use --k {min(d_out, d_in)} or less (or leave {role} out with --roles)"
-        )
+    check_k(shapes, spec, ws.origin)
     estimate = estimate_bytes(shapes, spec)
     if estimate > max_memory:
         raise GeodriftError(

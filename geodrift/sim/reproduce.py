@@ -255,18 +255,21 @@ def _projection_claims(specs: list[RunSpec], results: list[RunResult]) -> list[V
                 continue
             first = found[0][1]
             space = {"v": "input space (v1)", "u": "output space (u1)", None: "neither space"}[first.predicted_space]
+            # V is predicted to have neither: its claims say so ("has no frame"), not "shares a frame in neither space"
             measured = "; ".join(
                 f"seed {seed}: v1 {rr.spaces['v'].vectors[0].mean:.3f} (null {rr.spaces['v'].vectors[0].null_mean:.3f}, "
                 f"z {rr.spaces['v'].vectors[0].z:.0f}), u1 {rr.spaces['u'].vectors[0].mean:.3f} "
                 f"(null {rr.spaces['u'].vectors[0].null_mean:.3f}, z {rr.spaces['u'].vectors[0].z:.0f})"
                 for seed, rr, _ in found)
-            out.append(Verdict(f"{spec.label}: {first.label} shares a frame across layers in {space} (Eq. 1, the "
-                               "paper's claim)", f"on every seed: {first.criterion}", measured,
+            frame_claim, path_claim = (f"shares a frame across layers in {space} (Eq. 1, the paper's claim)",
+                                       f"follows a depth path in {space}") if first.predicted_space else (
+                "has no frame across layers in either space (Eq. 1, the paper's claim)", "has no depth path in either space")
+            out.append(Verdict(f"{spec.label}: {first.label} {frame_claim}", f"on every seed: {first.criterion}", measured,
                                _on_every_seed([rr.verdict for _, rr, _ in found])))
             order = "; ".join(f"seed {seed}: " + ", ".join(
                 f"{t.space}1 layer-order z {t.order_z:.1f} (p {t.order_p:.2g})" for t in shapes if t.role == role)
                 for seed, _, shapes in found)
-            out.append(Verdict(f"{spec.label}: {first.label} follows a depth path in {space}",
+            out.append(Verdict(f"{spec.label}: {first.label} {path_claim}",
                                f"on every seed: {first.path_criterion}", order or "no trajectory measured",
                                _on_every_seed([rr.path_verdict for _, rr, _ in found])))
     return out
