@@ -155,7 +155,7 @@ def test_summary_has_the_summary_csv_columns_and_its_k1_rows(tmp_path: Path):
     assert row["path_criterion"] == q.path_criterion
     assert set(summary.columns) - {"model", "label", "layers"} <= set(report.to_dict()["roles"][0]) | {
         "space", "dim", "k", "mean", "median", "baseline", "null_mean", "null_std", "z", "sigma2_wa", "view",
-        "sigma2_wa_upper", "sigma2_null_mean", "subspace_overlap", "subspace_baseline"}
+        "sigma2_wa_upper", "sigma2_null_mean", "subspace_overlap", "subspace_baseline", "gauge", "moved_by"}
     assert len(report.to_frame()) == 7 * 2 * 2 * 3  # the default is still the per-pair table
     with pytest.raises(GeodriftError, match=r"to_frame\(kind='rows'\): unknown kind"):
         report.to_frame(kind="rows")

@@ -215,4 +215,4 @@ def test_a_refused_choice_from_the_shell_prints_no_traceback() -> None:
     proc = subprocess.run([sys.executable, "-m", "geodrift", "scan", "--view", "cooked"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines() == ["error: Invalid value for '--view': 'cooked' is not one of 'raw', 'folded'."]
+    assert proc.stderr.splitlines() == ["error: Invalid value for '--view': 'cooked' is not one of 'raw', 'folded', 'canonical'."]

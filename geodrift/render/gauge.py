@@ -57,7 +57,7 @@ def render_gauge(diag: GaugeDiagnosis | str, wide: bool = False, then: str | Non
         print_grid(gauge_grid(diag), wide=wide)
         console.print(lit(diag.summary(), "bold" if diag.flagged else ""), soft_wrap=True)
     if then is not None:
-        console.print(lit(then, "bold"), soft_wrap=True)
+        console.print(lit(then, "bold"))  # wrapped at the terminal width, as render_scan prints it
 
 
 def gauge_plot_path(plot: Path) -> Path:
