@@ -4,7 +4,9 @@ and the compression experiments.
 ``reproduce_paper(mode, out, ...)`` runs, in order:
 
 1. the symbolic proofs and their numeric twins (``geodrift.prove.run_claims``);
-2. the scan of the embedded SmolLM2-135M (``geodrift.scan``), k = 8, 100 null draws;
+2. the scan of the embedded SmolLM2-135M (``geodrift.scan``), k = 8, 100 null draws, then its eight
+   predictions in the raw (the paper's metric), folded and canonical (gauge-invariant) views side by side
+   (:func:`geodrift.scan.views.compare_views`; the raw scan is reused), beside the paper's Llama-3.1-8B values;
 3. every simulator section of :func:`plan` as one sweep (``geodrift.sweep``; all runs of all
    presets share the pool), each section's records under ``<out>/runs/<section>/``;
 4. the compression sections of :func:`compress_plan` on the embedded SmolLM2-135M, loaded once:
@@ -34,13 +36,17 @@ from geodrift.prove import run_claims
 from geodrift.prove.runner import ProveReport
 from geodrift.provenance import git_dirty, git_revision, load_average, stamp
 from geodrift.scan.scan import load_weights, scan
+from geodrift.scan.views import VIEW_ORDER, ViewComparison, compare_views
 from geodrift.sim.experiment import Experiment, Overrides
+from geodrift.sim.reference import PAPER_TABLE2
 from geodrift.sim.reproduce import Reproduction, gate_drop_verdict
 from geodrift.sweep.execute import SweepStatus
 from geodrift.sweep.grid import Job, preset_grid
 from geodrift.sweep.runner import run_sweep, sweep_reproduction
 
 MODES = ("full", "quick", "smoke")
+__all__ = ["MODES", "CompressPlan", "PaperReproduction", "Section", "SimSection", "ViewComparison", "compress_plan", "plan",
+           "reproduce_command", "reproduce_paper", "run_compression"]
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,9 @@ class Section:
 
     key: str
     title: str
-    kind: str  # proofs | scan | sim | compress
+    kind: str  # proofs | scan | views | sim | compress
     command: str
-    result: ProveReport | Report | Reproduction | PruneResult | ShareResult | None = None
+    result: ProveReport | Report | ViewComparison | Reproduction | PruneResult | ShareResult | None = None
     note: str = ""
     seconds: float | None = None  # wall time; for a simulator section the sum of its runs' wall times
     runs: int = 0  # simulator runs behind the section
@@ -295,9 +301,19 @@ def reproduce_paper(mode: str, out: str | Path, *, backend: str = "local", worke
         return scan(ws, MeasureSpec(k=8, null_draws=draws, seed=0), heads=heads)
 
     scan_cmd = "geodrift scan" + (" --layers 0-2 --null-draws 10" if mode == "smoke" else "")
-    scanned = Section("scan", "Scan of the embedded SmolLM2-135M-Instruct", "scan", scan_cmd, timed("scan", run_scan))
+    raw: Report = timed("scan", run_scan)
+    scanned = Section("scan", "Scan of the embedded SmolLM2-135M-Instruct", "scan", scan_cmd, raw)
     scanned.seconds = wall["scan"]
     sections.append(scanned)
+    on_stage("the eight predictions in the raw, folded and canonical views")
+    views = Section("views", "The eight predictions in the raw, folded and canonical views", "views",
+                    " && ".join(f"{scan_cmd} --view {v}" for v in VIEW_ORDER),
+                    timed("views", lambda: compare_views(
+                        None, MeasureSpec(k=8, null_draws=draws, seed=0), layers=layers,
+                        reports={"raw": raw}, reference=PAPER_TABLE2["Llama-3.1-8B"],
+                        reference_name="paper, Llama-3.1-8B")))
+    views.seconds = wall["views"]
+    sections.append(views)
     grids = {s.key: preset_grid(s.experiment()) for s in sims}
     jobs = [Job(j.spec, j.seed, j.preset, f"runs/{key}") for key, g in grids.items() for j in g.jobs]
     on_stage(f"{len(jobs)} simulator runs in {len(sims)} sections on {backend} ({workers} worker(s))")

@@ -29,11 +29,12 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
         assert lib in md, lib
     assert re.search(r"\| load average \(1/5/15 min\) \| before [\d.]+ / [\d.]+ / [\d.]+; after [\d.]+", md)
     assert re.search(r"\| threads \| \d+ CPUs usable; torch threads \d+", md)
-    assert re.search(r"\| wall time \| total [\d.]+ (s|min); proofs [\d.]+ s; scan [\d.]+ s; simulators \(\d+ runs", md)
-    assert md.count("Wall time: ") == 6 and "Wall time: not run" in md  # compress-share in smoke mode
+    assert re.search(r"\| wall time \| total [\d.]+ (s|min); proofs [\d.]+ s; scan [\d.]+ s; views [\d.]+ s; simulators \(\d+ runs",
+                     md)
+    assert md.count("Wall time: ") == 7 and "Wall time: not run" in md  # compress-share in smoke mode
     assert re.search(r"Wall time: [\d.]+ (s|min), summed over its 1 run\(s\)", md)
     # every section, its command, and its figures (files that exist)
-    for key in ("proofs", "scan", "mlp-smoke", "transformer-tiny", "compress-prune", "compress-share"):
+    for key in ("proofs", "scan", "views", "mlp-smoke", "transformer-tiny", "compress-prune", "compress-share"):
         assert f'<a id="{key}"></a>' in md
     assert "Command: `geodrift simulate mlp --preset smoke --seeds 42" in md
     for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
@@ -46,6 +47,10 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
     rows = [line for line in md.splitlines() if line.startswith("| [")]
     assert any("[scan]" in r and "null" in r and ("**holds**" in r or "**fails**" in r) for r in rows)
     assert any("[transformer-tiny]" in r and "permutation null" in r for r in rows)
+    # the eight predictions in three views, the canonical (gauge-invariant) verdicts among the claims
+    assert sum("[views]" in r and "canonical view (gauge-invariant)" in r for r in rows) == 16
+    assert "| Proj | number | paper, Llama-3.1-8B | raw | folded | canonical |" in md
+    assert "Command: `geodrift scan --layers 0-2 --null-draws 10 --view raw && " in md
     assert any("[compress-prune]" in r and "beats random removal" in r and "rank test" in r
                and re.search(r"\*\*(holds|fails|tie|n/a)\*\*", r) for r in rows)
     assert any("[compress-share]" in r and "**not run**" in r and "not run in smoke mode" in r for r in rows)
@@ -55,11 +60,11 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
     assert sorted(data["files"]) == sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
                                            if p.is_file() and "runs" not in p.relative_to(out).parts
                                            and p.name != MANIFEST)  # the output-folder policy's bookkeeping
-    assert {s["key"] for s in data["sections"]} >= {"proofs", "scan", "mlp-smoke", "transformer-tiny"}
+    assert {s["key"] for s in data["sections"]} >= {"proofs", "scan", "views", "mlp-smoke", "transformer-tiny"}
     from test_output_schema import _documented
 
     _documented(data, "## kind: `paper_reproduction`", "## kind: `reproduction`", "## kind: `continuity_report`",
-                "## kind: `proofs`", "## kind: `compress_prune`")
+                "## kind: `proofs`", "## kind: `compress_prune`", "## kind: `scan_views`")
     # the records are where a sweep writes them; a second run without --resume/--force is refused
     assert (out / "runs" / "mlp-smoke" / "Res+ReLU" / "seed42" / "run.json").is_file()
     with pytest.raises(SystemExit) as again:

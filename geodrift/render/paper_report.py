@@ -21,7 +21,7 @@ from geodrift.continuity import Report, Stat
 from geodrift.prove.runner import ProveReport
 from geodrift.provenance import check_results_path, results_markdown
 from geodrift.render.layout import grid_markdown
-from geodrift.reproduction import PaperReproduction, Section
+from geodrift.reproduction import PaperReproduction, Section, ViewComparison
 from geodrift.sim.reference import PAPER_TABLE2
 from geodrift.sim.reproduce import COLUMN_TITLES, Reproduction
 from geodrift.weights import ROLE_LABELS
@@ -143,6 +143,8 @@ def _verdicts(s: Section) -> list[tuple[str, str, str, str]]:
             out.append((f"{r.label}: a depth path in {where}", r.path_criterion, order or "not measured",
                         r.path_verdict))
         return out
+    if isinstance(s.result, ViewComparison):
+        return _view_claims(s.result)
     if isinstance(s.result, ProveReport):
         return [(c.title, f"symbolic ({c.method}) and numeric cross-check", c.numeric_summary or c.reason, c.status)
                 for c in s.result.results]
@@ -158,6 +160,8 @@ def _section(s: Section, figures: list[Path], folder: Path) -> list[str]:
         lines += _sim_table(s.result)
     elif isinstance(s.result, Report):
         lines += _scan_table(s.result)
+    elif isinstance(s.result, ViewComparison):
+        lines += _views_table(s.result)
     elif isinstance(s.result, PruneResult | ShareResult):
         lines += _compress_tables(s.result)
     lines += [f"![{s.key}]({p.relative_to(folder).as_posix()})" for p in figures]
@@ -193,6 +197,63 @@ def _scan_table(report: Report) -> list[str]:
         lines.append(f"| {ROLE_LABELS.get(r.role, r.label)} | {r.predicted_space or 'neither'} | {v.mean:.3f} "
                      f"({v.null_mean:.3f} ± {v.null_std:.3f}) | {u.mean:.3f} ({u.null_mean:.3f} ± {u.null_std:.3f}) | "
                      f"{'—' if ref is None else f'{ref:.2f}'} | {r.verdict} | {r.path_verdict} |")
+    return [*lines, ""]
+
+
+def _view_claims(cmp: ViewComparison) -> list[tuple[str, str, str, str]]:
+    # The gauge-invariant verdicts (canonical view) as claims; the other views' numbers beside them.
+    if "canonical" not in cmp.views:
+        return []
+    out = []
+    for row in cmp.rows:
+        c = row.cells.get("canonical")
+        if c is None:
+            continue
+        where = f"{row.predicted or 'neither'} space"
+        others = ", ".join(f"{view} {row.cells[view].mean:.3f}" for view in cmp.views
+                           if view != "canonical" and view in row.cells)
+        measured = f"{row.space}1 {c.mean:.3f} (null {c.null_mean:.3f}, z {c.z:.1f}); {others}"
+        out.append((f"{row.label}: a frame shared across layers in {where}, canonical view (gauge-invariant)",
+                    "the scan's frame criterion (its row above), on the canonical weights", measured, c.verdict))
+        out.append((f"{row.label}: a depth path in {where}, canonical view (gauge-invariant)",
+                    "the scan's path criterion (its row above), on the canonical weights", measured,
+                    c.path_verdict))
+    return out
+
+
+def _gauge_text(status: str, moved_by: list[str]) -> str:
+    return f"{status} ({', '.join(moved_by)})" if moved_by else status
+
+
+def _views_table(cmp: ViewComparison) -> list[str]:
+    spec = cmp.spec
+    lines = [f"Each cell: the top vector's Eq. 1 mean over the {len(cmp.layers)} layers' adjacent pairs, its "
+             f"permutation null (mean ± sd over {spec.get('null_draws')} draws) and z; the projection's two "
+             "verdicts (shared frame, depth path); and the number's gauge status in that view: `invariant` = "
+             "identical for any two checkpoints that differ by an exact gauge, `varies (...)` = moved by the "
+             "gauges named (`fold`: scales moved between a norm gain and its readers; `rotate`: a residual "
+             "rotation, which moves the null and z but not the mean; `qk`, `vo`, `mlp_scale`: the per-head "
+             "and per-unit maps). **The canonical verdicts are the gauge-invariant ones; the raw view is the "
+             "paper's metric** (docs/verdicts.md, \"Gauges and the canonical view\").", ""]
+    flips = cmp.flips()
+    lines += [("Verdicts that differ between views: " + ", ".join(flips) + ".") if flips
+              else "No verdict differs between the views.", ""]
+    reference = cmp.reference_name or "reference"
+    if cmp.reference_name:
+        lines += [f"The `{reference}` column is a reference only (another model's values where the paper has no "
+                  "value for this one; — where it reports none): no verdict uses it.", ""]
+    lines += ["| Proj | number | " + reference + " | " + " | ".join(cmp.views) + " |",
+              "|---|---|---|" + "---|" * len(cmp.views)]
+    for row in cmp.rows:
+        cells = []
+        for view in cmp.views:
+            c = row.cells.get(view)
+            cells.append("—" if c is None else
+                         f"{c.mean:.3f} (null {c.null_mean:.3f} ± {c.null_std:.3f}, z {c.z:.1f}); frame "
+                         f"{c.verdict}, path {c.path_verdict}; {_gauge_text(c.gauge, c.moved_by)}")
+        number = f"{row.space}1" + ("" if row.predicted else " (predicted: neither)")
+        ref = "—" if row.reference is None else f"{row.reference:.2f}"
+        lines.append(f"| {row.label} | {number} | {ref} | " + " | ".join(_md(c) for c in cells) + " |")
     return [*lines, ""]
 
 
