@@ -216,6 +216,9 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
         entries: one WeightEntry per key.
         origin: what the weights are (a path, ``"simulator"``); shown in reports.
         view: ``"raw"`` or ``"folded"`` (normalisation gains folded in); every number says which.
+        before_rotation: ``(unrotated, basis)`` when every matrix is ``unrotated``'s with a residual basis
+            change ``P = basis()`` applied (readers ``W P``, writers ``P^T W``; the canonical view): the
+            measurement decomposes ``unrotated`` and rotates the singular vectors instead (exact, cheaper).
 
     Raises:
         GeodriftError: on an unknown role, a non-2-D shape, or shapes that differ across layers
@@ -230,6 +233,7 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
     entries: dict[WeightKey, WeightEntry]
     origin: str = "tensors"
     view: str = "raw"
+    before_rotation: tuple[WeightSet, Callable[[], torch.Tensor]] | None = None
 
     def __post_init__(self) -> None:
         for (role, layer), entry in self.entries.items():
@@ -326,7 +330,9 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
             for key, entry in self.entries.items()
             if (roles is None or key[0] in roles) and (wanted is None or key[1] in wanted)
         }
-        return WeightSet(kept, origin=self.origin, view=self.view)
+        inner = None if self.before_rotation is None else \
+            (self.before_rotation[0].select(roles, layers), self.before_rotation[1])
+        return WeightSet(kept, origin=self.origin, view=self.view, before_rotation=inner)
 
 
 def all_finite(tensor: torch.Tensor) -> bool:

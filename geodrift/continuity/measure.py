@@ -41,6 +41,7 @@ from geodrift.continuity.schedule import PREFETCH_MAX_NUMEL, SVDWorkers, read_ah
 from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.continuity.verdicts import path_verdicts, projection_verdict, relative_verdicts
 from geodrift.errors import GeodriftError
+from geodrift.gauge.canonical import rotate_residual
 from geodrift.gauge.status import ALIGNED, space_gauge
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import WeightKey, WeightSet, predicted_space, role_label, role_sort_key
@@ -166,6 +167,9 @@ def decompose(ws: WeightSet, spec: MeasureSpec, progress: Callable[[str], None] 
     Returns:
         ``{(role, layer): SVDTriplets}`` with the top ``spec.k`` triplets (all with ``full_spectrum``).
     """
+    if ws.before_rotation is not None:  # the canonical view: decompose before the residual rotation, rotate after
+        unrotated, basis = ws.before_rotation
+        return rotate_residual(decompose(unrotated, spec, progress, derive), basis())
     roles = ws.roles()
     keys = sorted(ws, key=lambda key: (key[1], roles.index(key[0])))
     out: dict[WeightKey, SVDTriplets] = {}

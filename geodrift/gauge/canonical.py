@@ -37,6 +37,8 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from geodrift.gauge.orbit import (
@@ -47,8 +49,11 @@ from geodrift.gauge.orbit import (
     fold_gains,
     layer_key,
 )
+from geodrift.gauge.status import residual_spaces
+from geodrift.linalg import SVDTriplets
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+WRITERS = ("o_proj", "down_proj")  # write the residual stream (its basis acts on their rows); the others read it
 _TINY = 1e-300
 
 
@@ -86,7 +91,54 @@ def to_basis(layer: dict[str, torch.Tensor], basis: torch.Tensor) -> dict[str, t
     out = {}
     for name, weight in layer.items():
         p = basis.to(weight.dtype)
-        out[name] = p.T @ weight if name in ("o_proj", "down_proj") else weight @ p
+        out[name] = p.T @ weight if name in WRITERS else weight @ p
+    return out
+
+
+def _coordinates(rows: torch.Tensor, basis: torch.Tensor | None) -> torch.Tensor:
+    # residual-side rows (..., d) in the residual basis P (None: they already are), for the third-moment signs;
+    # the product in float32 like to_basis's, the cubes in the rows' dtype
+    if basis is None:
+        return rows
+    return (rows.to(torch.float32) @ basis.to(torch.float32)).to(rows.dtype)
+
+
+def rotate_triplets(triplets: SVDTriplets, basis: torch.Tensor, left: bool, right: bool) -> SVDTriplets:
+    """The singular triplets of ``P^T W`` (``left``) and/or ``W P`` (``right``) from those of ``W``.
+
+    A residual rotation moves singular vectors exactly: ``W = U S Vh`` gives ``W P = U S (Vh P)`` and
+    ``P^T W = (P^T U) S Vh``; values, Frobenius norm and residual are unchanged. Costs ``k x d x d``
+    instead of the ``m x n x d`` of rotating ``W`` itself.
+
+    Example:
+        >>> from geodrift.linalg import top_k_svd
+        >>> g = torch.Generator().manual_seed(0)
+        >>> w, p = torch.randn(5, 4, generator=g), residual_basis(torch.randn(30, 4, generator=g)).float()
+        >>> moved = rotate_triplets(top_k_svd(w, 2), p, left=False, right=True)
+        >>> bool(torch.allclose((moved.Vh @ (w @ p).T @ (w @ p) @ moved.Vh.T).diag().sqrt(), moved.S, atol=1e-5))
+        True
+    """
+    u = basis.T.to(triplets.U.dtype) @ triplets.U if left else triplets.U
+    vh = triplets.Vh @ basis.to(triplets.Vh.dtype) if right else triplets.Vh
+    return replace(triplets, U=u, Vh=vh)
+
+
+def rotate_residual(spectra: dict[tuple[str, int], SVDTriplets],
+                    basis: torch.Tensor) -> dict[tuple[str, int], SVDTriplets]:
+    """Every matrix's triplets after the residual basis change ``P``: each role's residual-side vectors
+    rotated (:func:`geodrift.gauge.status.residual_spaces`: readers' ``v``, writers' ``u``, both of OV).
+
+    Args:
+        spectra: ``{(role, layer): triplets}`` of the matrices before the change (``decompose``'s output).
+        basis: ``P`` (``d x d``).
+
+    Returns:
+        The triplets of the matrices in ``P``.
+    """
+    out = {}
+    for (role, layer), triplets in spectra.items():
+        spaces = residual_spaces(role)
+        out[(role, layer)] = rotate_triplets(triplets, basis, "u" in spaces, "v" in spaces)
     return out
 
 
@@ -119,11 +171,13 @@ def _descending(key: torch.Tensor, tie: torch.Tensor) -> torch.Tensor:
     return first[torch.argsort(-key[first], stable=True)]
 
 
-def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
+def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
+                 basis: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per KV head, the balanced factorisation of the stacked ``[O_q V_h]`` (float64 ``v``, ``o``).
 
     Args:
         v: ``(n_kv_heads * head_dim, d)``; o: ``(d, n_heads * head_dim)``; shape: the heads.
+        basis: the residual basis ``P`` when ``v``/``o`` are not yet in it (the signs read V's rows in ``P``).
 
     Returns:
         ``(v, o)`` canonical, the products ``O_q V_h`` unchanged.
@@ -140,7 +194,7 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[t
         root = s.sqrt()
         v_new = root.reshape(-1, 1) * (bt @ qv.T)  # (hd, d)
         o_new = (qo @ a) * root.reshape(1, -1)  # (group * d, hd)
-        sign = _positive_third_moment(v_new)
+        sign = _positive_third_moment(_coordinates(v_new, basis))
         v[rows] = v_new * sign.reshape(-1, 1)
         o_new = o_new * sign.reshape(1, -1)
         for i, cols in enumerate(q_cols):
@@ -148,11 +202,13 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[t
     return v, o
 
 
-def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
+def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape,
+                 basis: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per KV head and RoPE pair: balanced scale, Gram-diagonalising rotation, sign (float64 ``q``, ``k``).
 
     Args:
         q: ``(n_heads * head_dim, d)``; k: ``(n_kv_heads * head_dim, d)`` (HF half-split pairs).
+        basis: the residual basis ``P`` when ``q``/``k`` are not yet in it (the signs read rows in ``P``).
 
     Returns:
         ``(q, k)`` canonical; every RoPE score is unchanged.
@@ -180,7 +236,7 @@ def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape) -> tuple[t
         rot = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], 1)  # (pairs, 2, 2)
         q_pairs = torch.einsum("pab,pgbd->pgad", rot, q_pairs)
         k_pairs = torch.einsum("pab,pbd->pad", rot, k_pairs)
-        first = torch.cat([q_pairs[:, :, 0], k_pairs[:, 0:1]], 1)  # (pairs, group + 1, d)
+        first = _coordinates(torch.cat([q_pairs[:, :, 0], k_pairs[:, 0:1]], 1), basis)  # (pairs, group + 1, d)
         sign = torch.where(first.pow(3).sum((1, 2)) < 0, -1.0, 1.0).to(q.dtype)
         q_pairs, k_pairs = q_pairs * sign.reshape(-1, 1, 1, 1), k_pairs * sign.reshape(-1, 1, 1)
         k[kb:kb + half], k[kb + half:kb + 2 * half] = k_pairs[:, 0], k_pairs[:, 1]
@@ -204,12 +260,19 @@ def head_order(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[tor
     return kv_perm, q_perms
 
 
-def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape) -> dict[str, torch.Tensor]:
+def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
+                    basis: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """One layer's seven projections (folded, in the canonical residual basis) at their canonical point.
+
+    Every step but the third-moment signs commutes with a residual rotation, so the layer may also be
+    given *before* the rotation with ``basis`` = ``P``: the result is then the canonical layer before the
+    rotation, ``canonical_layer(to_basis(layer, P)) == to_basis(canonical_layer(layer, basis=P), P)`` to
+    rounding, and a scan may decompose it and rotate only the singular vectors (:func:`rotate_triplets`).
 
     Args:
         layer: ``{"q_proj": ..., ..., "down_proj": ...}`` (``nn.Linear`` layout).
         shape: the heads.
+        basis: ``P`` when ``layer`` is not yet in the canonical residual basis (None: it is).
 
     Returns:
         The same keys and dtype, canonical (the attention's factorisations are computed in float64, the
@@ -217,8 +280,8 @@ def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape) -> dict[s
     """
     w = {name: layer[name] for name in PROJECTIONS}
     wide = {name: w[name].to(torch.float64) for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
-    v, o = (t.to(w["v_proj"].dtype) for t in canonical_vo(wide["v_proj"], wide["o_proj"], shape))
-    q, k = (t.to(w["q_proj"].dtype) for t in canonical_qk(wide["q_proj"], wide["k_proj"], shape))
+    v, o = (t.to(w["v_proj"].dtype) for t in canonical_vo(wide["v_proj"], wide["o_proj"], shape, basis))
+    q, k = (t.to(w["q_proj"].dtype) for t in canonical_qk(wide["q_proj"], wide["k_proj"], shape, basis))
     kv_perm, q_perms = head_order(v, o, shape)
     kv_rows = torch.cat([shape.head_rows(int(h)) for h in kv_perm])
     q_rows = torch.cat([shape.head_rows(int(kv_perm[i]) * shape.group + int(q_perms[i, j]))
@@ -249,5 +312,6 @@ def canonicalise(sd: StateDict, shape: GaugeShape) -> StateDict:
     return out
 
 
-__all__ = ["PROJECTIONS", "canonical_layer", "canonical_mlp", "canonical_qk",
-           "canonical_vo", "canonicalise", "head_order", "residual_basis", "to_basis"]
+__all__ = ["PROJECTIONS", "WRITERS", "canonical_layer", "canonical_mlp", "canonical_qk",
+           "canonical_vo", "canonicalise", "head_order", "residual_basis", "rotate_residual", "rotate_triplets",
+           "to_basis"]

@@ -49,6 +49,18 @@ _ROLES: dict[str, tuple[str, str, tuple[str, ...], str, bool]] = {
 }
 
 
+def residual_spaces(role: str) -> tuple[str, ...]:
+    """The spaces of ``role``'s singular vectors that are vectors of the residual stream (``u``, ``v``).
+
+    Example:
+        >>> residual_spaces("attn_q"), residual_spaces("mlp_down"), residual_spaces("attn_ov")
+        (('v',), ('u',), ('u', 'v'))
+    """
+    if role == "attn_ov":
+        return ("u", "v")
+    return (_ROLES[role][0],) if role in _ROLES else ()
+
+
 def space_gauge(view: str, role: str, space: str) -> tuple[str, tuple[str, ...]]:
     """``(status, moved_by)`` of the numbers of ``role``'s ``space`` (``v`` or ``u``) in ``view``.
 

@@ -1,10 +1,14 @@
 """The canonical view (``--view canonical``): each layer of a checkpoint at the canonical point of its gauge orbit.
 
 The maths is :mod:`geodrift.gauge.canonical`; this module streams it. The folded projections of
-one layer (:mod:`geodrift.scan.fold`) are read together, expressed in the canonical residual basis
-(the eigenbasis of the token embedding's Gram, computed once) and canonicalised; the layer is kept
+one layer (:mod:`geodrift.scan.fold`) are read together and canonicalised in the folded basis (every
+per-layer map commutes with the residual rotation; only the signs read coordinates in the canonical
+residual basis ``P``, the eigenbasis of the token embedding's Gram, computed once); the layer is kept
 while its seven projections are handed out one by one (at most two layers resident: the scan reads
-the next matrix on a second thread). Every reader hands Q/K rows over in Hugging Face's half-split
+the next matrix on a second thread). The WeightSet's matrices are in ``P`` (readers ``W P``, writers
+``P^T W``); its ``before_rotation`` holds the same matrices before the rotation and ``P``, and the
+measurement (:func:`geodrift.continuity.measure.decompose`) decomposes those and rotates only the top
+singular vectors on the residual side (``k x d`` instead of a ``d_out x d x d`` product per matrix). Every reader hands Q/K rows over in Hugging Face's half-split
 rotary order (the GGUF reader undoes llama.cpp's interleaving, :func:`geodrift.scan.gguf_reader.unpermute_qk`),
 so the RoPE pairs are the same for every format.
 
@@ -97,11 +101,16 @@ class CanonicalLayers:
         return self._basis
 
     def load(self, role: str, layer: int) -> torch.Tensor:
-        """The canonical ``(role, layer)`` projection, float32."""
+        """The canonical ``(role, layer)`` projection, float32, in the canonical residual basis."""
+        name = NAME_OF[role]
+        return to_basis({name: self.load_unrotated(role, layer)}, self.basis())[name]
+
+    def load_unrotated(self, role: str, layer: int) -> torch.Tensor:
+        """The canonical ``(role, layer)`` projection before the residual rotation (:meth:`load` rotates it)."""
         with self._lock:
             if layer not in self._layers:
                 raw = {NAME_OF[r]: self.loaders[(r, layer)]().to(torch.float32) for r in TRANSFORMER_ROLES}
-                done = canonical_layer(to_basis(raw, self.basis()), self.shape)
+                done = canonical_layer(raw, self.shape, basis=self.basis())
                 self._layers[layer] = {name: value.to(torch.float32) for name, value in done.items()}
                 while len(self._layers) > self.keep:
                     self._layers.popitem(last=False)
@@ -117,7 +126,7 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
         embedding: loads the token embedding.
 
     Returns:
-        A WeightSet with ``view="canonical"``.
+        A WeightSet with ``view="canonical"`` (its ``before_rotation``: the same before the residual rotation, and ``P``).
 
     Raises:
         GeodriftError: see :func:`check_canonical`; a layer without all seven projections.
@@ -129,10 +138,13 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
         raise GeodriftError(f"--view canonical: {ckpt.label} lacks {', '.join(missing[:4])}; every layer needs all "
                             "seven projections (a layer's gauges tie them together) - use --view folded")
     source = CanonicalLayers({key: entry.load for key, entry in folded.entries.items()}, embedding, shape)
-    entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source, *key))
+    entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
                for key, entry in folded.entries.items()}
-    return WeightSet(entries, origin=folded.origin, view="canonical")
+    unrotated = {key: WeightEntry(entry.shape, f"{entry.source} (canonical, before the residual rotation)",
+                                  _loader(source.load_unrotated, *key)) for key, entry in folded.entries.items()}
+    return WeightSet(entries, origin=folded.origin, view="canonical",
+                     before_rotation=(WeightSet(unrotated, origin=folded.origin, view="canonical"), source.basis))
 
 
-def _loader(source: CanonicalLayers, role: str, layer: int) -> Callable[[], torch.Tensor]:
-    return lambda: source.load(role, layer)
+def _loader(load: Callable[[str, int], torch.Tensor], role: str, layer: int) -> Callable[[], torch.Tensor]:
+    return lambda: load(role, layer)
