@@ -55,6 +55,7 @@ from geodrift.linalg import SVDTriplets
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 WRITERS = ("o_proj", "down_proj")  # write the residual stream (its basis acts on their rows); the others read it
 _TINY = 1e-300
+_TOKEN_BLOCK = 1024  # tokens per block of the residual basis's third moments
 
 
 def _positive_third_moment(rows: torch.Tensor) -> torch.Tensor:
@@ -82,8 +83,13 @@ def residual_basis(embedding: torch.Tensor) -> torch.Tensor:
     gram = (embedding.T @ embedding).to(torch.float64)
     _, vectors = torch.linalg.eigh((gram + gram.T) / 2)
     vectors = vectors.flip(-1)  # descending eigenvalues
-    coordinates = embedding @ vectors.to(embedding.dtype)  # (vocab, d), in the embedding's precision too
-    return vectors * _positive_third_moment(coordinates.T.to(torch.float64)).reshape(1, -1)
+    # the tokens' coordinates in the embedding's precision too, their cubes summed in float64, a block of
+    # tokens at a time (cache-sized: the whole (vocab, d) product and its float64 copy cost twice as much)
+    basis = vectors.to(embedding.dtype)
+    third = torch.zeros(vectors.shape[1], dtype=torch.float64)
+    for start in range(0, embedding.shape[0], _TOKEN_BLOCK):
+        third += (embedding[start:start + _TOKEN_BLOCK] @ basis).to(torch.float64).pow(3).sum(0)
+    return vectors * torch.where(third < 0, -1.0, 1.0).to(torch.float64).reshape(1, -1)
 
 
 def to_basis(layer: dict[str, torch.Tensor], basis: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -153,12 +159,14 @@ def canonical_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> t
         True
     """
     sign = _positive_product(gate, up)
-    up, down = up * sign.reshape(-1, 1), down * sign.reshape(1, -1)
-    up_norm, down_norm = up.norm(dim=1), down.norm(dim=0)
+    # a sign changes no norm; the column norms as a sum of squares (a strided norm is 2x slower)
+    up_norm, down_norm = up.norm(dim=1), down.pow(2).sum(0).sqrt()
     scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
-    up, down = up * scale.reshape(-1, 1), down / scale.reshape(1, -1)
+    factor = sign * scale  # exact: the sign is +-1, so x * factor and x / factor round as x * sign * scale does
+    up = up * factor.reshape(-1, 1)
     order = _descending(gate.norm(dim=1), up.norm(dim=1))
-    return gate[order], up[order], down[:, order]
+    return (gate.index_select(0, order), up.index_select(0, order),
+            down.index_select(1, order).div_(factor[order].reshape(1, -1)))
 
 
 def _positive_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -182,24 +190,24 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
     Returns:
         ``(v, o)`` canonical, the products ``O_q V_h`` unchanged.
     """
-    v, o = v.clone(), o.clone()
-    d = o.shape[0]
+    d, hd, group = o.shape[0], shape.head_dim, shape.group
+    v_blocks, o_blocks = [], []
     for kv in range(shape.n_kv_heads):
-        rows = shape.head_rows(kv)
-        q_cols = [shape.head_rows(q) for q in range(kv * shape.group, (kv + 1) * shape.group)]
-        o_stack = torch.cat([o[:, cols] for cols in q_cols], 0)  # (group * d, hd)
+        # the group's query heads are contiguous columns of O: stacked as (group * d, hd) blocks
+        o_group = o[:, kv * group * hd:(kv + 1) * group * hd]
+        o_stack = o_group.reshape(d, group, hd).transpose(0, 1).reshape(group * d, hd)
         qo, ro = torch.linalg.qr(o_stack)
-        qv, rv = torch.linalg.qr(v[rows].T)  # (d, hd), (hd, hd)
+        qv, rv = torch.linalg.qr(v[kv * hd:(kv + 1) * hd].T)  # (d, hd), (hd, hd)
         a, s, bt = torch.linalg.svd(ro @ rv.T)
         root = s.sqrt()
-        v_new = root.reshape(-1, 1) * (bt @ qv.T)  # (hd, d)
-        o_new = (qo @ a) * root.reshape(1, -1)  # (group * d, hd)
-        sign = _positive_third_moment(_coordinates(v_new, basis))
-        v[rows] = v_new * sign.reshape(-1, 1)
-        o_new = o_new * sign.reshape(1, -1)
-        for i, cols in enumerate(q_cols):
-            o[:, cols] = o_new[i * d:(i + 1) * d]
-    return v, o
+        v_blocks.append(root.reshape(-1, 1) * (bt @ qv.T))  # (hd, d)
+        o_blocks.append((qo @ a) * root.reshape(1, -1))  # (group * d, hd)
+    v_new = torch.cat(v_blocks)
+    sign = _positive_third_moment(_coordinates(v_new, basis))  # one product for every head's rows
+    o_new = torch.cat([block.reshape(group, d, hd).transpose(0, 1).reshape(d, group * hd)
+                       * sign[kv * hd:(kv + 1) * hd].repeat(group).reshape(1, -1)
+                       for kv, block in enumerate(o_blocks)], 1)
+    return v_new * sign.reshape(-1, 1), o_new
 
 
 def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape,
