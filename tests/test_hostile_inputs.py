@@ -208,10 +208,14 @@ def test_the_api_given_odd_objects_raises_geodrift_error_only(model: object) -> 
         assert "\n" not in str(info.value)
 
 
-def test_the_api_measures_int8_weights_as_their_values() -> None:
-    weights = {k: (10 * v).to(torch.int8) for k, v in _state().items()}
-    report = geodrift.scan(weights, k=2, null_draws=4)
-    assert report.role("attn_q") is not None
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int64, torch.uint8])
+def test_integer_weights_are_refused_naming_the_tensor(dtype: torch.dtype) -> None:
+    # Issue 33: integers are not weights (masks, indices, raw codes of an unknown quantisation); only a known
+    # quantised format (GGUF's Q*/IQ* blocks) is dequantised and measured.
+    weights = {k: (10 * v).to(dtype) for k, v in _state().items()}
+    with pytest.raises(GeodriftError) as info:
+        geodrift.scan(weights, k=2, null_draws=4)
+    assert "integers or booleans" in str(info.value) and ".weight" in str(info.value)
 
 
 def test_command_fuzz_findings_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
