@@ -92,13 +92,14 @@ def main() -> None:
         stale += part_stale
     wall = time.perf_counter() - start
     bad = sum(n for k, n in totals.items() if k.startswith(("traceback:", "exit:")) or k == "multiline-error")
+    nonfinite = totals["nonfinite-success"]
     lines = [
         f"cases: {args.cases} (seed {args.seed}, per-case timeout {args.timeout} s, {args.workers} process(es)), "
         f"wall {wall:.0f} s",
         "outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(totals.items())),
         "per command: " + ", ".join(f"{k} {n}" for k, n in sorted(by_command.items())),
         f"tracebacks (incl. multi-line errors and other exits): {bad}; hangs: {totals['hang']}; "
-        f"cases that changed a user's file: {changed}; stale temp files: {stale}",
+        f"cases that changed a user's file: {changed}; stale temp files: {stale}; non-finite successes: {nonfinite}",
     ]
     print("\n".join(lines))
     for finding in findings[:50]:
@@ -115,7 +116,7 @@ def main() -> None:
                    *[f"- {line}" for line in lines]]
         with args.results.open("a", encoding="utf-8") as handle:
             handle.write("\n".join(section) + "\n")
-    sys.exit(1 if bad or totals["hang"] or changed or stale else 0)
+    sys.exit(1 if bad or totals["hang"] or changed or stale or nonfinite else 0)
 
 
 if __name__ == "__main__":
