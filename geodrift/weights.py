@@ -278,12 +278,13 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
             raise GeodriftError(
                 f"{entry.source}: loaded shape {tuple(tensor.shape)} differs from the header's {entry.shape}"
             )
-        if not all_finite(tensor):
+        low, high = _extremes(tensor)  # one pass finds NaN/Inf and the peak the outlier test needs
+        if not (math.isfinite(low) and math.isfinite(high)):
             raise BadTensor(
                 f"{entry.source}: tensor contains NaN or Inf values; the checkpoint is corrupt or "
                 f"was saved mid-divergence - {_SKIP_FIX}"
             )
-        outlier = overflowing_outlier(tensor)
+        outlier = overflowing_outlier(tensor, max(-low, high))
         if outlier is not None:
             raise BadTensor(
                 f"{entry.source}: a value of {outlier[0]:.3g} among weights of typical magnitude {outlier[1]:.3g} - "
@@ -386,7 +387,15 @@ FLOAT32_MAX = 3.4028234663852886e38
 _SAMPLE = 4096  # magnitudes sampled (strided) for a tensor's typical magnitude
 
 
-def overflowing_outlier(tensor: torch.Tensor) -> tuple[float, float] | None:
+def _extremes(tensor: torch.Tensor) -> tuple[float, float]:
+    # (min, max) in one reduction; NaN anywhere makes both NaN, an Inf shows in one of them.
+    if tensor.numel() == 0 or not tensor.is_floating_point():
+        return 0.0, 0.0
+    low, high = torch.aminmax(tensor)
+    return float(low), float(high)
+
+
+def overflowing_outlier(tensor: torch.Tensor, peak: float | None = None) -> tuple[float, float] | None:
     """``(largest |value|, typical |value|)`` when the spread between them is past float32's squares, else None.
 
     A corrupted tensor (random bytes in the data) holds a few values like ``1e21`` among weights of
@@ -394,7 +403,7 @@ def overflowing_outlier(tensor: torch.Tensor) -> tuple[float, float] | None:
     overflows float32, and its singular vectors are those of one entry. The test: ``(peak / typical)^2
     * n > float32's max``, with ``n`` the longer side and ``typical`` the median nonzero magnitude of a
     strided sample. Weights uniformly near float32's limit (``3e37``) pass: their spread is small. Costs
-    one reduction (``aminmax``) and a sort of 4,096 numbers.
+    one reduction (``aminmax``, shared with the NaN/Inf test: pass ``peak``) and a sort of 4,096 numbers.
 
     Example:
         >>> w = torch.ones(32, 16)
@@ -406,8 +415,9 @@ def overflowing_outlier(tensor: torch.Tensor) -> tuple[float, float] | None:
     """
     if tensor.numel() == 0 or not tensor.is_floating_point():
         return None
-    low, high = torch.aminmax(tensor)
-    peak = max(-float(low), float(high))
+    if peak is None:
+        low, high = _extremes(tensor)
+        peak = max(-low, high)
     longest = max(tensor.shape) if tensor.dim() else 1
     if peak == 0.0:
         return None
