@@ -73,6 +73,7 @@ def scan_command(
     from geodrift.scan.preflight import check_plan
     from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.stdio import report_only_stdout
+    from geodrift.weights import split_expert_role
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)
     check_backend(backend.value, address)
@@ -90,8 +91,10 @@ def scan_command(
     if plot is not None:  # fail before the long job, not after it
         figure_format(plot)
         check_dpi(dpi)
-    check_outputs({}, *scan_outputs(json_out, csv_out, plot))  # named and derived names, before the work
+    check_outputs({}, *scan_outputs(json_out, csv_out, plot, experts=False))  # named and derived, before the work
     ws, heads = load_weights(model, view.value, names, role_list, layer_list)
+    if plot is not None and any(split_expert_role(role) for role in ws.roles()):  # NAME_experts: a mixture only
+        check_outputs({}, *scan_outputs(None, None, plot))
     check_plan(ws, spec, heads if ov else None, memory_limit)
     skipped: list[str] = []
     if skip_nonfinite:

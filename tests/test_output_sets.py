@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _checkpoints import hf_config, llama_state, write_hf_folder
+from _checkpoints import hf_config, llama_state, mixtral_state, write_hf_folder
 from rich.console import Console
 from rich.text import Text
 
@@ -48,17 +48,32 @@ def _scan(model: Path, *args: str) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-@pytest.mark.parametrize(("option", "name", "derived"), [("--plot", "fig.png", "fig_trajectory.png"),
-                                                         ("--plot", "fig.png", "fig_experts.png"),
-                                                         ("--csv", "s.csv", "s.pairs.csv")])
-def test_a_users_file_under_a_derived_name_is_refused_before_the_work(model: Path, tmp_path: Path, option: str,
-                                                                     name: str, derived: str) -> None:
+@pytest.fixture(scope="module")
+def mixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    config = hf_config(n_layers=3) | {"model_type": "mixtral", "num_local_experts": 2}
+    return write_hf_folder(tmp_path_factory.mktemp("moe") / "mixtral", mixtral_state(n_experts=2), config,
+                           dtype=torch.float32)
+
+
+@pytest.mark.parametrize(("which", "option", "name", "derived"), [("model", "--plot", "fig.png", "fig_trajectory.png"),
+                                                                  ("mixture", "--plot", "fig.png", "fig_experts.png"),
+                                                                  ("model", "--csv", "s.csv", "s.pairs.csv")])
+def test_a_users_file_under_a_derived_name_is_refused_before_the_work(request: pytest.FixtureRequest, tmp_path: Path,
+                                                                     which: str, option: str, name: str,
+                                                                     derived: str) -> None:
     mine = tmp_path / derived
     mine.write_bytes(b"the user's own file")
-    code, err = _scan(model, option, str(tmp_path / name))
+    code, err = _scan(request.getfixturevalue(which), option, str(tmp_path / name))
     assert code == 2 and len(err.strip().splitlines()) == 1 and str(mine) in err, err
     assert mine.read_bytes() == b"the user's own file"
     assert sorted(p.name for p in tmp_path.iterdir()) == [derived]  # nothing written, not even the named file
+
+
+def test_a_dense_model_leaves_a_users_experts_figure_alone(model: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "fig_experts.png"
+    mine.write_bytes(b"the user's own file")
+    assert _scan(model, "--plot", str(tmp_path / "fig.png"))[0] == 0  # a dense model writes no experts' figure
+    assert mine.read_bytes() == b"the user's own file" and (tmp_path / "fig_trajectory.png").exists()
 
 
 def test_a_second_run_replaces_its_own_derived_files(model: Path, tmp_path: Path) -> None:

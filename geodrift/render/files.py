@@ -28,10 +28,14 @@ def pairs_csv_path(summary_path: str | Path) -> Path:
     return path.with_name(f"{stem}.pairs.csv")
 
 
-def scan_outputs(json_out: str | Path | None, csv_out: str | Path | None,
-                 plot: str | Path | None) -> list[tuple[str, Path]]:
+def scan_outputs(json_out: str | Path | None, csv_out: str | Path | None, plot: str | Path | None,
+                 experts: bool = True) -> list[tuple[str, Path]]:
     """Every file ``geodrift scan`` may write, named or derived, with the option that named it - the list
     :func:`geodrift.outdir.claim_outputs` checks before the work (a derived name is never a user's file).
+
+    Args:
+        json_out, csv_out, plot: the options (None: not asked for).
+        experts: include the experts' figure (a mixture of experts; the CLI claims it once the model is open).
 
     Example:
         >>> [str(p) for _, p in scan_outputs(None, "s.csv", "f.png")]
@@ -44,7 +48,8 @@ def scan_outputs(json_out: str | Path | None, csv_out: str | Path | None,
         from geodrift.render.experts_plot import experts_plot_path
         from geodrift.render.scan_plot import trajectory_plot_path
 
-        outputs += [("--plot", Path(plot)), ("--plot", trajectory_plot_path(plot)), ("--plot", experts_plot_path(plot))]
+        outputs += [("--plot", Path(plot)), ("--plot", trajectory_plot_path(plot))]
+        outputs += [("--plot", experts_plot_path(plot))] if experts else []
     return outputs
 
 
