@@ -237,6 +237,7 @@ def test_command_fuzz_findings_are_one_line(tmp_path: Path, capsys: pytest.Captu
     ({"names": 3}, "names=3: must be the path"),
     ({"config": ["x"]}, "config=['x']: must be a dict"),
     ({"null_draws": 10**12}, "null_draws=1000000000000, k=2: this scan would need about"),
+    ({"names": "y" * 3000}, "names='" + "y" * 59 + "... (3002 characters): not a usable path (File name too long)"),
     ({"config": {"num_attention_heads": 3, "num_key_value_heads": 3}}, "state dict (in memory): config "
                                                                        "num_attention_heads = 3 does not divide"),
 ])

@@ -14,7 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import numbers
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,8 +44,9 @@ def check_scan_arguments(**given: Any) -> None:
         geodrift.errors.GeodriftError: roles=['q', 3]: must be a string like "q,k" or a list of role names (strings), \
 got an int in the list
     """
-    if "model" in given and isinstance(given["model"], (str, Path)) and "\x00" in str(given["model"]):
-        raise _error("model", given["model"], "a path cannot hold a NUL character")
+    for name in ("model", "names"):
+        if isinstance(given.get(name), (str, Path)):
+            _usable_path(name, given[name])
     for name, example in _INTEGERS.items():
         if name in given:
             _integer(name, given[name], example)
@@ -64,6 +67,19 @@ got an int in the list
     if "progress" in given and given["progress"] is not None and not callable(given["progress"]):
         raise _error("progress", given["progress"], "must be a function taking one string (e.g. print) or None, "
                      f"got {_kind(given['progress'])}")
+
+
+def _usable_path(name: str, value: str | Path) -> None:
+    # A path the OS can look up (a missing one is reported later, by what reads it): no NUL, not too long.
+    if "\x00" in str(value):
+        raise _error(name, value, "a path cannot hold a NUL character")
+    try:
+        os.stat(Path(value).expanduser())
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        if error.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.ENOTDIR):
+            raise _error(name, value, f"not a usable path ({error.strerror})") from None
 
 
 def _integer(name: str, value: Any, example: str) -> None:
@@ -137,8 +153,9 @@ def claim_figure(path: str | Path | None, dpi: Any, overwrite: Any) -> None:
     _integer("dpi", dpi, "dpi=300")
     if path is None:
         return
-    if not isinstance(path, (str, Path)) or "\x00" in str(path):
+    if not isinstance(path, (str, Path)):
         raise _error("path", path, f"must be a file name (.png, .pdf or .svg), got {_kind(path)}")
+    _usable_path("path", path)
     from geodrift.outdir import claim_outputs
     from geodrift.render.figures import check_dpi, figure_format
 

@@ -91,7 +91,12 @@ def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] 
     if path is None:
         return GGUFCheckpoint(embedded_model_path(), rules, EMBEDDED_LABEL, architecture)
     path = Path(path).expanduser()
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as error:  # a name too long, a loop of links: not a path the OS can look up
+        raise GeodriftError(f"{path}: not a usable path ({error.strerror}); pass a .gguf/.safetensors file or a "
+                            "model folder") from None
+    if not exists:
         raise GeodriftError(f"{path}: no such file or folder; pass a .gguf/.safetensors file or a model folder")
     if path.is_dir():
         return _open_folder(path, rules, architecture)
