@@ -271,15 +271,7 @@ def check_writable(target: str | Path, option: str) -> Path:
         if not os.access(ancestor, os.W_OK | os.X_OK):
             raise GeodriftError(f"{option} {target}: cannot create folders in {ancestor} (permission denied)")
         return target
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            _reserve(fd, PROBE_FILE_BYTES)
-        finally:
-            os.close(fd)
-            os.unlink(name)
-    except OSError as error:
-        raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+    _probe(target.parent, f".{target.name}.", PROBE_FILE_BYTES, option, target)
     return target
 
 
@@ -295,16 +287,20 @@ def check_free_space(folder: str | Path, option: str, size: int = PROBE_FOLDER_B
     Raises:
         GeodriftError: naming the option and the folder (``No space left on device``).
     """
-    folder = Path(folder)
+    _probe(Path(folder), ".space.", size, option, Path(folder))
+
+
+def _probe(folder: Path, prefix: str, size: int, option: str, named: Path) -> None:
+    # A temporary file in ``folder`` with ``size`` bytes allocated, then removed; an OS error names ``named``.
     try:
-        fd, name = tempfile.mkstemp(prefix=".space.", suffix=".tmp", dir=folder)
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
         try:
             _reserve(fd, size)
         finally:
             os.close(fd)
             os.unlink(name)
     except OSError as error:
-        raise GeodriftError(f"{option} {_write_error(folder, error)}") from None
+        raise GeodriftError(f"{option} {_write_error(named, error)}") from None
 
 
 def _reserve(fd: int, size: int) -> None:
