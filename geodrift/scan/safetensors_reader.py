@@ -339,6 +339,9 @@ def _configure(ckpt: Checkpoint, raw: dict[str, Any], rules: list[NameRule] | No
     sources = hf_config_sources(raw, str(config_path) if config_path is not None else "config")
     check_counts(ckpt.label, config, sources)
     model_type = raw.get("model_type")
+    factored = raw.get("geodrift_factored")
+    if isinstance(factored, dict) and isinstance(factored.get("base_model_type"), str):
+        model_type = factored["base_model_type"]  # geodrift's factored save: its Llama's names, its factors said as such
     if architecture is not None:
         arch = architecture
     elif isinstance(model_type, str):
