@@ -1,5 +1,5 @@
-"""The long fuzz run of the commands: >= 5,000 hostile command lines for inspect, drift, compare, compress
-prune|share and sweep, through the real CLI entry, in-process.
+"""The long fuzz run of the commands: >= 5,000 hostile command lines for scan, inspect, drift, compare, compress
+prune|share and sweep, through the real CLI entry, in-process, and hostile calls of the Python face.
 
 Usage::
 
@@ -11,14 +11,14 @@ The harness (the user's area, the case generator, the accepted outcomes) is test
 the same code the bounded default test runs. Each case gets a per-case timeout (SIGALRM: a case without
 an outcome in time is a hang); every file of the user's area is hashed before and after each case.
 Reports the count of every outcome (per command), the tracebacks and multi-line errors, the hangs,
-the cases that changed a user's file, and the temporary files left behind.
+the cases that changed a user's file, the temporary files left behind and the non-finite successes;
+``--results`` appends a section that opens with geodrift.provenance's stamp (benchmarks/_stamp.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -68,8 +68,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes, each with its own user's area")
     parser.add_argument("--results", type=Path, default=None, help="append a Markdown section here")
     args = parser.parse_args()
-    from geodrift.provenance import git_dirty, git_revision
-
+    load_before = os.getloadavg()
     start = time.perf_counter()
     share = -(-args.cases // args.workers)
     jobs = [(first, min(share, args.cases - first), args.seed, args.timeout) for first in range(0, args.cases, share)]
@@ -92,30 +91,28 @@ def main() -> None:
         stale += part_stale
     wall = time.perf_counter() - start
     bad = sum(n for k, n in totals.items() if k.startswith(("traceback:", "exit:")) or k == "multiline-error")
+    nonfinite = totals["nonfinite-success"]
     lines = [
         f"cases: {args.cases} (seed {args.seed}, per-case timeout {args.timeout} s, {args.workers} process(es)), "
         f"wall {wall:.0f} s",
         "outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(totals.items())),
         "per command: " + ", ".join(f"{k} {n}" for k, n in sorted(by_command.items())),
         f"tracebacks (incl. multi-line errors and other exits): {bad}; hangs: {totals['hang']}; "
-        f"cases that changed a user's file: {changed}; stale temp files: {stale}",
+        f"cases that changed a user's file: {changed}; stale temp files: {stale}; non-finite successes: {nonfinite}",
     ]
     print("\n".join(lines))
     for finding in findings[:50]:
         print("FINDING", finding)
     if args.results is not None:
-        niceness = os.nice(0)
-        command = (f"nice -n {niceness} " if niceness else "") + ".venv/bin/python benchmarks/fuzz_commands.py " + \
-            " ".join(sys.argv[1:])
-        load = os.getloadavg()
-        section = [f"\n## Commands: run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n",
-                   f"Command: `{command}`  ",
-                   f"Machine: {platform.machine()}, {os.cpu_count()} cores, load {load[0]:.1f} at the end  ",
-                   f"Commit: {git_revision() or 'not a git checkout'}{' (dirty)' if git_dirty() else ''}  ",
+        from _stamp import stamp_lines
+
+        section = [f"\n## Commands and the Python face: run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n",
+                   *stamp_lines(load_before, {"cases": str(args.cases), "workers": f"{args.workers} x 1 thread",
+                                              "wall": f"{wall:.0f} s"}), "",
                    *[f"- {line}" for line in lines]]
         with args.results.open("a", encoding="utf-8") as handle:
             handle.write("\n".join(section) + "\n")
-    sys.exit(1 if bad or totals["hang"] or changed or stale else 0)
+    sys.exit(1 if bad or totals["hang"] or changed or stale or nonfinite else 0)
 
 
 if __name__ == "__main__":

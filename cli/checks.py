@@ -20,15 +20,9 @@ def check_outputs(outputs: dict[str, Path | None], *more: tuple[str, Path]) -> N
     Raises:
         GeodriftError: naming the option and the user's path (never a temporary file).
     """
-    from geodrift.atomic import check_writable
-    from geodrift.outdir import check_file_target, expect_output
+    from geodrift.outdir import claim_outputs
 
-    targets = [(option, path) for option, path in [*outputs.items(), *more] if path is not None]
-    for option, path in targets:
-        check_writable(path, option)
-        check_file_target(path, option)
-    for _, path in targets:
-        expect_output(path)
+    claim_outputs([(option, path) for option, path in [*outputs.items(), *more] if path is not None])
 
 
 def check_simulate_options(*, steps: int | None, track_every: int | None, checkpoint_every: int,

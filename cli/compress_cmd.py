@@ -9,7 +9,9 @@ Every option is checked before the model is loaded.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -109,17 +111,28 @@ def _check_save(save: Path | None, force: bool, model: str | None, corpus: Path 
         check_replace_folder(save, force=force, inputs=_inputs(model, corpus))
 
 
-def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None) -> list[Path]:
-    from geodrift.atomic import document, write_json, write_text
+def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, write: Any) -> Path:
+    from geodrift.outdir import replace_folder
+
+    return replace_folder(save, write, force=force, inputs=_inputs(model, corpus))
+
+
+def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None,
+           figure: Callable[[], Path] | None = None) -> list[Path]:
+    # The JSON, the CSV and the figure replace the previous run's together, or not at all (atomic.output_set).
+    from geodrift.atomic import document, output_set, write_json, write_text
     from geodrift.render.files import csv_text
 
     written = []
-    if json_out:
-        write_json(json_out, document(kind, result.to_dict()))
-        written.append(json_out)
-    if csv_out:
-        write_text(csv_out, csv_text(result.rows()))
-        written.append(csv_out)
+    with output_set():
+        if json_out:
+            write_json(json_out, document(kind, result.to_dict()))
+            written.append(json_out)
+        if csv_out:
+            write_text(csv_out, csv_text(result.rows()))
+            written.append(csv_out)
+        if figure is not None:
+            written.append(figure())
     return written
 
 
@@ -181,11 +194,12 @@ def prune_command(
         save_pruned(setup, result, save_method.value, save_n, save, source=model, force=force,
                     inputs=_inputs(model, corpus))
         written.append(save)
-    written += _write(result, "compress_prune", json_out, csv_out)
+    figure = None
     if plot:
         from geodrift.render.compress import plot_prune
 
-        written.append(plot_prune(result, plot, dpi))
+        figure = functools.partial(plot_prune, result, plot, dpi)
+    written += _write(result, "compress_prune", json_out, csv_out, figure)
     if as_json:
         sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
     else:
@@ -293,11 +307,12 @@ def share_command(
         result.saved = {"folder": str(save), "method": save_method.value, "ratio": save_ratio, "format": save_format.value,
                         "dtype": save_dtype.value, "bytes": {f.name: f.stat().st_size for f in sorted(save.iterdir())},
                         "dense_bytes": 4 * sum(t.numel() for t in setup.model.state_dict().values())}
-    written += _write(result, "compress_share", json_out, csv_out)
+    figure = None
     if plot:
         from geodrift.render.compress_share import plot_share
 
-        written.append(plot_share(result, plot, dpi))
+        figure = functools.partial(plot_share, result, plot, dpi)
+    written += _write(result, "compress_share", json_out, csv_out, figure)
     if as_json:
         sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")
     else:

@@ -30,10 +30,16 @@ def inspect_command(
     """List every tensor of a checkpoint with the projection it is scanned as, or why it is not scanned."""
     from geodrift.atomic import document, to_json
     from geodrift.render.inspect import render_inventory
+    from geodrift.scan.checkpoint import LISTING_UNKNOWN
     from geodrift.scan.inventory import inventory, summary_line
     from geodrift.scan.readers import open_checkpoint
 
-    with open_checkpoint(model, names=names) as ckpt:
+    listing = LISTING_UNKNOWN.set(True)  # unrecognised names are listed, not refused (as --help promises)
+    try:
+        ckpt = open_checkpoint(model, names=names)
+    finally:
+        LISTING_UNKNOWN.reset(listing)
+    with ckpt:
         rows = inventory(ckpt)
         summary = summary_line(ckpt, rows)
         if as_json:

@@ -52,7 +52,7 @@ def drift_command(
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
-    from geodrift.atomic import document, to_json, write_json
+    from geodrift.atomic import document, output_set, to_json, write_json
     from geodrift.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
@@ -77,19 +77,20 @@ def drift_command(
         rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
                     backend=backend.value, address=address, align=align, **options)
     written: list[Path] = []
-    if json_out:
-        write_json(json_out, document("drift_report", rep.to_dict()))
-        written.append(json_out)
-    if csv_out:
-        from geodrift.atomic import write_text
+    with output_set():  # the files replace the previous run's together, or not at all
+        if json_out:
+            write_json(json_out, document("drift_report", rep.to_dict()))
+            written.append(json_out)
+        if csv_out:
+            from geodrift.atomic import write_text
 
-        rotation = _beside(csv_out, "rotation", ".csv")
-        write_text(csv_out, csv_text(rep.continuity_rows()))
-        write_text(rotation, csv_text(rep.rotation_rows()))
-        written += [csv_out, rotation]
-    if plot:
-        written.append(write_drift_plot(rep, _beside(plot, "rotation", plot.suffix, "_"), dpi))
-        written.append(write_series_continuity_plot(rep, _beside(plot, "continuity", plot.suffix, "_"), dpi))
+            rotation = _beside(csv_out, "rotation", ".csv")
+            write_text(csv_out, csv_text(rep.continuity_rows()))
+            write_text(rotation, csv_text(rep.rotation_rows()))
+            written += [csv_out, rotation]
+        if plot:
+            written.append(write_drift_plot(rep, _beside(plot, "rotation", plot.suffix, "_"), dpi))
+            written.append(write_series_continuity_plot(rep, _beside(plot, "continuity", plot.suffix, "_"), dpi))
     if as_json:
         sys.stdout.write(to_json(document("drift_report", rep.to_dict())) + "\n")
     else:
@@ -115,7 +116,7 @@ def compare_command(
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
-    from geodrift.atomic import document, to_json, write_json, write_text
+    from geodrift.atomic import document, output_set, to_json, write_json, write_text
     from geodrift.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
@@ -137,14 +138,15 @@ def compare_command(
         rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label),
                       backend=backend.value, address=address, align=align, **options)
     written: list[Path] = []
-    if json_out:
-        write_json(json_out, document("compare_report", rep.to_dict()))
-        written.append(json_out)
-    if csv_out:
-        write_text(csv_out, csv_text(rep.subspace_rows()))
-        written.append(csv_out)
-    if plot:
-        written.append(write_compare_plot(rep, plot, dpi))
+    with output_set():  # the files replace the previous run's together, or not at all
+        if json_out:
+            write_json(json_out, document("compare_report", rep.to_dict()))
+            written.append(json_out)
+        if csv_out:
+            write_text(csv_out, csv_text(rep.subspace_rows()))
+            written.append(csv_out)
+        if plot:
+            written.append(write_compare_plot(rep, plot, dpi))
     if as_json:
         sys.stdout.write(to_json(document("compare_report", rep.to_dict())) + "\n")
     else:

@@ -13,6 +13,7 @@ describes each kind field by field.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
@@ -50,6 +51,8 @@ _PENDING: set[Path] = set()
 # an interrupt - a file created but not yet registered would outlive the handler's clean-up. While it
 # runs, geodrift.signals' handler only records the signal (:func:`defer_signal`); it is re-raised after.
 _HOLD: dict[str, int | None] = {"depth": 0, "signum": None}
+# Output sets being written (output_set): their files wait, as temporary files, to be renamed together.
+_BATCH: list[list[tuple[Path, Path]]] = []
 
 
 @contextmanager
@@ -99,11 +102,15 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             _PENDING.add(tmp)
     except OSError as error:
         raise GeodriftError(_write_error(target, error)) from None
+    batch = _BATCH[-1] if _BATCH else None
     try:
         os.close(fd)
         try:
             yield tmp
             os.chmod(tmp, 0o666 & ~current_umask())
+            if batch is not None:  # renamed with the rest of the set (output_set)
+                batch.append((tmp, target))
+                return
             os.replace(tmp, target)
             record_written(target)
         except GeodriftError:
@@ -114,10 +121,55 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
                 raise
             raise GeodriftError(_write_error(target, cause)) from None
     finally:
+        if batch is None or (tmp, target) not in batch:
+            with _signals_held():
+                _PENDING.discard(tmp)
+                if tmp.exists():
+                    tmp.unlink()
+
+
+@contextmanager
+def output_set() -> Iterator[None]:
+    """Replace a run's output files as a whole: every atomic write inside the block goes to its temporary file,
+    and all of them are renamed into place together when the block ends, with signals held.
+
+    An error or an interrupt before the end leaves every earlier file as it was (the previous run's JSON,
+    CSV and figures stay one set) and removes the temporary files; a new set never lies beside half of an
+    old one.
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> try:
+        ...     with output_set():
+        ...         write_text(folder / "a.txt", "new")
+        ...         raise KeyboardInterrupt
+        ... except KeyboardInterrupt:
+        ...     pass
+        >>> sorted(p.name for p in folder.iterdir())
+        []
+    """
+    batch: list[tuple[Path, Path]] = []
+    _BATCH.append(batch)
+    try:
+        yield
+        _BATCH.pop()
         with _signals_held():
-            _PENDING.discard(tmp)
-            if tmp.exists():
-                tmp.unlink()
+            for tmp, target in batch:
+                try:
+                    os.replace(tmp, target)
+                except OSError as error:
+                    raise GeodriftError(_write_error(target, error)) from None
+                _PENDING.discard(tmp)
+                record_written(target)
+    finally:
+        if _BATCH and _BATCH[-1] is batch:
+            _BATCH.pop()
+        with _signals_held():
+            for tmp, _ in batch:
+                _PENDING.discard(tmp)
+                if tmp.exists():
+                    tmp.unlink()
 
 
 @contextmanager
@@ -219,13 +271,46 @@ def check_writable(target: str | Path, option: str) -> Path:
         if not os.access(ancestor, os.W_OK | os.X_OK):
             raise GeodriftError(f"{option} {target}: cannot create folders in {ancestor} (permission denied)")
         return target
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        os.unlink(name)
-    except OSError as error:
-        raise GeodriftError(f"{option} {_write_error(target, error)}") from None
+    _probe(target.parent, f".{target.name}.", PROBE_FILE_BYTES, option, target)
     return target
+
+
+# Space an output file (a report, a figure) and an output folder (runs, checkpoints) must find free now,
+# before the work: a full disk is refused before the first status line, not after the run.
+PROBE_FILE_BYTES = 64 << 10
+PROBE_FOLDER_BYTES = 1 << 20
+
+
+def check_free_space(folder: str | Path, option: str, size: int = PROBE_FOLDER_BYTES) -> None:
+    """Fail now if ``folder`` (which exists) cannot take ``size`` bytes: a full disk is one line before any work.
+
+    Raises:
+        GeodriftError: naming the option and the folder (``No space left on device``).
+    """
+    _probe(Path(folder), ".space.", size, option, Path(folder))
+
+
+def _probe(folder: Path, prefix: str, size: int, option: str, named: Path) -> None:
+    # A temporary file in ``folder`` with ``size`` bytes allocated, then removed; an OS error names ``named``.
+    try:
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+        try:
+            _reserve(fd, size)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    except OSError as error:
+        raise GeodriftError(f"{option} {_write_error(named, error)}") from None
+
+
+def _reserve(fd: int, size: int) -> None:
+    # Allocate ``size`` bytes for real (ENOSPC now, not at the write); a file system without fallocate passes.
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return
+        raise
 
 
 def remove_pending_temp_files() -> list[Path]:

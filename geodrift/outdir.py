@@ -28,10 +28,11 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from geodrift.atomic import check_free_space
 from geodrift.errors import GeodriftError
 from geodrift.manifest import MANIFEST, Manifests, create, entries, expect_output, is_owned, managed_root
 
-__all__ = ["MANIFEST", "check_file_target", "check_not_input", "check_replace_folder", "expect_output",
+__all__ = ["MANIFEST", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder", "expect_output",
            "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
 
 # The endings of the figure names geodrift writes (geodrift.render.sim_plots): <prefix>..._<kind>.<fmt>.
@@ -151,6 +152,8 @@ def prepare_out(out: str | Path | None, *, resume: bool, reload: bool, force: bo
     figures = _old_figures(Path(plot)) if plot is not None else []
     removed: list[Path] = []
     if folder is not None and not reload:
+        existing = next(p for p in [folder, *folder.absolute().parents] if p.is_dir())
+        check_free_space(existing, option)  # a full disk is refused before any deletion or status line
         removed += _delete(old, folder) if force else []
         manage(folder)
     if plot is not None:
@@ -209,8 +212,14 @@ def check_replace_folder(target: str | Path, *, force: bool, inputs: Iterable[st
                             f"{old[0]}); add --force to replace it, or choose another folder")
 
 
-def check_file_target(path: str | Path, option: str) -> None:
+def check_file_target(path: str | Path, option: str,
+                      fix: str = "choose another name or move it away (nothing was written)") -> None:
     """Refuse an output file that exists and was not written by geodrift (no command writes over the user's files).
+
+    Args:
+        path: the file a command or a Python call would write.
+        option: what named it, for the message (``--json-out``, ``plot(path='fig.png')``).
+        fix: what the user can do, ending the message.
 
     Raises:
         GeodriftError: naming the option and the file; nothing is written.
@@ -220,8 +229,37 @@ def check_file_target(path: str | Path, option: str) -> None:
     """
     path = Path(path)
     if (path.exists() or path.is_symlink()) and not Manifests().owns(path, managed_root(path)):
-        raise GeodriftError(f"{option} {path}: the file exists and geodrift did not write it; choose another name or "
-                            "move it away (nothing was written)")
+        raise GeodriftError(f"{option} {path}: the file exists and geodrift did not write it; {fix}")
+
+
+def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool = False,
+                  fix: str = "choose another name or move it away (nothing was written)") -> None:
+    """The one output-file policy, for every file a command or a Python call writes - the named ones and the
+    names derived from them (``NAME.pairs.csv``, ``NAME_trajectory.png``, ``NAME_experts.png``): run it on the
+    whole list before the work. Each must be writable and, unless ``overwrite``, absent or geodrift's own
+    (listed unchanged in its folder's manifest); once written, each is recorded in a manifest, so the next run
+    may replace it and nothing else.
+
+    Args:
+        targets: ``(what named it, path)`` pairs, e.g. ``[("--plot", "fig.png"), ("--plot", "fig_trajectory.png")]``.
+        overwrite: replace a file geodrift did not write (the Python API's ``overwrite=True``).
+        fix: the end of the refusal's message.
+
+    Raises:
+        GeodriftError: naming what named the file and the user's path (never a temporary file).
+
+    Example:
+        >>> claim_outputs([("--json-out", "/nonexistent-folder/r.json")])
+    """
+    from geodrift.atomic import check_writable
+
+    listed = [(option, Path(path)) for option, path in targets]
+    for option, path in listed:
+        check_writable(path, option)
+        if not overwrite:
+            check_file_target(path, option, fix)
+    for _, path in listed:
+        expect_output(path)
 
 
 def _refuse_foreign(folder: Path, option: str) -> None:

@@ -165,7 +165,8 @@ def weights_label(ckpt: Checkpoint) -> str:
         found = Counter(ckpt.dtype(ckpt.plan[k].name) for k in keys if k in ckpt.plan)
         return "/".join(f"{_BITS[d]}-bit {d}" if d in _BITS else d for d, _ in found.most_common())
 
-    projections = kinds([(role, layer) for role in TRANSFORMER_ROLES for layer in range(int(ckpt.config["n_layers"]))])
+    layers = sorted({layer for _, layer in ckpt.plan if layer is not None})  # never the config's claim (1e9 layers)
+    projections = kinds([(role, layer) for role in TRANSFORMER_ROLES for layer in layers])
     embedding = kinds([("embed", None)])
     quantized = any(q in projections + embedding for q in _BITS)
     return (f"{projections} projections, {embedding} embedding, "
@@ -239,8 +240,9 @@ def llama_parameters(ckpt: Checkpoint) -> int:
     present = sorted({layer for _, layer in ckpt.plan if layer is not None})
     if len(present) != size["n_layers"] or present != list(range(len(present))):
         found = f"layers {present[0]}..{present[-1]} ({len(present)})" if present else "no layers"
-        raise GeodriftError(f"{ckpt.label}: the config gives {size['n_layers']} layers but the tensors hold {found}; "
-                            "fix num_hidden_layers / block_count")
+        where = (f"{ckpt.path / 'config.json'} num_hidden_layers" if (ckpt.path / "config.json").is_file()
+                 else f"{ckpt.label}: block_count" if ckpt.format == "gguf" else f"{ckpt.label}: num_hidden_layers")
+        raise GeodriftError(f"{where} = {size['n_layers']} layers, but the tensors hold {found}; fix the config")
     q, kvr, ff = heads * head_dim, kv * head_dim, size["d_ff"]
     per_layer = {"attn_q": (q, d), "attn_k": (kvr, d), "attn_v": (kvr, d), "attn_o": (d, q),
                  "mlp_gate": (ff, d), "mlp_up": (ff, d), "mlp_down": (d, ff), "norm_attn": (d,), "norm_mlp": (d,)}

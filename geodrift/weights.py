@@ -191,6 +191,11 @@ HF_LLAMA_PROJECTIONS: dict[str, str] = {
 }
 
 WeightKey = tuple[str, int]
+_SKIP_FIX = "re-export it, exclude it with --roles/--layers, or skip it with --skip-nonfinite"
+
+
+class BadTensor(GeodriftError):
+    """A matrix whose values cannot be weights: NaN/Inf, or an outlier whose square overflows float32."""
 
 
 @dataclass(frozen=True)
@@ -277,12 +282,46 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
             raise GeodriftError(
                 f"{entry.source}: loaded shape {tuple(tensor.shape)} differs from the header's {entry.shape}"
             )
-        if not all_finite(tensor):
-            raise GeodriftError(
+        low, high = _extremes(tensor)  # one pass finds NaN/Inf and the peak the outlier test needs
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise BadTensor(
                 f"{entry.source}: tensor contains NaN or Inf values; the checkpoint is corrupt or "
-                "was saved mid-divergence - re-export it or exclude this tensor with --roles/--layers"
+                f"was saved mid-divergence - {_SKIP_FIX}"
+            )
+        outlier = overflowing_outlier(tensor, max(-low, high))
+        if outlier is not None:
+            raise BadTensor(
+                f"{entry.source}: a value of {outlier[0]:.3g} among weights of typical magnitude {outlier[1]:.3g} - "
+                "at that spread the tensor's Gram overflows float32 even scaled to its typical magnitude, so the "
+                f"data is corrupt (a damaged download or a bad conversion); {_SKIP_FIX}"
             )
         return tensor
+
+    def without_bad_tensors(self) -> tuple[WeightSet, list[str]]:
+        """This set without the matrices :meth:`__getitem__` refuses as corrupt (``--skip-nonfinite``): each is
+        read once here, so the scan reads the others twice.
+
+        Returns:
+            ``(the kept set, one note per matrix skipped, naming its tensor and why)``.
+
+        Raises:
+            GeodriftError: when every matrix is corrupt.
+        """
+        kept: dict[WeightKey, WeightEntry] = {}
+        notes: list[str] = []
+        for key in self:
+            try:
+                self[key]
+            except BadTensor as error:
+                reason = str(error).split(" - ")[0]
+                notes.append(f"skipped {key[0]}[{key[1]}] (--skip-nonfinite): {reason}; the layers beside it are "
+                             "compared across the gap")
+                continue
+            kept[key] = self.entries[key]
+        if not kept:
+            raise GeodriftError(f"{self.origin}: every selected matrix is corrupt (non-finite or overflowing values); "
+                                "nothing is left to scan")
+        return WeightSet(kept, self.origin, self.view), notes
 
     def __iter__(self) -> Iterator[WeightKey]:
         return iter(sorted(self.entries, key=_key_order))
@@ -348,6 +387,55 @@ def all_finite(tensor: torch.Tensor) -> bool:
     if math.isfinite(float(tensor.sum())):
         return True
     return all(bool(torch.isfinite(part).all()) for part in tensor.reshape(-1).split(1 << 20))
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+_SAMPLE = 4096  # magnitudes sampled (strided) for a tensor's typical magnitude
+
+
+def _extremes(tensor: torch.Tensor) -> tuple[float, float]:
+    # (min, max) in one reduction; NaN anywhere makes both NaN, an Inf shows in one of them.
+    if tensor.numel() == 0 or not tensor.is_floating_point():
+        return 0.0, 0.0
+    low, high = torch.aminmax(tensor)
+    return float(low), float(high)
+
+
+def overflowing_outlier(tensor: torch.Tensor, peak: float | None = None) -> tuple[float, float] | None:
+    """``(largest |value|, typical |value|)`` when the spread between them is past float32's squares, else None.
+
+    A corrupted tensor (random bytes in the data) holds a few values like ``1e21`` among weights of
+    magnitude ``1``: finite, but the Gram of the matrix - even rescaled so its typical entry is 1 -
+    overflows float32, and its singular vectors are those of one entry. The test: ``(peak / typical)^2
+    * n > float32's max``, with ``n`` the longer side and ``typical`` the median nonzero magnitude of a
+    strided sample. Weights uniformly near float32's limit (``3e37``) pass: their spread is small. Costs
+    one reduction (``aminmax``, shared with the NaN/Inf test: pass ``peak``) and a sort of 4,096 numbers.
+
+    Example:
+        >>> w = torch.ones(32, 16)
+        >>> overflowing_outlier(w * 3e37) is None
+        True
+        >>> w[2, 3] = 2e21
+        >>> overflowing_outlier(w) == (float(torch.tensor(2e21)), 1.0)
+        True
+    """
+    if tensor.numel() == 0 or not tensor.is_floating_point():
+        return None
+    if peak is None:
+        low, high = _extremes(tensor)
+        peak = max(-low, high)
+    longest = max(tensor.shape) if tensor.dim() else 1
+    if peak == 0.0:
+        return None
+    flat = tensor.reshape(-1)
+    sample = flat[:: max(1, flat.numel() // _SAMPLE)].abs()
+    sample = sample[sample > 0]
+    if sample.numel() == 0:
+        return None
+    typical = float(sample.double().median())
+    if (peak / typical) ** 2 * longest > FLOAT32_MAX:
+        return peak, typical
+    return None
 
 
 def _constant(tensor: torch.Tensor) -> Callable[[], torch.Tensor]:

@@ -1,5 +1,7 @@
-"""Fuzzing the commands added last (issue 23): hostile command lines for inspect, drift, compare,
-compress prune|share and sweep, run in-process through the real CLI entry (``geodrift.cli.main.main``).
+"""Fuzzing the commands (issues 23, 33): hostile command lines for scan, inspect, drift, compare,
+compress prune|share and sweep, run in-process through the real CLI entry (``geodrift.cli.main.main``),
+and hostile Python calls (``geodrift.scan`` with odd objects for every keyword, ``report.plot``,
+``load_factored``: tests/_fuzz_python.py).
 
 Shared by the bounded default test (tests/test_fuzz_commands.py) and the long run
 (benchmarks/fuzz_commands.py). Every case is one command line drawn from:
@@ -14,10 +16,13 @@ Shared by the bounded default test (tests/test_fuzz_commands.py) and the long ru
   texts that are empty, binary, FIFOs or folders, grid files mutated key by key (types, ranges,
   nesting, bytes, sizes);
 - output targets: new paths, the input model's folder, its parent, a folder of the user's files,
-  a folder of figures with the user's own ``*_continuity.png``, a folder geodrift wrote before.
+  a folder of figures with the user's own ``*_continuity.png``, a folder geodrift wrote before, and
+  the names a scan derives (``fig_trajectory.png``, ``fig_experts.png``, ``s.pairs.csv``) taken by the
+  user's own files beside ``--plot fig.png`` / ``--csv s.csv``.
 
 Accepted outcomes: exit 0, or exit 2 with exactly one ``error:`` line on stderr and no traceback.
-Findings: any other exit, an exception escaping ``main``, a multi-line error, a user file whose
+Findings: any other exit, an exception escaping ``main``, a multi-line error, a scan whose report
+holds non-finite numbers (``nonfinite-success``: a corrupt tensor must be refused by name), a user file whose
 bytes changed (every file of the user's area is hashed before and after each case), and (in the
 runners) a case without an outcome within its timeout.
 """
@@ -40,6 +45,7 @@ from typing import Any
 import torch
 from _checkpoints import hf_config, llama_state, write_hf_folder
 from _fuzz import Outcomes, mutants, seed_files
+from _fuzz_python import PythonCase, make_python_case, run_python_case
 
 from geodrift.cli.main import main
 
@@ -69,6 +75,8 @@ def build_area(root: Path) -> dict[str, Path]:
     (mine / "model.safetensors").write_bytes((model / "model.safetensors").read_bytes()[:4096])
     (mine / "figures" / "my_continuity.png").write_bytes(b"\x89PNG the user's figure")
     (mine / "figures" / "paper_rotation.pdf").write_bytes(b"%PDF the user's")
+    for derived in ("fig_trajectory.png", "fig_experts.png", "fig_trajectory.svg", "s.pairs.csv"):
+        (mine / derived).write_bytes(b"the user's own " + derived.encode())  # names a scan derives from fig/s
     weird = root / "[bold red]x\\ \x1b[31m é.safetensors"
     shutil.copy(model / "model.safetensors", weird)
     (root / "corpus.txt").write_text("\n\n".join(f"paragraph {i} " + "word " * 200 for i in range(60)))
@@ -105,19 +113,22 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 class Case:
-    """One command line and the files it was given; ``out`` is where new outputs may appear."""
+    """One command line (or one Python call) and the files it was given; ``out`` is where new outputs may appear."""
 
-    def __init__(self, argv: list[str], how: str, out: Path) -> None:
-        self.argv, self.how, self.out = argv, how, out
+    def __init__(self, argv: list[str], how: str, out: Path, python: PythonCase | None = None) -> None:
+        self.argv, self.how, self.out, self.python = argv, how, out, python
 
 
 def make_case(area: dict[str, Path], rng: random.Random, index: int, scratch: Path) -> Case:
     """A hostile command line for one of the commands (deterministic in ``rng``)."""
     out = scratch / f"out{index}"
-    command = rng.choices(["inspect", "drift", "compare", "prune", "share", "sweep"], [5, 3, 3, 2, 2, 5])[0]
+    command = rng.choices(["inspect", "drift", "compare", "prune", "share", "sweep", "scan", "python"],
+                          [5, 3, 3, 2, 2, 5, 5, 6])[0]
     model = _model(area, rng, scratch, index)
+    if command == "python":
+        return Case([], command, out, make_python_case(area, rng, out, model))
     pick = {"inspect": _inspect, "drift": _series, "compare": _series, "prune": _compress, "share": _compress,
-            "sweep": _sweep}[command]
+            "sweep": _sweep, "scan": _scan}[command]
     argv = pick(command, area, rng, model, out, scratch, index)
     if rng.random() < 0.7:
         argv.append("--quiet")
@@ -164,6 +175,24 @@ def _outputs(area: dict[str, Path], rng: random.Random, out: Path, options: list
             suffix = {"--json-out": ".json", "--csv": ".csv", "--plot": ".png"}.get(option, "")
             argv += [option, str(target) + (suffix if target.suffix == "" and rng.random() < 0.5 else "")]
     return argv
+
+
+def _scan(command: str, area: dict[str, Path], rng: random.Random, model: str, out: Path, scratch: Path,
+          index: int) -> list[str]:
+    # The scan's named and derived outputs (NAME_trajectory, NAME_experts, NAME.pairs.csv) beside the user's files.
+    argv = ["scan", model, "--null-draws", _value(rng, ["4", "6"]), "--k", _value(rng, ["1", "2"])]
+    for option, valid in (("--layers", ["0-1", "0", "1"]), ("--roles", ["q,k", "v,o", "gate"]),
+                          ("--view", ["raw", "folded"]), ("--seed", ["0", "7"]), ("--max-memory", ["8G", "1K"])):
+        if rng.random() < 0.3:
+            argv += [option, _value(rng, valid, HOSTILE_INTS + HOSTILE_TEXT)]
+    for option, targets in (("--plot", [out / "fig.png", area["mine"] / "fig.png", area["mine"] / "fig.svg"]),
+                            ("--csv", [out / "s.csv", area["mine"] / "s.csv"]),
+                            ("--json-out", [out / "r.json", area["mine"] / "r.json"])):
+        if rng.random() < 0.4:
+            argv += [option, str(rng.choice(targets))]
+    if rng.random() < 0.2:
+        argv.append("--skip-nonfinite")
+    return argv + _outputs(area, rng, out, ["--plot"]) + rng.choice([["--json"], ["--json"], [], ["--no-ov"]])
 
 
 def _inspect(command: str, area: dict[str, Path], rng: random.Random, model: str, out: Path, scratch: Path,
@@ -281,8 +310,11 @@ def run_case(case: Case) -> tuple[str, str | None]:
     """Run one command line in-process; ``(outcome, finding or None)``.
 
     Outcomes: ``ok`` (exit 0), ``error`` (exit 2, one ``error:`` line), and the findings
-    ``exit:<code>``, ``multiline-error``, ``traceback:<Type>``.
+    ``exit:<code>``, ``multiline-error``, ``traceback:<Type>``, ``nonfinite-success`` (a scan's report holding
+    non-finite numbers); a Python call (``case.python``) as :func:`_fuzz_python.run_python_case`.
     """
+    if case.python is not None:
+        return run_python_case(case.python)
     out, err = io.StringIO(), io.StringIO()
     code: Any = 0
     try:
@@ -296,6 +328,8 @@ def run_case(case: Case) -> tuple[str, str | None]:
         return f"traceback:{type(error).__name__}", f"{case.argv}: {''.join(lines[-3:]).strip()}"
     text = err.getvalue()
     if code in (0, None):
+        if "--json" in case.argv and case.how == "scan" and "nonfinite" in json.loads(out.getvalue() or "{}"):
+            return "nonfinite-success", f"{case.argv}: the report holds non-finite numbers"
         return "ok", None
     lines = [line for line in text.splitlines() if line.strip()]
     if code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in text:
@@ -353,7 +387,8 @@ def run_cases(area: dict[str, Path], count: int, seed: int, scratch: Path, timeo
             lost = [k for k, digest in guarded.items() if now.get(k) != digest]
             if lost:
                 changed += 1
-                outcomes.add("user-file-changed", f"{case.argv}: changed or deleted {lost[:3]}")
+                what = case.python.text if case.python is not None else case.argv
+                outcomes.add("user-file-changed", f"{what}: changed or deleted {lost[:3]}")
                 guarded = {k: v for k, v in guarded.items() if k not in lost}
             clean_outputs(scratch, before)
             clean_outputs(area["root"], {k: v for k, v in now.items() if k in baseline or

@@ -208,10 +208,14 @@ def test_the_api_given_odd_objects_raises_geodrift_error_only(model: object) -> 
         assert "\n" not in str(info.value)
 
 
-def test_the_api_measures_int8_weights_as_their_values() -> None:
-    weights = {k: (10 * v).to(torch.int8) for k, v in _state().items()}
-    report = geodrift.scan(weights, k=2, null_draws=4)
-    assert report.role("attn_q") is not None
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int64, torch.uint8])
+def test_integer_weights_are_refused_naming_the_tensor(dtype: torch.dtype) -> None:
+    # Issue 33: integers are not weights (masks, indices, raw codes of an unknown quantisation); only a known
+    # quantised format (GGUF's Q*/IQ* blocks) is dequantised and measured.
+    weights = {k: (10 * v).to(dtype) for k, v in _state().items()}
+    with pytest.raises(GeodriftError) as info:
+        geodrift.scan(weights, k=2, null_draws=4)
+    assert "integers or booleans" in str(info.value) and ".weight" in str(info.value)
 
 
 def test_command_fuzz_findings_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -222,3 +226,68 @@ def test_command_fuzz_findings_are_one_line(tmp_path: Path, capsys: pytest.Captu
     assert "--null-draws" in line and str(2**64) in line
     line = _refused(["drift", str(a), str(a), "--layers", "0", "--plot", str(tmp_path / "d.png"), "--quiet"], capsys)
     assert "2 or more selected layers" in line and not (tmp_path / "d_rotation.png").exists()
+
+
+@pytest.mark.parametrize(("keywords", "start"), [
+    ({"k": 2.5}, "k=2.5: must be an integer"),
+    ({"roles": ["q", 3]}, "roles=['q', 3]: must be a string"),
+    ({"progress": "x"}, "progress='x': must be a function"),
+    ({"layers": 5}, "layers=5: must be a string"),
+    ({"ov": "yes"}, "ov='yes': must be True or False"),
+    ({"names": 3}, "names=3: must be the path"),
+    ({"config": ["x"]}, "config=['x']: must be a dict"),
+    ({"null_draws": 10**12}, "null_draws=1000000000000, k=2: this scan would need about"),
+    ({"names": "y" * 3000}, "names='" + "y" * 59 + "... (3002 characters): not a usable path (File name too long)"),
+    ({"config": {"num_attention_heads": 3, "num_key_value_heads": 3}}, "state dict (in memory): config "
+                                                                       "num_attention_heads = 3 does not divide"),
+])
+def test_every_keyword_of_the_python_api_is_checked_up_front(keywords: dict[str, object], start: str) -> None:
+    # Issue 33: each was a TypeError deep in the measurement, a RuntimeError in the OV hook or an endless allocation.
+    state = llama_state(3, 32, 4, 2, 48)
+    with pytest.raises(GeodriftError) as info:
+        geodrift.scan(state, **{"k": 2, "null_draws": 4, **keywords})
+    assert str(info.value).startswith(start) and "\n" not in str(info.value), str(info.value)
+
+
+def test_the_cli_refuses_the_same_head_counts_from_config_json(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    config = {k: v for k, v in hf_config(n_layers=3).items() if k != "hidden_size"}
+    folder = write_hf_folder(tmp_path / "m", llama_state(3, 32, 4, 2, 48),
+                             config | {"num_attention_heads": 3, "num_key_value_heads": 3}, dtype=torch.float32)
+    line = _refused(["scan", str(folder), "--quiet"], capsys)
+    assert "config.json num_attention_heads = 3" in line and str(folder) in line
+
+
+def test_inspect_lists_an_unrecognised_tensor_and_a_names_rule_error_names_its_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = llama_state(3, 32, 4, 2, 48) | {"model.layers.0.extra_thing.weight": torch.ones(3, 3)}
+    folder = write_hf_folder(tmp_path / "m", state, hf_config(n_layers=3), dtype=torch.float32)
+    with pytest.raises(SystemExit) as done:
+        main(["inspect", str(folder), "--json"])
+    assert done.value.code in (0, None)
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["tensors"]}
+    assert rows["model.layers.0.extra_thing.weight"]["use"] == "not scanned"
+    assert _refused(["scan", str(folder), "--quiet"], capsys).count("not recognised") == 1  # scan still refuses
+    mapping = tmp_path / "names.json"
+    mapping.write_text(json.dumps({r"model\.layers\.(\w+)\.self_attn\.q_proj\.weight": "attn_q"}))
+    state["model.layers.x.self_attn.q_proj.weight"] = torch.ones(16, 32)
+    other = write_hf_folder(tmp_path / "n", state, hf_config(n_layers=3), dtype=torch.float32)
+    line = _refused(["scan", str(other), "--names", str(mapping), "--quiet"], capsys)
+    assert line.startswith(f"error: {mapping}: name rule") and "'x'" in line
+
+
+def test_a_missing_data_path_says_it_does_not_exist_before_any_status_line(capsys: pytest.CaptureFixture[str]) -> None:
+    line = _refused(["simulate", "mlp", "--data", "/nonexistent", "--steps", "2"], capsys)
+    assert "--data /nonexistent: does not exist" in line
+
+
+def test_a_config_claiming_a_billion_layers_names_the_file(tmp_path: Path) -> None:
+    from geodrift.pretrained import llama_from_checkpoint, open_llama, weights_label
+
+    folder = write_hf_folder(tmp_path / "m", llama_state(3, 32, 4, 2, 48),
+                             hf_config(n_layers=3) | {"num_hidden_layers": 10**9}, dtype=torch.float32)
+    ckpt = open_llama(folder)
+    assert weights_label(ckpt).startswith("F32 projections")  # the layers held, not the 10^9 claimed
+    with pytest.raises(GeodriftError) as info:
+        llama_from_checkpoint(ckpt)
+    assert str(info.value).startswith(f"{folder / 'config.json'} num_hidden_layers = 1000000000")

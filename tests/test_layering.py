@@ -3,9 +3,9 @@
 Layers, bottom to top: errors/atomic/weights/checks -> linalg -> metrics and gauge -> continuity -> lm (the
 Llama, its tokenizers, text corpora, activations and Hugging Face writer) -> {scan, sim} -> {prove,
 sweep (runs sim specs on a backend), pretrained} -> compress -> reproduction (the whole paper) ->
-render -> cli and the Python API (``geodrift.scan.api``, a face like the CLI: its reports draw
-their figures). ``lm`` imports neither ``scan`` nor ``sim``; ``scan`` and ``sim`` never import each
-other. The scanner meets the language model or the simulators in the BRIDGES only: ``pretrained``
+render -> cli and the Python API (``geodrift.scan.api`` and its argument checks ``geodrift.scan.arguments``,
+a face like the CLI: its reports draw their figures). ``lm`` imports neither ``scan`` nor ``sim``; ``scan`` and
+``sim`` never import each other. The scanner meets the language model or the simulators in the BRIDGES only: ``pretrained``
 (the one door from checkpoints to models) and ``reproduction`` (which runs the scan and the
 simulators side by side); ``compress`` reaches checkpoints through ``pretrained``. ``proofs`` is
 sympy (and its mpmath) only. Every import counts, including those inside functions and under
@@ -27,7 +27,7 @@ PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / 
 LAYERS = {
     "geodrift.errors": 0, "geodrift.atomic": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
-    "geodrift.scan": 5, "geodrift.sim": 5, "geodrift.scan.api": 10,
+    "geodrift.scan": 5, "geodrift.sim": 5, "geodrift.scan.api": 10, "geodrift.scan.arguments": 10,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
     "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.render": 9, "geodrift.cli": 10, "geodrift.__main__": 10,
 }

@@ -30,7 +30,6 @@ replaced by :class:`LowRankLinear` (shared factors are one module, so they stay 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -240,8 +239,14 @@ def _write_folder(folder: str | Path, state: dict[str, torch.Tensor], config: di
 def load_factored(folder: str | Path) -> Any:
     """A ``transformers.LlamaForCausalLM`` (eval mode) from a :func:`save_factored` folder.
 
+    The folder is checked against its own manifest first (:mod:`geodrift.compress.factored_check`): the
+    format version, the dtype, every entry's type, every factor present with the shape its projection
+    needs, every other tensor with the shape the config implies (the model is laid out on the meta
+    device to know them), the layers stored against ``num_hidden_layers``.
+
     Raises:
-        GeodriftError: when transformers is missing, or the folder is not a factored geodrift model.
+        GeodriftError: when transformers is missing, or the folder is not a factored geodrift model or is
+            damaged - one line naming the file and the entry.
     """
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -249,21 +254,43 @@ def load_factored(folder: str | Path) -> Any:
         raise GeodriftError("loading a factored model needs transformers: pip install 'geodrift[hf]'") from None
     from safetensors.torch import load_file
 
-    folder = Path(folder)
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        spec = config.pop("geodrift_factored")
-        tensors = load_file(str(folder / "model.safetensors"))
-    except (OSError, KeyError, json.JSONDecodeError) as error:
-        raise GeodriftError(f"{folder}: not a factored geodrift model ({error}); write one with "
-                            "geodrift compress share --save DIR") from None
-    if spec.get("format") != FORMAT:
-        raise GeodriftError(f"{folder}: factored format {spec.get('format')!r}; this geodrift reads {FORMAT}")
+    from geodrift.compress import factored_check as check
+
+    folder = check.folder_path(folder)
+    config, spec = check.read_config(folder)
+    projections = check.check_spec(folder / "config.json", spec, FORMAT, tuple(DTYPES))
     dtype = DTYPES[spec["dtype"]]
+    try:
+        tensors = load_file(str(folder / "model.safetensors"))
+    except Exception as error:  # safetensors' own error type, an OSError, a folder in the way
+        raise check.unreadable(folder, error) from None
+    check.check_layers(folder / "config.json", config, projections, HF_LLAMA_PROJECTIONS.values(), tensors)
     # The Llama's own model type (folders written before the factored model type kept "llama" in config.json).
     config["model_type"] = spec.get("base_model_type", config.get("model_type"))
     config["architectures"] = spec.get("base_architectures", config.get("architectures"))
-    model = LlamaForCausalLM(LlamaConfig(**config))
+    try:
+        llama_config = LlamaConfig(**config)
+        with torch.device("meta"):  # the shapes the config implies, without allocating them
+            layout = {name: tuple(t.shape) for name, t in LlamaForCausalLM(llama_config).state_dict().items()}
+    except Exception as error:  # transformers' own checks of the config (TypeError, ValueError)
+        raise GeodriftError(f"{folder / 'config.json'}: not a Llama config transformers accepts "
+                            f"({str(error).splitlines()[0][:200] if str(error) else type(error).__name__}); "
+                            "the save is damaged - write it again") from None
+    for prefix, entry in projections.items():
+        d_out, d_in = layout[prefix + ".weight"]
+        for side, expected in (("first", (entry["rank"], d_in)), ("second", (d_out, entry["rank"]))):
+            if entry[side] not in tensors:
+                raise check.missing_tensor(folder, entry[side], f"projection {prefix!r} ({side})")
+            check.check_tensor(folder, entry[side], tensors[entry[side]], expected, dtype,
+                               f"projection {prefix!r} ({side}, rank {entry['rank']})")
+    tied = bool(config.get("tie_word_embeddings"))
+    dense = {name: shape for name, shape in layout.items()
+             if name.rpartition(".")[0] not in projections and not (tied and name == "lm_head.weight")}
+    for name, shape in dense.items():
+        if name not in tensors:
+            raise check.missing_tensor(folder, name, "the model (config.json)")
+        check.check_tensor(folder, name, tensors[name], shape, dtype, "config.json")
+    model = LlamaForCausalLM(llama_config)
     model.to(dtype)  # type: ignore[arg-type]
     linears: dict[str, nn.Linear] = {}
 
@@ -272,19 +299,13 @@ def load_factored(folder: str | Path) -> Any:
             linears[name] = _linear(tensors[name])
         return linears[name]
 
-    for prefix, entry in spec["projections"].items():
+    for prefix, entry in projections.items():
         parent, name = _parent(model, prefix)
         setattr(parent, name, LowRankLinear(linear(entry["second"]), linear(entry["first"])))
-    full = {}
-    for name in model.state_dict():
-        if name in tensors:
-            full[name] = tensors[name]
-        elif name == "lm_head.weight" and config.get("tie_word_embeddings"):
-            full[name] = tensors["model.embed_tokens.weight"]
-    missing = [n for n in model.state_dict() if n not in full and not n.endswith((".first.weight", ".second.weight"))]
-    if missing:
-        raise GeodriftError(f"{folder}: model.safetensors lacks {missing[0]} (and {len(missing) - 1} more)")
+    full = {name: tensors[name] for name in dense}
+    if tied:
+        full["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     model.load_state_dict(full, strict=False)
-    if config.get("tie_word_embeddings"):
+    if tied:
         model.tie_weights()
     return model.eval()

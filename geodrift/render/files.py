@@ -28,6 +28,36 @@ def pairs_csv_path(summary_path: str | Path) -> Path:
     return path.with_name(f"{stem}.pairs.csv")
 
 
+def scan_outputs(json_out: str | Path | None, csv_out: str | Path | None, plot: str | Path | None,
+                 experts: bool = True, gauge: bool = False) -> list[tuple[str, Path]]:
+    """Every file ``geodrift scan`` may write, named or derived, with the option that named it - the list
+    :func:`geodrift.outdir.claim_outputs` checks before the work (a derived name is never a user's file).
+
+    Args:
+        json_out, csv_out, plot: the options (None: not asked for).
+        experts: include the experts' figure (a mixture of experts; the CLI claims it once the model is open).
+        gauge: include the gauge diagnosis figure (``NAME_gauge``; ``--full`` draws it).
+
+    Example:
+        >>> [str(p) for _, p in scan_outputs(None, "s.csv", "f.png")]
+        ['s.csv', 's.pairs.csv', 'f.png', 'f_trajectory.png', 'f_experts.png']
+    """
+    outputs: list[tuple[str, Path]] = [("--json-out", Path(json_out))] if json_out is not None else []
+    if csv_out is not None:
+        outputs += [("--csv", Path(csv_out)), ("--csv", pairs_csv_path(csv_out))]
+    if plot is not None:
+        from geodrift.render.experts_plot import experts_plot_path
+        from geodrift.render.scan_plot import trajectory_plot_path
+
+        outputs += [("--plot", Path(plot)), ("--plot", trajectory_plot_path(plot))]
+        outputs += [("--plot", experts_plot_path(plot))] if experts else []
+        if gauge:
+            from geodrift.render.gauge import gauge_plot_path
+
+            outputs += [("--plot", gauge_plot_path(Path(plot)))]
+    return outputs
+
+
 def write_csv(report: Report, path: str | Path) -> list[Path]:
     """Write the summary CSV at ``path`` and the per-pair CSV beside it (atomically); return both paths."""
     pairs = pairs_csv_path(path)

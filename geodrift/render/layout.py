@@ -29,6 +29,7 @@ from typing import Literal
 
 from rich import box
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.table import Table
 from rich.text import Text
 
@@ -157,7 +158,26 @@ def plain(cell: Cell) -> str:
         >>> plain("[bold]0.42[/bold]"), plain(Text("[bold]"))
         ('0.42', '[bold]')
     """
-    return cell.plain if isinstance(cell, Text) else Text.from_markup(cell).plain
+    return as_text(cell).plain
+
+
+def as_text(cell: Cell) -> Text:
+    """The rich Text a cell prints as: markup parsed, or the string literally when it is not valid markup (a
+    value such as ``[/]`` reaching a markup cell); control characters shown as escapes (``\\x1b``), lines kept.
+
+    Example:
+        >>> as_text("[/]").plain, as_text("[bold]x[/bold]").plain, as_text("a\\x1bb").plain
+        ('[/]', 'x', 'a\\\\x1bb')
+    """
+    if isinstance(cell, Text):  # geodrift.render.lit made its text visible; a Text made elsewhere may hold an escape
+        if all(line.isprintable() for line in cell.plain.split("\n")):
+            return cell
+        return Text("\n".join(visible(line) for line in cell.plain.split("\n")), style=cell.style)
+    shown = "\n".join(visible(line) for line in cell.split("\n"))
+    try:
+        return Text.from_markup(shown)
+    except MarkupError:
+        return Text(shown)
 
 
 def _part(grid: Grid, columns: list[int], title: str, caption: str | None, natural: list[int],
@@ -176,7 +196,7 @@ def _part(grid: Grid, columns: list[int], title: str, caption: str | None, natur
             table.add_column(Text(visible(col.header)), justify=col.justify, style=col.style, no_wrap=True, overflow="fold",
                              min_width=natural[i])
     for r, row in enumerate(grid.rows):
-        table.add_row(*(row[i] for i in columns), end_section=r in grid.section_ends)
+        table.add_row(*(as_text(row[i]) for i in columns), end_section=r in grid.section_ends)
     return Part(table, None if fits else title, None if attach else caption)
 
 

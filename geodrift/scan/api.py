@@ -30,6 +30,7 @@ from typing import Any
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.provenance import report_provenance
+from geodrift.scan.arguments import check_memory, check_scan_arguments, claim_figure
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.fingerprint import checkpoint_fingerprint
 from geodrift.scan.mapping import NameRule, load_name_mapping
@@ -59,7 +60,8 @@ class ScanReport(Report):
         """``report`` (e.g. ``Report.from_dict`` of a ``geodrift scan --json`` file) as a ScanReport."""
         return cls(**{f.name: getattr(report, f.name) for f in fields(Report)})
 
-    def plot(self, path: str | Path | None = None, *, kind: str = "continuity", dpi: int = 300) -> Any:
+    def plot(self, path: str | Path | None = None, *, kind: str = "continuity", dpi: int = 300,
+             overwrite: bool = False) -> Any:
         """The figures of ``geodrift scan --plot`` (matplotlib, imported now): ``kind="continuity"`` is
         ``--plot FILE``, ``"trajectory"`` its ``FILE_trajectory`` figure, ``"experts"`` (a mixture of
         experts) its ``FILE_experts`` figure.
@@ -69,14 +71,17 @@ class ScanReport(Report):
             kind: ``"continuity"`` (|cos| of adjacent layers across depth, per projection), ``"trajectory"``
                 or ``"experts"`` (each expert across depth, and the experts of each layer compared).
             dpi: resolution of a written raster figure.
+            overwrite: replace ``path`` even when geodrift did not write it (else such a file is refused).
 
         Returns:
             The ``matplotlib.figure.Figure`` (open: ``fig.show()``, or shown by a notebook).
 
         Raises:
             GeodriftError: an unknown ``kind``, a report without a trajectory or without experts, an
-                unsupported suffix or dpi.
+                unsupported suffix or dpi, a ``path`` holding a file geodrift did not write (without
+                ``overwrite=True``).
         """
+        claim_figure(path, dpi, overwrite)
         from geodrift.render.experts_plot import experts_figure
         from geodrift.render.figures import save_figure, style
         from geodrift.render.scan_plot import continuity_figure, trajectory_figure
@@ -220,6 +225,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     """
     given = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
              "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum}
+    check_scan_arguments(model=model, names=names, config=config, progress=progress, **given)  # types, up front
     defaults = {"roles": None, "layers": None, "k": 8, "null_draws": 100, "seed": 0, "view": "raw",
                 "architecture": None, "ov": True, "full_spectrum": False}
     call = "geodrift.scan(" + ", ".join([_shown(model)] * (model is not None) + [
@@ -233,6 +239,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         ckpt = open_model(model, names, architecture, config)
         ws = weightset(ckpt, view=view).select(role_list, layer_list)
         check_k(plan_shapes(ws, heads_of(ckpt) if ov else None), spec, ws.origin)  # the CLI's rule for k
+        check_memory(ws, spec, heads_of(ckpt) if ov else None)  # the CLI's estimate, before any matrix is read
         report = ScanReport.of(scan_weights(ws, spec, progress=progress, heads=heads_of(ckpt) if ov else None))
     report.provenance = report_provenance(call, checkpoint_fingerprint(ckpt))
     return report

@@ -9,6 +9,7 @@ comes from, whether to transpose it, which rows of a fused tensor and which expe
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,10 @@ from geodrift.errors import GeodriftError
 from geodrift.scan.mapping import NameRule, match_name
 from geodrift.scan.names import CanonicalKey, NameTable
 from geodrift.weights import EXPERT_ROLES, expert_role
+
+# True while `geodrift inspect` opens a checkpoint: names nothing recognises are listed (as not scanned, with
+# the reason) instead of refused - inspect is what one runs to write the --names mapping.
+LISTING_UNKNOWN: ContextVar[bool] = ContextVar("listing_unknown", default=False)
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,8 @@ class Checkpoint:
                     self.skipped[name] = "a buffer without weights (built-in ignore list)"
                 elif lenient:
                     self.skipped[name] = "unmapped: no --names rule or built-in name matches it"
+                elif LISTING_UNKNOWN.get():
+                    self.skipped[name] = unknown_reason(getattr(self, "config", {}).get("raw"), self.architecture)
                 else:
                     unknown.append(name)
                 continue
@@ -144,6 +151,7 @@ class Checkpoint:
             kinds[name] = key
             transposed[name] = transpose
         if unknown:
+            factored_save(self.label, getattr(self, "config", {}).get("raw"), len(unknown))
             sample = ", ".join(unknown[:6]) + (f" ... ({len(unknown)} in all)" if len(unknown) > 6 else "")
             raise GeodriftError(
                 f"{self.label}: {len(unknown)} tensor name(s) not recognised for architecture "
@@ -252,3 +260,35 @@ def infer_config_from_shapes(ckpt: Checkpoint, config: dict[str, Any]) -> dict[s
         config.setdefault("d_ff", ckpt.canonical_shape(("mlp_up", first))[0])
     config.setdefault("tie_embeddings", ("lm_head", None) not in ckpt.plan)
     return config
+
+
+def factored_save(label: str, raw_config: Any, unknown: int) -> None:
+    """Say what a folder of geodrift's own factored save is, where its factors' names are not recognised
+    (``--names`` cannot help: its projections are stored as two low-rank factors each, not one matrix).
+
+    Raises:
+        GeodriftError: when ``raw_config`` (config.json) holds ``geodrift_factored``; else nothing.
+
+    Example:
+        >>> factored_save("m", {}, 3)
+    """
+    if not isinstance(raw_config, dict) or "geodrift_factored" not in raw_config:
+        return
+    raise GeodriftError(
+        f"{label}: a factored model written by geodrift compress share --save ({unknown} tensors are low-rank "
+        "factors, not dense projections); scan or inspect a dense save instead (compress share --save-format "
+        "dense), or load it in Python with geodrift.compress.factorized.load_factored"
+    )
+
+
+def unknown_reason(raw_config: Any, architecture: str | None) -> str:
+    """Why ``geodrift inspect`` lists a tensor as not scanned when no name table recognises it.
+
+    Example:
+        >>> unknown_reason({}, "llama")
+        "unmapped: not a tensor name of architecture 'llama'; a --names rule can map it"
+    """
+    if isinstance(raw_config, dict) and "geodrift_factored" in raw_config:
+        return ("a low-rank factor of geodrift's factored save (compress share --save), not a dense projection; "
+                "load it with geodrift.compress.factorized.load_factored")
+    return f"unmapped: not a tensor name of architecture {architecture!r}; a --names rule can map it"

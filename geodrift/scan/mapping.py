@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,13 @@ class NameRule:
             family (``expert_gate`` ...) a second group is the expert index.
         kind: the canonical kind (see the module docstring).
         transpose: the stored matrix is ``(d_in, d_out)`` and must be transposed.
+        source: the ``--names`` file the rule came from, named in its errors.
     """
 
     pattern: str
     kind: str
     transpose: bool = False
+    source: str = field(default="--names", compare=False)  # the mapping file, for the messages
 
 
 def load_name_mapping(path: str | Path) -> list[NameRule]:
@@ -94,7 +96,7 @@ def load_name_mapping(path: str | Path) -> list[NameRule]:
                 f"a norm or embedding kind ({', '.join(sorted(KINDS - set(ROLE_NAMES.values())))}) or ignore"
             )
         _bounded_regex(pattern, path)
-        rules.append(NameRule(pattern, kind, transpose))
+        rules.append(NameRule(pattern, kind, transpose, str(path)))
     return rules
 
 
@@ -156,7 +158,7 @@ def _index(group: str | None, rule: NameRule, name: str, what: str) -> int | Non
         return None
     if not group.isdecimal():
         raise GeodriftError(
-            f"name rule {rule.pattern!r} captures {group!r} from tensor {name!r} as the {what}, which "
+            f"{rule.source}: name rule {rule.pattern!r} captures {group!r} from tensor {name!r} as the {what}, which "
             "is not an integer; make the rule's group match the number, e.g. (\\d+)"
         )
     return int(group)

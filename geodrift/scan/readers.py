@@ -94,7 +94,12 @@ def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] 
     if path is None:
         return GGUFCheckpoint(embedded_model_path(), rules, EMBEDDED_LABEL, architecture)
     path = Path(path).expanduser()
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as error:  # a name too long, a loop of links: not a path the OS can look up
+        raise GeodriftError(f"{path}: not a usable path ({error.strerror}); pass a .gguf/.safetensors file or a "
+                            "model folder") from None
+    if not exists:
         raise GeodriftError(f"{path}: no such file or folder; pass a .gguf/.safetensors file or a model folder")
     if path.is_dir():
         return _open_folder(path, rules, architecture)
@@ -270,6 +275,7 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
             continue
         shape = ckpt.canonical_shape((role, layer))
         ckpt.check_readable(part.name)
+        check_weight_dtype(ckpt.label, part.name, ckpt.dtype(part.name))
         if len(shape) != 2:
             raise GeodriftError(f"{ckpt.label}:{part.name}: expected a 2-D weight matrix, got shape {shape}")
         source = (f"{ckpt.label}:{part.name}" + (f"[expert {part.expert}]" if part.expert is not None else "")
@@ -322,3 +328,29 @@ def _check_foldable(ckpt: Checkpoint, role: str, layer: int) -> None:
 
 def _raw_loader(ckpt: Checkpoint, role: str, layer: int) -> Callable[[], torch.Tensor]:
     return lambda: load_canonical(ckpt, (role, layer))
+
+
+# Stored types that are not weights: integers and booleans (a GGUF's quantised Q*/IQ* blocks are weights).
+_NOT_WEIGHTS = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                          "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"})
+
+
+def check_weight_dtype(label: str, name: str, dtype: str) -> None:
+    """Refuse a projection stored as integers or booleans (masks, indices, an unknown quantisation's raw codes):
+    measured as numbers they would give a report about something that is not the weights.
+
+    Raises:
+        GeodriftError: naming the tensor and its dtype.
+
+    Example:
+        >>> check_weight_dtype("m.safetensors", "w", "BF16")
+        >>> check_weight_dtype("m.safetensors", "w", "I64")
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: m.safetensors:w: stored as I64 (integers or booleans), not as weights; geodrift \
+scans floating-point or GGUF-quantised (Q4_0, Q8_0 ...) projections - convert the checkpoint, or map another tensor \
+with --names
+    """
+    if dtype.lower().removeprefix("torch.") in _NOT_WEIGHTS:
+        raise GeodriftError(f"{label}:{name}: stored as {dtype} (integers or booleans), not as weights; geodrift "
+                            "scans floating-point or GGUF-quantised (Q4_0, Q8_0 ...) projections - convert the "
+                            "checkpoint, or map another tensor with --names")

@@ -37,6 +37,7 @@ from geodrift.scan.validate import (
     check_checkpoint,
     check_counts,
     check_file,
+    check_head_width,
     check_projections,
     check_tensor_names,
 )
@@ -335,9 +336,12 @@ def _configure(ckpt: Checkpoint, raw: dict[str, Any], rules: list[NameRule] | No
                config_path: Path | None = None) -> None:
     # Architecture (override > config's model_type > names), normalised config and the canonical plan.
     config = normalise_hf_config(raw)
-    sources = hf_config_sources(raw, str(config_path)) if config_path is not None else {}
+    sources = hf_config_sources(raw, str(config_path) if config_path is not None else "config")
     check_counts(ckpt.label, config, sources)
     model_type = raw.get("model_type")
+    factored = raw.get("geodrift_factored")
+    if isinstance(factored, dict) and isinstance(factored.get("base_model_type"), str):
+        model_type = factored["base_model_type"]  # geodrift's factored save: its Llama's names, its factors said as such
     if architecture is not None:
         arch = architecture
     elif isinstance(model_type, str):
@@ -353,6 +357,7 @@ def _configure(ckpt: Checkpoint, raw: dict[str, Any], rules: list[NameRule] | No
     ckpt._build_plan(list(rules or []), hf_table(arch), HF_IGNORED, lenient=bool(rules))
     check_projections(ckpt)
     infer_config_from_shapes(ckpt, config)
+    check_head_width(ckpt.label, config, sources)
     if arch == "gpt2" and "d_model" in config:
         config.setdefault("d_ff", 4 * config["d_model"])
     check_checkpoint(ckpt, sources)

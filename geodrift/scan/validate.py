@@ -112,6 +112,28 @@ def check_counts(label: str, config: dict[str, Any], sources: dict[str, str]) ->
         )
 
 
+def check_head_width(label: str, config: dict[str, Any], sources: dict[str, str]) -> None:
+    """Derive ``head_dim`` from a width found in the tensors (a config without ``hidden_size``), refusing a head
+    count that does not divide it; the CLI's config.json and the Python API's ``config=`` both pass here.
+
+    Raises:
+        GeodriftError: naming the key, the head count and the width.
+
+    Example:
+        >>> check_head_width("m", {"n_heads": 3, "d_model": 32}, {"n_heads": "config num_attention_heads"})
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: m: config num_attention_heads = 3 does not divide the width 32 (hidden size of \
+the tensors); fix the config
+    """
+    n_heads, d_model = config.get("n_heads"), config.get("d_model")
+    if "head_dim" in config or not isinstance(n_heads, int) or not isinstance(d_model, int) or n_heads < 1:
+        return
+    if d_model % n_heads:
+        raise GeodriftError(f"{label}: {sources.get('n_heads', 'n_heads')} = {n_heads} does not divide the width "
+                            f"{d_model} (hidden size of the tensors); fix the config")
+    config["head_dim"] = d_model // n_heads
+
+
 def check_shapes(label: str, config: dict[str, Any], shapes: dict[tuple[str, int], tuple[int, ...]],
                  sources: dict[str, str], tensors: dict[tuple[str, int], str]) -> None:
     """Check the projection shapes: non-empty 2-D, and explained by the head counts.

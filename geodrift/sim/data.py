@@ -92,6 +92,30 @@ def load_dataset(spec: str = "mnist5k") -> Dataset:
     return _finish(str(path), *_read_idx_set(path))
 
 
+def check_dataset(spec: str) -> None:
+    """Refuse now, before any status line, a ``--data`` that :func:`load_dataset` would refuse for its path
+    (a missing file or folder, a FIFO, a folder without the IDX files); nothing is read.
+
+    Raises:
+        GeodriftError: as :func:`load_dataset`, naming ``--data`` and the path.
+
+    Example:
+        >>> check_dataset("mnist5k")
+    """
+    if spec in DATASET_NAMES or parse_augmented(spec) is not None:
+        return
+    path = Path(spec).expanduser()
+    if path.parent == Path(".") and not path.exists() and not any(Path(".").glob(glob.escape(spec) + "*")):
+        raise GeodriftError(f"--data {spec}: no data set of that name; use {' or '.join(DATASET_NAMES)} (or "
+                            "NAME-aug60k for an augmented set), a folder of IDX files or a .npz file")
+    if path.suffix == ".npz":
+        if not path.exists():
+            raise GeodriftError(f"--data {path}: does not exist; check the path")
+        check_file(path, "--data .npz file")
+        return
+    _find_idx(path)
+
+
 def _raw_named(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     # The split of a named set at raw pixel scale: x_train, y_train, x_test, y_test.
     if name == "mnist5k":
@@ -177,6 +201,9 @@ def _find_idx(path: Path) -> dict[str, Path]:
     elif path.parent.is_dir():
         folder, prefix = path.parent, path.name
         candidates = [p for p in sorted(path.parent.iterdir()) if p.name.startswith(prefix)]
+        if not candidates:
+            raise GeodriftError(f"--data {path}: does not exist (no such file or folder, and no file under "
+                                f"{folder} starts with {prefix!r}); use mnist5k, digits, a folder of IDX files or a .npz")
     else:
         raise GeodriftError(f"--data {path}: no such folder or file; use mnist5k, digits, a folder of IDX "
                             "files or a .npz")

@@ -43,7 +43,7 @@ from geodrift.sim.config import (
     TrackConfig,
     TrainConfig,
 )
-from geodrift.sim.data import Dataset, ShuffledBatches, load_dataset
+from geodrift.sim.data import Dataset, ShuffledBatches, check_dataset, load_dataset
 from geodrift.sim.mlp import ResidualMLP, build_mlp, ensemble_loss
 from geodrift.sim.presets import preset
 from geodrift.sim.reference import PAPER_TABLE2_SPACE
@@ -159,6 +159,7 @@ _IMAGES: dict[str, Dataset] = {}  # data sets loaded by this process (several pr
 def image_data(name: str, on_stage: Stage = silent) -> Dataset:
     """The image data set ``name`` (``geodrift.sim.data.load_dataset``), loaded once per process."""
     if name not in _IMAGES:
+        check_dataset(name)  # a missing path is one line, with no status line before it
         on_stage(f"loading the {name} data set")
         _IMAGES[name] = load_dataset(name)
     return _IMAGES[name]
