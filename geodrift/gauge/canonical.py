@@ -309,7 +309,8 @@ def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
     q_rows = torch.cat([shape.head_rows(int(kv_perm[i]) * shape.group + int(q_perms[i, j]))
                         for i in range(shape.n_kv_heads) for j in range(shape.group)])
     gate, up, down = canonical_mlp(w["gate_proj"], w["up_proj"], w["down_proj"])
-    return {"q_proj": q[q_rows], "k_proj": k[kv_rows], "v_proj": v[kv_rows], "o_proj": o[:, q_rows],
+    return {"q_proj": q.index_select(0, q_rows), "k_proj": k.index_select(0, kv_rows),
+            "v_proj": v.index_select(0, kv_rows), "o_proj": o.index_select(1, q_rows),
             "gate_proj": gate, "up_proj": up, "down_proj": down}
 
 
