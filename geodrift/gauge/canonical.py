@@ -210,8 +210,21 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
         # the group's query heads are contiguous columns of O: stacked as (group * d, hd) blocks
         o_group = o[:, kv * group * hd:(kv + 1) * group * hd]
         o_stack = o_group.reshape(d, group, hd).transpose(0, 1).reshape(group * d, hd)
+        v_head = v[kv * hd:(kv + 1) * hd]
+        # only the triangular factors: Q_O = O_stack R_O^-1 and Q_V^T = R_V^-T V (the explicit Qs cost twice),
+        # unless a factor is (nearly) singular, e.g. a pruned head: then the explicit QR
+        ro = torch.linalg.qr(o_stack, mode="r").R
+        rv = torch.linalg.qr(v_head.T, mode="r").R  # (hd, hd)
+        if _well_conditioned(ro) and _well_conditioned(rv):
+            a, s, bt = torch.linalg.svd(ro @ rv.T)
+            root = s.sqrt()
+            # V = S^1/2 B^T Q_V^T = S^1/2 (R_V^-1 B)^T V;  O = Q_O A S^1/2 = O_stack (R_O^-1 A) S^1/2
+            right = torch.linalg.solve_triangular(rv, bt.T, upper=True)  # R_V^-1 B
+            v_blocks.append(root.reshape(-1, 1) * (right.T @ v_head))  # (hd, d)
+            o_blocks.append((o_stack @ torch.linalg.solve_triangular(ro, a, upper=True)) * root.reshape(1, -1))
+            continue
         qo, ro = torch.linalg.qr(o_stack)
-        qv, rv = torch.linalg.qr(v[kv * hd:(kv + 1) * hd].T)  # (d, hd), (hd, hd)
+        qv, rv = torch.linalg.qr(v_head.T)  # (d, hd), (hd, hd)
         a, s, bt = torch.linalg.svd(ro @ rv.T)
         root = s.sqrt()
         v_blocks.append(root.reshape(-1, 1) * (bt @ qv.T))  # (hd, d)
@@ -222,6 +235,12 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
                        * sign[kv * hd:(kv + 1) * hd].repeat(group).reshape(1, -1)
                        for kv, block in enumerate(o_blocks)], 1)
     return v_new * sign.reshape(-1, 1), o_new
+
+
+def _well_conditioned(triangular: torch.Tensor) -> bool:
+    # a triangular factor whose diagonal spans less than 1e8 (float64: the solves keep ~8 digits to spare)
+    diagonal = triangular.diagonal().abs()
+    return bool(diagonal.min() > 1e-8 * diagonal.max())
 
 
 def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape,
