@@ -85,6 +85,15 @@ class Checkpoint:
         check_expert(self.label, name, self.shape(name), expert)
         return self.load(name)[expert].clone()
 
+    def warm(self, name: str) -> None:
+        """Bring ``name``'s stored bytes into the page cache without keeping them (a read-ahead hint).
+
+        The scan calls it on its reader thread for the next large matrix while the current one is
+        decomposed, so a cold read overlaps with the compute without a second resident matrix. Readers
+        that know a tensor's byte range override it; this default does nothing. Never raises (an
+        unreadable tensor is reported by ``load``).
+        """
+
     def check_readable(self, name: str) -> None:
         """Raise GeodriftError now if ``load(name)`` is bound to fail for a reason known from the header
         (e.g. a GGUF quantization type the installed gguf package cannot dequantize)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from geodrift.scan.validate import (
 )
 
 _CHUNK_BYTES = 8 << 20  # float32 bytes per read/convert chunk
+_MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on a header
 
 
 def read_hf_config(path: Path) -> dict[str, Any]:
@@ -168,6 +170,25 @@ class SafetensorsCheckpoint(Checkpoint):
             return self._shapes[name]
         except KeyError:
             raise GeodriftError(f"{self.label}: no tensor named {name!r}") from None
+
+    def warm(self, name: str) -> None:
+        """Read ``name``'s byte range through the page cache in 8 MB chunks, keeping nothing (see Checkpoint.warm)."""
+        file = self._where.get(name)
+        if file is None:
+            return
+        try:
+            with file.open("rb") as handle:
+                (length,) = struct.unpack("<Q", handle.read(8))
+                if length > _MAX_HEADER_BYTES:
+                    return
+                begin, end = json.loads(handle.read(length))[name]["data_offsets"]
+                handle.seek(8 + length + int(begin))
+                buffer = bytearray(_CHUNK_BYTES)
+                left = int(end) - int(begin)
+                while left > 0 and handle.readinto(buffer) > 0:
+                    left -= len(buffer)
+        except (OSError, ValueError, KeyError, TypeError, struct.error):
+            return  # load() names the problem
 
     def load(self, name: str) -> torch.Tensor:
         """Read one tensor as float32 (row chunks through ``safe_open(...).get_slice``).
