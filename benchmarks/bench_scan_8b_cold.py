@@ -57,17 +57,18 @@ import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from bench_scan_speed import StageClock, stage_patches
 from geodrift.cli.main import main
+model, report, stages = sys.argv[2:5]
 clock = StageClock()
 start = time.perf_counter()
 with stage_patches(clock, serial=False):
-    sys.argv = ["geodrift", "scan", sys.argv[2], "--brief", "--json-out", sys.argv[3]]
+    sys.argv = ["geodrift", "scan", model, "--brief", "--json-out", report]
     try:
         main()
     except SystemExit as exit:
         if exit.code:
             raise
 wall = time.perf_counter() - start
-with open(sys.argv[4], "w") as out:
+with open(stages, "w") as out:
     json.dump({"wall_s": wall, "seconds": dict(clock.seconds), "calls": dict(clock.calls)}, out)
 """
 
