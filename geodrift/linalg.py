@@ -42,9 +42,9 @@ EXACT_K_SHARE = 0.25
 # for the Gram matrix, a saving only when n is large against the ~20-50 passes it needs.
 KRYLOV_MIN_SIDE = 2048
 # Up to this Gram side the Lanczos route takes every eigenpair of the Gram matrix from one LAPACK eigh
-# instead of ARPACK: measured per matrix with one thread (benchmarks/RESULTS_routes.md), eigh is faster
-# below a side of about 160-190 (side 128: 1.9 ms against 4.2 ms; 256: 7.4 ms against 5.1 ms).
-EIGH_MAX_SIDE = 160
+# instead of ARPACK: measured per matrix with one thread (benchmarks/RESULTS_routes.md), eigh is 2-7x
+# faster up to a side of 128, about even from 160 to 192, and slower beyond (4x at 576).
+EIGH_MAX_SIDE = 128
 # Block Krylov stops (for the Lanczos route) once its passes would exceed this share of the Gram
 # product's work (n / (2 b) passes): a hard spectrum then costs at most 1.4x the Gram route.
 KRYLOV_BUDGET = 0.4
