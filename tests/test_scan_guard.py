@@ -170,3 +170,23 @@ def test_a_large_matrix_is_warmed_on_the_reader_thread_then_read_once_and_the_re
     # Nothing warmed (every matrix read ahead): the same report, number for number.
     _, none_warmed, _, same = _counted_safetensors_scan(folder, 2**24)
     assert not none_warmed and same.to_dict() == report.to_dict()
+
+
+def test_a_gguf_warms_its_large_matrices_too(monkeypatch):
+    # The embedded SmolLM2 (GGUF) with a limit of 576 x 576 entries: Gate, Up and Down (1536 x 576) are warmed once each.
+    from geodrift.continuity import schedule
+    from geodrift.scan.gguf_reader import GGUFCheckpoint
+
+    warmed: Counter[str] = Counter()
+    real_warm = GGUFCheckpoint.warm
+
+    def warm(self: Any, name: str) -> None:
+        warmed[name] += 1
+        real_warm(self, name)
+
+    monkeypatch.setattr(schedule, "PREFETCH_MAX_NUMEL", 576 * 576)
+    monkeypatch.setattr(GGUFCheckpoint, "warm", warm)
+    ws, heads = load_weights(None, layers=[0, 1, 2])
+    scan(ws, MeasureSpec(null_draws=10), heads=heads)
+    assert sorted(warmed) == sorted(f"blk.{layer}.ffn_{kind}.weight" for layer in range(3) for kind in ("gate", "up", "down"))
+    assert set(warmed.values()) == {1}

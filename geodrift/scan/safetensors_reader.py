@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes
+from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes, warm_range
 from geodrift.scan.mapping import NameRule
 from geodrift.scan.names import (
     HF_IGNORED,
@@ -172,7 +172,7 @@ class SafetensorsCheckpoint(Checkpoint):
             raise GeodriftError(f"{self.label}: no tensor named {name!r}") from None
 
     def warm(self, name: str) -> None:
-        """Read ``name``'s byte range through the page cache in 8 MB chunks, keeping nothing (see Checkpoint.warm)."""
+        """Read ``name``'s byte range through the page cache, keeping nothing (see Checkpoint.warm)."""
         file = self._where.get(name)
         if file is None:
             return
@@ -181,14 +181,10 @@ class SafetensorsCheckpoint(Checkpoint):
                 (length,) = struct.unpack("<Q", handle.read(8))
                 if length > _MAX_HEADER_BYTES:
                     return
-                begin, end = json.loads(handle.read(length))[name]["data_offsets"]
-                handle.seek(8 + length + int(begin))
-                buffer = bytearray(_CHUNK_BYTES)
-                left = int(end) - int(begin)
-                while left > 0 and handle.readinto(buffer) > 0:
-                    left -= len(buffer)
+                begin, end = (int(x) for x in json.loads(handle.read(length))[name]["data_offsets"])
         except (OSError, ValueError, KeyError, TypeError, struct.error):
             return  # load() names the problem
+        warm_range(file, 8 + length + begin, end - begin)
 
     def load(self, name: str) -> torch.Tensor:
         """Read one tensor as float32 (row chunks through ``safe_open(...).get_slice``).
