@@ -191,11 +191,11 @@ def main() -> None:
         lines = section(result, args.layers_per_shard)
         print("\n".join(lines), flush=True)
         body += lines
-    if args.write_results is not None:
-        from geodrift.atomic import write_text
+        if args.write_results is not None:  # after each checkpoint: an interrupted run keeps what it measured
+            from geodrift.atomic import write_text
 
-        write_text(args.write_results, "\n".join(body))
-        print(f"wrote {args.write_results}")
+            write_text(args.write_results, "\n".join(body))
+            print(f"wrote {args.write_results}", flush=True)
 
 
 if __name__ == "__main__":
