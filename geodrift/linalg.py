@@ -42,8 +42,8 @@ EXACT_K_SHARE = 0.25
 # for the Gram matrix, a saving only when n is large against the ~20-50 passes it needs.
 KRYLOV_MIN_SIDE = 2048
 # Up to this Gram side the Lanczos route takes every eigenpair of the Gram matrix from one LAPACK eigh
-# instead of ARPACK: measured per matrix with one thread (benchmarks/RESULTS_routes.md), eigh is 2-7x
-# faster up to a side of 128, about even from 160 to 192, and slower beyond (4x at 576).
+# instead of ARPACK: measured per matrix with one thread (benchmarks/RESULTS_routes.md), eigh is several
+# times faster up to a side of 128, about even from 160 to 192, and slower beyond (3-4x at 576).
 EIGH_MAX_SIDE = 128
 # Block Krylov stops (for the Lanczos route) once its passes would exceed this share of the Gram
 # product's work (n / (2 b) passes): a hard spectrum then costs at most 1.4x the Gram route.
