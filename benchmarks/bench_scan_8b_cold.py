@@ -9,7 +9,8 @@ so that every byte comes from the disk, and ``geodrift scan DIR --brief --json-o
 child process (OMP_NUM_THREADS=1 in its environment; geodrift sets its own thread layout) whose
 stage functions are wrapped by ``bench_scan_speed``'s StageClock (exclusive seconds per stage: the
 read, Gram products, Lanczos, block Krylov, the acceptance rule, the exact fallback, the trajectory,
-...). Its peak RSS is ``ru_maxrss`` from ``os.wait4``. The folder is removed before the next
+...). Its peak RSS is ``ru_maxrss`` from ``os.wait4``, and its CPU time (user + system) is recorded beside the
+wall time: on a shared machine it says how much of the 2 cores the scan actually got. The folder is removed before the next
 checkpoint is written (and on any error).
 
 The two spectra (``bench_scan_memory.write_checkpoint``):
@@ -150,8 +151,8 @@ def section(result: dict[str, object], per_shard: int) -> list[str]:
              f"{float(result['size']) / 1e9:.2f} GB ({spectrum} spectrum: see the script's docstring). "  # type: ignore[arg-type]
              f"{result['dropped']}; the scan is a fresh child process (`geodrift scan DIR --brief --json-out`), "
              "its peak RSS `ru_maxrss`.", "",
-             "| child | peak RSS (GB) | wall (s) | exit |", "|---|---:|---:|---:|",
-             f"| {row['label']} | {rss:.3f} | {wall:.1f} | {row['exit']} |", "",
+             "| child | peak RSS (GB) | wall (s) | CPU, user + system (s) | exit |", "|---|---:|---:|---:|---:|",
+             f"| {row['label']} | {rss:.3f} | {wall:.1f} | {float(row['cpu_s']):.1f} | {row['exit']} |", "",
              f"- wall {wall:.0f} s ({wall / 60:.1f} min; target <= {target / 60:.0f} min: "
              f"{'met' if wall <= target else 'MISSED'}); peak RSS {rss:.2f} GB (target < {TARGET_RSS_GB} GB: "
              f"{'met' if rss < TARGET_RSS_GB else 'MISSED'}); SVD methods {result['methods']}",

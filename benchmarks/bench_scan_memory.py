@@ -177,8 +177,10 @@ def run_child(argv: list[str], label: str, timeout: float) -> dict[str, object]:
     stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
     code = os.waitstatus_to_exitcode(status)
     peak_gb = usage.ru_maxrss * 1024 / 1e9  # Linux reports KiB
-    print(f"  {label:<26} peak RSS {peak_gb:6.3f} GB  wall {wall:7.1f} s  exit {code}  {stderr[-200:]}", flush=True)
-    return {"label": label, "peak_rss_gb": peak_gb, "wall_s": wall, "exit": code, "note": stderr[-300:]}
+    cpu = usage.ru_utime + usage.ru_stime  # on a shared machine: what the child got, beside its wall time
+    print(f"  {label:<26} peak RSS {peak_gb:6.3f} GB  wall {wall:7.1f} s  CPU {cpu:7.1f} s  exit {code}  {stderr[-200:]}",
+          flush=True)
+    return {"label": label, "peak_rss_gb": peak_gb, "wall_s": wall, "cpu_s": cpu, "exit": code, "note": stderr[-300:]}
 
 
 def main() -> None:
