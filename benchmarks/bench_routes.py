@@ -24,7 +24,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -139,11 +138,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from geodrift.provenance import run_recorded
+    from _stamp import run_main
 
-    results = next((Path(a.split("=", 1)[1]) if "=" in a else Path(sys.argv[i + 2]) for i, a in enumerate(sys.argv[1:])
-                    if a.startswith("--write-results") and ("=" in a or i + 2 < len(sys.argv))), None)
-    if results is None:
-        main()
-    else:
-        run_recorded(main, results, "Decomposition routes of a Gram matrix, per matrix")
+    run_main(main, "Decomposition routes of a Gram matrix, per matrix")

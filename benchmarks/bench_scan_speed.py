@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import statistics
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -255,11 +254,6 @@ def print_profile(wall: float, clock: StageClock) -> None:
 
 
 if __name__ == "__main__":
-    from geodrift.provenance import run_recorded
+    from _stamp import run_main
 
-    results = next((Path(a.split("=", 1)[1]) if "=" in a else Path(sys.argv[i + 2]) for i, a in enumerate(sys.argv[1:])
-                    if a.startswith("--write-results") and ("=" in a or i + 2 < len(sys.argv))), None)
-    if results is None:
-        main()
-    else:  # what it prints, after the stamp (the whole file is this run's)
-        run_recorded(main, results, "Scan speed on the embedded SmolLM2-135M")
+    run_main(main, "Scan speed on the embedded SmolLM2-135M")

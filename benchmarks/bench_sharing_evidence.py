@@ -102,11 +102,6 @@ def _some_roles(module: types.ModuleType, comp: object, ratio: float, roles: tup
 
 
 if __name__ == "__main__":
-    from geodrift.provenance import run_recorded
+    from _stamp import run_main
 
-    results = next((Path(a.split("=", 1)[1]) if "=" in a else Path(sys.argv[i + 2]) for i, a in enumerate(sys.argv[1:])
-                    if a.startswith("--write-results") and ("=" in a or i + 2 < len(sys.argv))), None)
-    if results is None:
-        main()
-    else:
-        run_recorded(main, results, "compress share: the sharing evidence, before and after")
+    run_main(main, "compress share: the sharing evidence, before and after")
