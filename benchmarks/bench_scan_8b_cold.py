@@ -59,6 +59,10 @@ sys.path.insert(0, sys.argv[1])
 from bench_scan_speed import StageClock, stage_patches
 from geodrift.cli.main import main
 model, report, stages = sys.argv[2:5]
+if sys.argv[5:] == ["no-warm"]:  # the comparison: large matrices read on the main thread only, nothing warmed
+    from geodrift.scan.checkpoint import Checkpoint
+    from geodrift.scan.safetensors_reader import SafetensorsCheckpoint
+    SafetensorsCheckpoint.warm = Checkpoint.warm
 clock = StageClock()
 start = time.perf_counter()
 with stage_patches(clock, serial=False):
@@ -108,9 +112,14 @@ def one(spectrum: str, args: argparse.Namespace) -> dict[str, object]:
             start = time.perf_counter()
             dropped = drop_caches()
             drop_s = time.perf_counter() - start
-            row = run_child([sys.executable, "-c", _CHILD, str(Path(__file__).resolve().parent), str(folder),
-                             str(work / "scan.json"), str(work / "stages.json")], f"scan {args.layers} layers, {spectrum}",
-                            args.timeout)
+            child = [sys.executable, "-c", _CHILD, str(Path(__file__).resolve().parent), str(folder),
+                     str(work / "scan.json"), str(work / "stages.json")]
+            row = run_child(child, f"scan {args.layers} layers, {spectrum}", args.timeout)
+            rows = [row]
+            if args.no_warm_too:  # the same scan, cold again, with the page-cache warm-up switched off
+                drop_caches()
+                rows.append(run_child([*child[:-1], str(work / "stages-no-warm.json"), "no-warm"],
+                                      f"same, nothing warmed ({spectrum})", args.timeout))
             load_after = os.getloadavg()
         stages = json.loads((work / "stages.json").read_text()) if (work / "stages.json").exists() else {}
         methods: dict[str, int] = {}
@@ -122,7 +131,7 @@ def one(spectrum: str, args: argparse.Namespace) -> dict[str, object]:
         start = time.perf_counter()
         shutil.rmtree(work, ignore_errors=True)
         removed = time.perf_counter() - start
-    return {"spectrum": spectrum, "size": size, "layers": args.layers, "row": row, "stages": stages, "methods": methods, "dropped": dropped,
+    return {"spectrum": spectrum, "size": size, "layers": args.layers, "row": row, "rows": rows, "stages": stages, "methods": methods, "dropped": dropped,
             "load_before": load_before, "load_after": load_after,
             "wall": {"write checkpoint": written, "drop caches": drop_s, "scan (child)": float(row["wall_s"]),  # type: ignore[arg-type]
                      "remove checkpoint": removed}}
@@ -152,7 +161,8 @@ def section(result: dict[str, object], per_shard: int) -> list[str]:
              f"{result['dropped']}; the scan is a fresh child process (`geodrift scan DIR --brief --json-out`), "
              "its peak RSS `ru_maxrss`.", "",
              "| child | peak RSS (GB) | wall (s) | CPU, user + system (s) | exit |", "|---|---:|---:|---:|---:|",
-             f"| {row['label']} | {rss:.3f} | {wall:.1f} | {float(row['cpu_s']):.1f} | {row['exit']} |", "",
+             *[f"| {r['label']} | {float(r['peak_rss_gb']):.3f} | {float(r['wall_s']):.1f} | {float(r['cpu_s']):.1f} | "
+               f"{r['exit']} |" for r in result["rows"]], "",  # type: ignore[attr-defined]
              f"- wall {wall:.0f} s ({wall / 60:.1f} min; target <= {target / 60:.0f} min: "
              f"{'met' if wall <= target else 'MISSED'}); peak RSS {rss:.2f} GB (target < {TARGET_RSS_GB} GB: "
              f"{'met' if rss < TARGET_RSS_GB else 'MISSED'}); SVD methods {result['methods']}",
@@ -174,6 +184,8 @@ def main() -> None:
     parser.add_argument("--spectrum", choices=("trained", "random", "both"), default="both")
     parser.add_argument("--dir", type=Path, default=None, help="where to write the checkpoint (about 16 GB free)")
     parser.add_argument("--layers-per-shard", type=int, default=4)
+    parser.add_argument("--no-warm-too", action="store_true",
+                        help="after each scan, drop the cache again and scan with the page-cache warm-up switched off")
     parser.add_argument("--layers", type=int, default=LAYERS, help="32: Llama-3.1-8B (fewer only to try the script)")
     parser.add_argument("--lock", type=Path, default=None, help="flock this file while timing")
     parser.add_argument("--timeout", type=float, default=3600.0)
