@@ -48,12 +48,13 @@ TRAINED_TOP = (1.751, 1.418, 1.356, 1.329, 1.29, 1.266, 1.261, 1.241, 1.23, 1.21
 
 
 def write_checkpoint(folder: Path, n_layers: int, seed: int = 0, embedding: bool = True,
-                     spectrum: str = "random") -> int:
+                     spectrum: str = "random", vocab: int = VOCAB, layers_per_shard: int = 1) -> int:
     """Write a Llama-3-8B-shaped bf16 checkpoint (one shard per layer); returns its size in bytes.
 
     Layer ``l``'s tensors are the same for every ``n_layers > l`` (one generator, layer by layer), so a
     shallower checkpoint holds exactly the first layers of a deeper one. ``embedding=False`` leaves
-    out the last shard (embedding and final norm). ``spectrum="random"``: N(0, 0.02) entries (a
+    out the last shard (embedding and final norm); ``vocab`` sets its rows (Llama-3.1: 128256), and
+    ``layers_per_shard`` how many decoder layers each shard holds (the writer holds one shard at a time). ``spectrum="random"``: N(0, 0.02) entries (a
     Marchenko-Pastur spectrum, its top values packed within 0.1 %: the hardest case for an iterative
     SVD); ``"trained"``: the same plus rank-one spikes ``TRAINED_TOP[i] x`` the bulk edge along random
     directions, so the top 12 singular values stand out as a trained model's do.
@@ -70,7 +71,8 @@ def write_checkpoint(folder: Path, n_layers: int, seed: int = 0, embedding: bool
         "mlp.gate_proj.weight": (D_FF, D_MODEL), "mlp.up_proj.weight": (D_FF, D_MODEL),
         "mlp.down_proj.weight": (D_MODEL, D_FF),
     }
-    n_shards = n_layers + 1 if embedding else n_layers
+    layer_shards = -(-n_layers // layers_per_shard)
+    n_shards = layer_shards + 1 if embedding else layer_shards
     weight_map: dict[str, str] = {}
 
     def randn(*shape: int) -> torch.Tensor:
@@ -82,23 +84,25 @@ def write_checkpoint(folder: Path, n_layers: int, seed: int = 0, embedding: bool
             W += (a * (edge * torch.tensor(TRAINED_TOP))) @ b.T
         return W.to(torch.bfloat16)
 
-    for layer in range(n_layers):
-        fname = f"model-{layer + 1:05d}-of-{n_shards:05d}.safetensors"
-        shard = {f"model.layers.{layer}.{suffix}": randn(*shape) for suffix, shape in shapes.items()}
-        shard[f"model.layers.{layer}.input_layernorm.weight"] = (1 + randn(D_MODEL)).to(torch.bfloat16)
-        shard[f"model.layers.{layer}.post_attention_layernorm.weight"] = (1 + randn(D_MODEL)).to(torch.bfloat16)
+    for first in range(0, n_layers, layers_per_shard):
+        fname = f"model-{first // layers_per_shard + 1:05d}-of-{n_shards:05d}.safetensors"
+        shard = {}
+        for layer in range(first, min(first + layers_per_shard, n_layers)):
+            shard.update({f"model.layers.{layer}.{suffix}": randn(*shape) for suffix, shape in shapes.items()})
+            shard[f"model.layers.{layer}.input_layernorm.weight"] = (1 + randn(D_MODEL)).to(torch.bfloat16)
+            shard[f"model.layers.{layer}.post_attention_layernorm.weight"] = (1 + randn(D_MODEL)).to(torch.bfloat16)
         save_file(shard, str(folder / fname))
         weight_map.update({name: fname for name in shard})
         del shard
     if embedding:
         fname = f"model-{n_shards:05d}-of-{n_shards:05d}.safetensors"
-        last = {"model.embed_tokens.weight": randn(VOCAB, D_MODEL), "model.norm.weight": (1 + randn(D_MODEL))}
+        last = {"model.embed_tokens.weight": randn(vocab, D_MODEL), "model.norm.weight": (1 + randn(D_MODEL))}
         save_file(last, str(folder / fname))
         weight_map.update({name: fname for name in last})
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     config = {"model_type": "llama", "num_hidden_layers": n_layers, "hidden_size": D_MODEL,
               "num_attention_heads": N_HEADS, "num_key_value_heads": N_KV, "intermediate_size": D_FF,
-              "vocab_size": VOCAB, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True}
+              "vocab_size": vocab, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": True}
     (folder / "config.json").write_text(json.dumps(config))
     return sum(f.stat().st_size for f in folder.iterdir())
 
@@ -173,8 +177,10 @@ def run_child(argv: list[str], label: str, timeout: float) -> dict[str, object]:
     stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
     code = os.waitstatus_to_exitcode(status)
     peak_gb = usage.ru_maxrss * 1024 / 1e9  # Linux reports KiB
-    print(f"  {label:<26} peak RSS {peak_gb:6.3f} GB  wall {wall:7.1f} s  exit {code}  {stderr[-200:]}", flush=True)
-    return {"label": label, "peak_rss_gb": peak_gb, "wall_s": wall, "exit": code, "note": stderr[-300:]}
+    cpu = usage.ru_utime + usage.ru_stime  # on a shared machine: what the child got, beside its wall time
+    print(f"  {label:<26} peak RSS {peak_gb:6.3f} GB  wall {wall:7.1f} s  CPU {cpu:7.1f} s  exit {code}  {stderr[-200:]}",
+          flush=True)
+    return {"label": label, "peak_rss_gb": peak_gb, "wall_s": wall, "cpu_s": cpu, "exit": code, "note": stderr[-300:]}
 
 
 def main() -> None:

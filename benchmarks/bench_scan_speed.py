@@ -28,11 +28,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import statistics
-import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,16 +94,18 @@ class StageClock:
             self.seconds[stage] += seconds
 
 
-def stage_profile(k: int) -> tuple[float, StageClock]:
-    """One serial scan (one SVD worker) with every stage's functions wrapped by a StageClock."""
-    clock = StageClock()
+@contextmanager
+def stage_patches(clock: StageClock, serial: bool = True) -> Iterator[None]:
+    """Every stage's functions wrapped by ``clock`` inside the block (one SVD worker when ``serial``)."""
     patches = [
         (WeightSet, "__getitem__", "read + dequantize (reader thread)"),
         (linalg, "_gram", "Gram product W^T W (syrk)"),
         (linalg, "_top_eigenpairs", "Lanczos (ARPACK eigsh)"),
         (linalg, "_next_eigenvalue_bound", "gap bound (deflated ARPACK)"),
+        (linalg, "_gram_eigenpairs", "Gram eigh (small side)"),
         (linalg, "certify", "acceptance rule (certificate products)"),
         (linalg, "block_krylov", "block Krylov"),
+        (linalg, "_exact", "exact route / fallback (float64 LAPACK)"),
         (linalg, "_lanczos", "triplets (rest)"),
         (measure_module, "top_k_svd", "top-k other (norm, exact fallback)"),
         (measure_module, "top_k_svd_of_product", "OV composite (factors, product Lanczos)"),
@@ -112,6 +114,7 @@ def stage_profile(k: int) -> tuple[float, StageClock]:
         (scan_module, "trajectory_shapes", "trajectory shapes (App. A.2, with nulls)"),
         (scan_module, "assemble", "assembly (report, metrics, verdicts)"),
     ]
+    patches = [p for p in patches if hasattr(p[0], p[1])]
     saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     original_hook = scan_module.ov_composite_hook
 
@@ -122,16 +125,24 @@ def stage_profile(k: int) -> tuple[float, StageClock]:
         for owner, name, stage in patches:
             setattr(owner, name, clock.wrap(stage, getattr(owner, name)))
         scan_module.ov_composite_hook = timed_hook  # type: ignore[assignment]
-        schedule.SVD_WORKERS = 1
-        start = time.perf_counter()
-        ws, heads = load_weights(None)
-        scan(ws, MeasureSpec(k=k), heads=heads)
-        wall = time.perf_counter() - start
+        if serial:
+            schedule.SVD_WORKERS = 1
+        yield
     finally:
         for owner, name, fn in saved:
             setattr(owner, name, fn)
         scan_module.ov_composite_hook = original_hook
         schedule.SVD_WORKERS = None
+
+
+def stage_profile(k: int) -> tuple[float, StageClock]:
+    """One serial scan (one SVD worker) with every stage's functions wrapped by a StageClock."""
+    clock = StageClock()
+    with stage_patches(clock):
+        start = time.perf_counter()
+        ws, heads = load_weights(None)
+        scan(ws, MeasureSpec(k=k), heads=heads)
+        wall = time.perf_counter() - start
     return wall, clock
 
 
@@ -243,11 +254,6 @@ def print_profile(wall: float, clock: StageClock) -> None:
 
 
 if __name__ == "__main__":
-    from geodrift.provenance import run_recorded
+    from _stamp import run_main
 
-    results = next((Path(a.split("=", 1)[1]) if "=" in a else Path(sys.argv[i + 2]) for i, a in enumerate(sys.argv[1:])
-                    if a.startswith("--write-results") and ("=" in a or i + 2 < len(sys.argv))), None)
-    if results is None:
-        main()
-    else:  # what it prints, after the stamp (the whole file is this run's)
-        run_recorded(main, results, "Scan speed on the embedded SmolLM2-135M")
+    run_main(main, "Scan speed on the embedded SmolLM2-135M")

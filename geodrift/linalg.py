@@ -11,7 +11,9 @@ Three routes:
   Gram product's work; if not accepted by then, the Lanczos route below;
 - Lanczos: ARPACK (``scipy.sparse.linalg.eigsh``) on the Gram matrix of the smaller side for the top
   ``k``, and on the same matrix deflated by them for a bound of the next eigenvalue (the gap below the
-  ``k``-th).
+  ``k``-th); for a Gram side up to ``EIGH_MAX_SIDE``, first every eigenpair from one LAPACK ``eigh`` of
+  it (method ``"eigh"``, faster there than ARPACK's Python-driven iteration, measured), ARPACK only if
+  the acceptance rule rejects that.
 
 Every iterative result must pass the acceptance rule of :func:`geodrift.krylov.certify` (a residual
 and gap bound that certifies each reported vector's ``|cos|`` with the exact one to be at least 0.999,
@@ -39,6 +41,10 @@ EXACT_K_SHARE = 0.25
 # From this smaller side up, block Krylov goes first: its products cost 2 m n b per pass against m n^2
 # for the Gram matrix, a saving only when n is large against the ~20-50 passes it needs.
 KRYLOV_MIN_SIDE = 2048
+# Up to this Gram side the Lanczos route takes every eigenpair of the Gram matrix from one LAPACK eigh
+# instead of ARPACK: measured per matrix with one thread (benchmarks/RESULTS_routes.md), eigh is several
+# times faster up to a side of 128, about even from 160 to 192, and slower beyond (3-4x at 576).
+EIGH_MAX_SIDE = 128
 # Block Krylov stops (for the Lanczos route) once its passes would exceed this share of the Gram
 # product's work (n / (2 b) passes): a hard spectrum then costs at most 1.4x the Gram route.
 KRYLOV_BUDGET = 0.4
@@ -57,7 +63,8 @@ class SVDTriplets:
         Vh: ``(k, n)`` right singular vectors (input space), rows.
         frobenius_sq: ``||W||_F^2 = sum of all sigma^2`` (also when ``k < rank``).
         residual: ``max_j max(||W v_j - s_j u_j||, ||W^T u_j - s_j v_j||) / s_1``.
-        method: ``"exact"``, ``"krylov"``, ``"lanczos"`` or ``"exact-fallback"``.
+        method: ``"exact"``, ``"krylov"``, ``"eigh"`` (the Gram matrix's LAPACK eigendecomposition, a small
+            side), ``"lanczos"`` or ``"exact-fallback"``.
         passes: products with the whole matrix behind the result (a Gram product, a block product, a
             residual product or an SVD each count one); the structural guard watches it.
     """
@@ -83,7 +90,8 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
         W: ``(m, n)`` real matrix (any float dtype; computed in float32/float64).
         k: number of triplets, ``1 <= k <= min(m, n)``.
         tol: residual tolerance relative to ``s_1`` for the iterative routes.
-        method: ``"auto"``, ``"exact"``, ``"krylov"`` (then Lanczos if not accepted) or ``"lanczos"``.
+        method: ``"auto"``, ``"exact"``, ``"krylov"`` (then Lanczos if not accepted) or ``"lanczos"`` (ARPACK
+            only; ``auto`` tries the Gram matrix's ``eigh`` first on a side up to ``EIGH_MAX_SIDE``).
 
     Returns:
         SVDTriplets with ``U (m, k)``, ``S (k,)``, ``Vh (k, n)`` in float32.
@@ -101,7 +109,10 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
     m, n = W.shape
     if not 1 <= k <= min(m, n):
         raise ValueError(f"k must be in [1, {min(m, n)}], got {k}")
-    peak = float(W.detach().abs().max()) if W.numel() else 0.0
+    peak = 0.0
+    if W.numel():  # the largest |entry|, without abs()'s full-size temporary (235 MB for a 14336 x 4096 matrix)
+        low, high = torch.aminmax(W.detach())
+        peak = max(-float(low), float(high))
     if peak > 0 and not SAFE_MIN <= peak <= SAFE_MAX:
         return _rescaled(W, k, tol, method, peak)
     # float32 norm (an accurate scaled reduction in torch), without a float64 copy of W.
@@ -118,7 +129,7 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
         if triplets is not None:
             return triplets
     W = W.cpu()
-    triplets = _lanczos(W, k, tol, frobenius_sq, passes)
+    triplets = _lanczos(W, k, tol, frobenius_sq, passes, eigh_first=method == "auto")
     if triplets is not None:
         return triplets
     return _exact(W, k, frobenius_sq, "exact-fallback")
@@ -386,7 +397,8 @@ def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTrip
     return SVDTriplets(exact.U, exact.S, exact.Vh, frobenius_sq, exact.residual, method, passes=3)
 
 
-def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: int = 0) -> SVDTriplets | None:
+def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: int = 0,
+             eigh_first: bool = False) -> SVDTriplets | None:
     # Lanczos (ARPACK eigsh) on the Gram matrix of the smaller side: one BLAS-3 product, then cheap
     # matrix-vector products of size min(m, n). (Lanczos on W itself was 3x slower on a random
     # 14336 x 4096 matrix: its clustered top spectrum needs hundreds of memory-bound products.) Squaring
@@ -394,6 +406,15 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: i
     # (then the exact route runs).
     A = W.detach().float()
     gram = _gram(A.numpy())
+    forward = products(A) if A.shape[0] >= A.shape[1] else products(A)[::-1]
+    if eigh_first and k + 1 < gram.shape[0] <= EIGH_MAX_SIDE:
+        # A small side: every eigenpair of the Gram matrix from one LAPACK call (which releases the GIL),
+        # certified like block Krylov's (the (k+1)-th pair bounds the gap); ARPACK if the rule rejects it.
+        X1 = _gram_eigenpairs(gram, k + 1)
+        triplets = _accepted(certify(*forward, X1), X1, k, tol, frobenius_sq, transposed=A.shape[0] < A.shape[1],
+                             passes=passes + 3, method="eigh")
+        if triplets is not None:
+            return triplets
     pairs = _top_eigenpairs(gram, k, tol)
     if pairs is None:
         return None
@@ -401,12 +422,14 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: i
     bound = _next_eigenvalue_bound(gram, pairs, tol)
     if bound is None:
         return None
-    if A.shape[0] >= A.shape[1]:
-        certificate = certify(*products(A), X, bound)
-    else:
-        apply, apply_t = products(A)
-        certificate = certify(apply_t, apply, X, bound)
+    certificate = certify(*forward, X, bound)
     return _accepted(certificate, X, k, tol, frobenius_sq, transposed=A.shape[0] < A.shape[1], passes=passes + 3)
+
+
+def _gram_eigenpairs(gram: np.ndarray, c: int) -> torch.Tensor:
+    # The top c unit eigenvectors (r, c) of a float32 Gram matrix, descending, by LAPACK (torch.linalg.eigh).
+    _, vectors = torch.linalg.eigh(torch.from_numpy(gram))
+    return vectors[:, -c:].flip(-1).contiguous()
 
 
 def _next_eigenvalue_bound(gram: np.ndarray | LinearOperator, pairs: tuple[torch.Tensor, torch.Tensor],

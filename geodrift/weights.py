@@ -206,11 +206,14 @@ class WeightEntry:
         shape: ``(d_out, d_in)``.
         source: a human-readable origin, e.g. ``"model.gguf:blk.3.attn_q.weight"``, used in errors.
         load: returns the float32 tensor of ``shape``; called once per use, never cached here.
+        warm: brings the stored bytes into the page cache, keeping nothing (a read-ahead hint for a cold
+            read; None: nothing to warm, e.g. tensors already in memory).
     """
 
     shape: tuple[int, int]
     source: str
     load: Callable[[], torch.Tensor]
+    warm: Callable[[], None] | None = None
 
 
 @dataclass

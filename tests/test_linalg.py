@@ -117,3 +117,30 @@ def test_top_k_of_a_product_falls_back_exactly_and_survives_float32_overflow():
     assert bool(torch.isfinite(huge.S).all())
     _compare_with_full_svd(top_k_svd_of_product(MatrixProduct(B, C), 3), B @ C, 3)
     assert float((huge.Vh[0].double() @ torch.linalg.svd(B.double() @ C.double())[2][0]).abs()) > 0.999
+
+
+def test_a_small_side_takes_the_gram_eigh_route_and_agrees_with_the_full_svd():
+    # Side 120 <= EIGH_MAX_SIDE and more than EXACT_MAX_NUMEL entries: one LAPACK eigh of the Gram matrix, certified.
+    from geodrift.linalg import EIGH_MAX_SIDE
+
+    W = _low_rank_plus_noise(400, 120, 1)
+    assert W.shape[1] <= EIGH_MAX_SIDE
+    fast = top_k_svd(W, 3)
+    U, S, Vh = torch.linalg.svd(W.double(), full_matrices=False)
+    assert fast.method == "eigh" and fast.passes == 3 and fast.residual <= 1e-4
+    assert torch.allclose(fast.S.double(), S[:3], rtol=1e-5)
+    assert bool(((fast.Vh.double() * Vh[:3]).sum(-1).abs() > 0.999).all())
+    assert bool(((fast.U.double() * U[:, :3]).sum(0).abs() > 0.999).all())
+    wide = top_k_svd(W.T.contiguous(), 3)  # the other orientation: the left vectors are the iterated side
+    assert wide.method == "eigh" and torch.allclose(wide.S, fast.S, rtol=1e-5)
+    assert bool(((wide.U.double() * Vh[:3].T).sum(0).abs() > 0.999).all())
+
+
+def test_the_gram_eigh_route_never_returns_a_pair_the_rule_cannot_certify():
+    # s_1 = s_2 exactly: their vectors are undefined, the rule rejects eigh's and ARPACK's, the exact route answers.
+    g = torch.Generator().manual_seed(2)
+    U, _ = torch.linalg.qr(torch.randn(400, 120, generator=g, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(120, 120, generator=g, dtype=torch.float64))
+    W = ((U * torch.cat([torch.tensor([10.0, 10.0]), torch.linspace(4.0, 1.0, 118)])) @ V.T).float()
+    t = top_k_svd(W, 2)
+    assert t.method == "exact-fallback"

@@ -9,7 +9,10 @@ These counts are deterministic, so each is pinned to what the design says it mus
   ``LANCZOS_PASSES`` products with the whole matrix (the Gram matrix, then the two products of the acceptance
   rule's residuals);
 - the permutation rows are one bank per vector shape: ``draws x (layers - 1)`` per dimension, shared by every
-  role, space, statistic and trajectory lag (nothing else draws permutations).
+  role, space, statistic and trajectory lag (nothing else draws permutations);
+- on a safetensors checkpoint (written here), a matrix too large to be read ahead is warmed into the page cache
+  once on the reader thread and still read once; small Gram sides take the ``eigh`` route, once each; and the
+  report is the same whichever matrices were warmed.
 """
 
 from __future__ import annotations
@@ -119,3 +122,71 @@ def test_the_layer_order_null_draws_one_sequence_of_orders_per_depth_shared_by_e
     assert min(t.order_p for t in shapes) < 1e-4  # the arc needed (almost) every order ...
     assert bank.orders_generated == ORDER_DRAWS  # ... and the four stacks together drew them once
     assert bank.orders_generated % _ORDER_BATCH == 0
+
+
+def _counted_safetensors_scan(folder: Any, prefetch_max: int) -> tuple[Tally, Counter[str], WeightSet, Any]:
+    from geodrift.continuity import schedule
+    from geodrift.scan.safetensors_reader import SafetensorsCheckpoint
+
+    tally, warmed = Tally(), Counter()
+    real_warm = SafetensorsCheckpoint.warm
+
+    def warm(self: Any, name: str) -> None:
+        warmed[name] += 1
+        real_warm(self, name)
+
+    patch = pytest.MonkeyPatch()
+    try:
+        patch.setattr(schedule, "PREFETCH_MAX_NUMEL", prefetch_max)
+        patch.setattr(SafetensorsCheckpoint, "warm", warm)
+        patch.setattr(WeightSet, "__getitem__", tally.reading(WeightSet.__getitem__))
+        patch.setattr(measure_module, "top_k_svd", tally.decomposing(measure_module.top_k_svd))
+        patch.setattr(measure_module, "top_k_svd_of_product", tally.decomposing(measure_module.top_k_svd_of_product))
+        patch.setattr(metrics, "random_permutations", tally.permuting(metrics.random_permutations))
+        ws, heads = load_weights(folder)
+        report = scan(ws, MeasureSpec(svd="topk", null_draws=20), heads=heads)
+    finally:
+        patch.undo()
+    return tally, warmed, ws, report
+
+
+def test_a_large_matrix_is_warmed_on_the_reader_thread_then_read_once_and_the_report_does_not_change(tmp_path):
+    from _checkpoints import hf_config, llama_state, write_hf_folder
+
+    # d 64, d_ff 160: Q/K/V/O up to 4096 entries (read ahead), Gate/Up/Down 10240 ("large" under a 4096 limit:
+    # warmed, then read in the loop); Gate/Up/Down have a Gram side of 64, the eigh route's.
+    folder = write_hf_folder(tmp_path / "m", llama_state(4, d=64, n_heads=4, n_kv=2, d_ff=160),
+                             hf_config(n_layers=4, d=64, n_heads=4, n_kv=2, d_ff=160), shards=2)
+    tally, warmed, ws, report = _counted_safetensors_scan(folder, 64 * 64)
+    large = {key for key in ws if ws.entries[key].shape[0] * ws.entries[key].shape[1] > 64 * 64}
+    assert large and set(tally.reads) == set(ws) and set(tally.reads.values()) == {1}
+    assert len(warmed) == len(large) and set(warmed.values()) == {1}  # each large one warmed once, nothing else
+    assert all(name.endswith(("gate_proj.weight", "up_proj.weight", "down_proj.weight")) for name in warmed)
+    assert len(tally.decompositions) == len(ws) + len(ws.layers("attn_o"))
+    assert {method for shape, method, _ in tally.decompositions if 10240 in (shape[0] * shape[1],)} == {"eigh"}
+    assert max(passes for _, _, passes in tally.decompositions) <= LANCZOS_PASSES
+    dims = {sp.dim for r in report.roles for sp in r.spaces.values()}
+    assert tally.permutation_rows == report.null_draws * (len(ws.layers("attn_q")) - 1) * len(dims)
+    # Nothing warmed (every matrix read ahead): the same report, number for number.
+    _, none_warmed, _, same = _counted_safetensors_scan(folder, 2**24)
+    assert not none_warmed and same.to_dict() == report.to_dict()
+
+
+def test_a_gguf_warms_its_large_matrices_too(monkeypatch):
+    # The embedded SmolLM2 (GGUF) with a limit of 576 x 576 entries: Gate, Up and Down (1536 x 576) are warmed once each.
+    from geodrift.continuity import schedule
+    from geodrift.scan.gguf_reader import GGUFCheckpoint
+
+    warmed: Counter[str] = Counter()
+    real_warm = GGUFCheckpoint.warm
+
+    def warm(self: Any, name: str) -> None:
+        warmed[name] += 1
+        real_warm(self, name)
+
+    monkeypatch.setattr(schedule, "PREFETCH_MAX_NUMEL", 576 * 576)
+    monkeypatch.setattr(GGUFCheckpoint, "warm", warm)
+    ws, heads = load_weights(None, layers=[0, 1, 2])
+    scan(ws, MeasureSpec(null_draws=10), heads=heads)
+    assert sorted(warmed) == sorted(f"blk.{layer}.ffn_{kind}.weight" for layer in range(3) for kind in ("gate", "up", "down"))
+    assert set(warmed.values()) == {1}

@@ -105,7 +105,12 @@ def _haar(n: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def _shared_error(unit: Unit, r: int, Ws: list[torch.Tensor], Cs: list[torch.Tensor]) -> float:
-    factors = unit.factors(r, Cs if unit.space == "input" else None)
+    # The group's whitened error with the unit's basis at rank r (input space: each layer's coefficients refit).
+    if unit.space == "output":
+        # Unweighted output unit (every one here): sum_l tr((I - B B^T) W_l C_l W_l^T) = tr((I - B_r B_r^T) M), M =
+        # sum_l W_l C_l W_l^T, is the sum of M's eigenvalues beyond r - its spectrum alone, no factors or products.
+        return unit.loss(r)
+    factors = unit.factors(r, Cs)
     return sum(whitened_error(W, factors[layer][0] @ factors[layer][1], C)
                for layer, W, C in zip(unit.layers, Ws, Cs, strict=True))
 
@@ -134,15 +139,22 @@ def sharing_evidence(comp: Compressor, ratio: float, seed: int = 0) -> list[Proj
                 Cs = [comp.moments.of(role, layer) for layer in g]
                 energy = sum(comp.energy[(role, layer)] for layer in g)
                 private_r = sum(comp.private(role, layer).loss(r) for layer in g)
-                unit = comp.unit(role, g, space)
+                unit = comp.unit(role, g, space, vectors=space == "input")  # output: its spectrum suffices
                 penalty.append((_shared_error(unit, r, Ws, Cs) - private_r) / energy)
                 excess.append((_shared_error(unit, r_s, Ws, Cs) - private_r) / energy)
                 rotated = [Ws[0]] + [(_haar(W.shape[0], gen) @ W.double() if space == "output"
                                       else W.double() @ _haar(W.shape[1], gen).T).float() for W in Ws[1:]]
-                make = input_unit if space == "input" else output_unit
-                alone = comp.private(role, g[0]).loss(r) + sum(
-                    private_unit(role, layer, W, C).loss(r) for layer, W, C in zip(g[1:], rotated[1:], Cs[1:], strict=True))
-                unrelated.append((_shared_error(make(role, g, rotated, Cs), r, rotated, Cs) - alone) / energy)
+                if space == "output":
+                    # Q W C W^T Q^T has W C W^T's eigenvalues: the rotated layers' private losses are their own, and
+                    # the shared error is the rotated unit's spectrum beyond r (eigenvalues only).
+                    alone = private_r
+                    shared = output_unit(role, g, rotated, Cs, vectors=False)
+                else:
+                    alone = comp.private(role, g[0]).loss(r) + sum(
+                        private_unit(role, layer, W, C).loss(r)
+                        for layer, W, C in zip(g[1:], rotated[1:], Cs[1:], strict=True))
+                    shared = input_unit(role, g, rotated, Cs)
+                unrelated.append((_shared_error(shared, r, rotated, Cs) - alone) / energy)
             alignment = [1 - p / u if u > 0 else float("nan") for p, u in zip(penalty, unrelated, strict=True)]
             mean_unrelated = sum(unrelated) / len(unrelated)
             random_alignment = []
@@ -151,7 +163,7 @@ def sharing_evidence(comp: Compressor, ratio: float, seed: int = 0) -> list[Proj
                 Cs = [comp.moments.of(role, layer) for layer in g]
                 energy = sum(comp.energy[(role, layer)] for layer in g)
                 private_r = sum(comp.private(role, layer).loss(r) for layer in g)
-                p = (_shared_error(comp.unit(role, g, space), r, Ws, Cs) - private_r) / energy
+                p = (_shared_error(comp.unit(role, g, space, vectors=space == "input"), r, Ws, Cs) - private_r) / energy
                 random_alignment.append(1 - p / mean_unrelated if mean_unrelated > 0 else float("nan"))
             spaces[space] = SpaceSharing(penalty, unrelated, alignment, random_alignment, r_s, excess)
         predicted = PREDICTED[role]

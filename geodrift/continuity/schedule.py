@@ -2,7 +2,9 @@
 
 Reading (and dequantizing) the next matrix overlaps with the SVDs of the previous ones. Only matrices
 up to ``PREFETCH_MAX_NUMEL`` entries are read ahead, so a 14336 x 4096 projection is read alone and
-peak memory stays at about one large matrix. Small matrices' SVDs run on a pool of
+peak memory stays at about one large matrix; for a large one the reader thread only warms its stored
+bytes into the page cache (``WeightEntry.warm``), so that a cold read from the disk overlaps with the
+previous matrix's decomposition without a second resident copy. Small matrices' SVDs run on a pool of
 ``os.cpu_count()`` worker threads (:class:`SVDWorkers`; ARPACK and LAPACK release the GIL and give
 bitwise the same results on any thread), each with one BLAS thread: on 2 cores, multi-threaded BLAS
 on small matrices next to the busy reader thread was 7x slower (thread oversubscription). A large
@@ -109,18 +111,22 @@ def read_ahead(ws: WeightSet, keys: Sequence[WeightKey], streamed: bool = True
             yield key, ws[key]
         return
 
-    def fetch(index: int) -> Future[torch.Tensor] | None:
+    def fetch(index: int) -> Future[torch.Tensor | None] | None:
         if index >= len(keys):
             return None
-        shape = ws.entries[keys[index]].shape
-        if shape[0] * shape[1] <= PREFETCH_MAX_NUMEL:
+        entry = ws.entries[keys[index]]
+        if entry.shape[0] * entry.shape[1] <= PREFETCH_MAX_NUMEL:
             return reader.submit(ws.__getitem__, keys[index])
+        if entry.warm is not None:  # too large to hold twice: only its bytes into the page cache
+            return reader.submit(entry.warm)
         return None
 
     with ThreadPoolExecutor(max_workers=1) as reader, single_threaded_blas():
         pending = fetch(0)
         for index, key in enumerate(keys):
-            W = pending.result() if pending is not None else ws[key]
+            W = pending.result() if pending is not None else None
+            if W is None:  # a large matrix (warmed, or not) is read here, after the previous one is dropped
+                W = ws[key]
             pending = fetch(index + 1)
             yield key, W
             del W

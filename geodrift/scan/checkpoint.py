@@ -90,6 +90,15 @@ class Checkpoint:
         check_expert(self.label, name, self.shape(name), expert)
         return self.load(name)[expert].clone()
 
+    def warm(self, name: str) -> None:
+        """Bring ``name``'s stored bytes into the page cache without keeping them (a read-ahead hint).
+
+        The scan calls it on its reader thread for the next large matrix while the current one is
+        decomposed, so a cold read overlaps with the compute without a second resident matrix. Readers
+        that know a tensor's byte range override it; this default does nothing. Never raises (an
+        unreadable tensor is reported by ``load``).
+        """
+
     def check_readable(self, name: str) -> None:
         """Raise GeodriftError now if ``load(name)`` is bound to fail for a reason known from the header
         (e.g. a GGUF quantization type the installed gguf package cannot dequantize)."""
@@ -292,3 +301,30 @@ def unknown_reason(raw_config: Any, architecture: str | None) -> str:
         return ("a low-rank factor of geodrift's factored save (compress share --save), not a dense projection; "
                 "load it with geodrift.compress.factorized.load_factored")
     return f"unmapped: not a tensor name of architecture {architecture!r}; a --names rule can map it"
+
+
+def warm_range(path: Path, offset: int, n_bytes: int, chunk: int = 8 << 20) -> None:
+    """Read ``n_bytes`` of ``path`` from ``offset`` in ``chunk``-byte pieces, keeping none of them.
+
+    The bytes land in the operating system's page cache (not in this process's memory), so the next
+    read of that range comes from memory: :meth:`Checkpoint.warm`'s work. Never raises.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile() as f:
+        ...     _ = f.write(b"x" * 100); f.flush()
+        ...     warm_range(Path(f.name), 10, 50, chunk=16)
+    """
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            buffer = bytearray(min(chunk, max(n_bytes, 1)))
+            left = n_bytes
+            while left > 0:
+                got = handle.readinto(buffer)
+                if not got:
+                    return
+                left -= got
+    except OSError:
+        return
+

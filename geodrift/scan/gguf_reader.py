@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes
+from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes, warm_range
 from geodrift.scan.gguf_header import TensorInfo, read_gguf_header
 from geodrift.scan.mapping import NameRule
 from geodrift.scan.names import (
@@ -260,6 +260,12 @@ class GGUFCheckpoint(Checkpoint):
         one = _Entry(entry.shape[1:], entry.qtype, entry.offset + expert * size, size, entry.item_dtype,
                      entry.item_shape[1:])
         return self._undo_converter(name, self._read(name, one))
+
+    def warm(self, name: str) -> None:
+        """Read ``name``'s stored bytes through the page cache, keeping nothing (see Checkpoint.warm)."""
+        entry = self._tensors.get(name)
+        if entry is not None:
+            warm_range(self.path, entry.offset, entry.n_bytes)
 
     def _read(self, name: str, entry: _Entry) -> torch.Tensor:
         from gguf import quants

@@ -286,7 +286,8 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
                                    functools.partial(_layer_norm_gain, ckpt, layer))
         else:
             loader = _raw_loader(ckpt, role, layer)
-        entries[(role, layer)] = WeightEntry((shape[0], shape[1]), source, loader)
+        entries[(role, layer)] = WeightEntry((shape[0], shape[1]), source, loader,
+                                             functools.partial(ckpt.warm, part.name) if part.expert is None else None)
     if not entries:
         sample = ", ".join(ckpt.tensor_names()[:6])
         raise GeodriftError(

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes
+from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes, warm_range
 from geodrift.scan.mapping import NameRule
 from geodrift.scan.names import (
     HF_IGNORED,
@@ -43,6 +44,7 @@ from geodrift.scan.validate import (
 )
 
 _CHUNK_BYTES = 8 << 20  # float32 bytes per read/convert chunk
+_MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on a header
 
 
 def read_hf_config(path: Path) -> dict[str, Any]:
@@ -169,6 +171,21 @@ class SafetensorsCheckpoint(Checkpoint):
             return self._shapes[name]
         except KeyError:
             raise GeodriftError(f"{self.label}: no tensor named {name!r}") from None
+
+    def warm(self, name: str) -> None:
+        """Read ``name``'s byte range through the page cache, keeping nothing (see Checkpoint.warm)."""
+        file = self._where.get(name)
+        if file is None:
+            return
+        try:
+            with file.open("rb") as handle:
+                (length,) = struct.unpack("<Q", handle.read(8))
+                if length > _MAX_HEADER_BYTES:
+                    return
+                begin, end = (int(x) for x in json.loads(handle.read(length))[name]["data_offsets"])
+        except (OSError, ValueError, KeyError, TypeError, struct.error):
+            return  # load() names the problem
+        warm_range(file, 8 + length + begin, end - begin)
 
     def load(self, name: str) -> torch.Tensor:
         """Read one tensor as float32 (row chunks through ``safe_open(...).get_slice``).
