@@ -68,9 +68,10 @@ def main() -> None:
              f"| canonical | {canonical:.2f} | {', '.join(f'{s:.2f}' for s in seconds['canonical'])} | "
              f"{canonical / folded:.2f} | {canonical_cpu:.2f} | {', '.join(f'{s:.2f}' for s in cpu['canonical'])} | "
              f"{canonical_cpu / folded_cpu:.2f} |", "",
-             f"Load average before / after: {load_before} / {load_after} on 2 cores shared with other engineers' jobs "
-             "(the shared benchmark lock was held by another benchmark, so this ran beside it): the wall times are "
-             "stretched by the load; the CPU time (this process, every thread) is the steadier measure of cost.", "",
+             "Load average before / after: " + " / ".join(" / ".join(f"{x:.2f}" for x in load) if load else "unknown"
+                                                       for load in (load_before, load_after))
+             + " (1/5/15 min) on 2 cores shared with other jobs: the wall times stretch with the load; the CPU "
+             "time (this process, every thread) is the steadier measure of cost.", "",
              "First singular vectors, mean |cos| of adjacent layers (z against the permutation null), and the "
              "frame / path verdicts, in each view:", "",
              "| projection | " + " | ".join(f"{v} v1 | {v} u1 | {v} verdicts" for v in VIEWS) + " |",
