@@ -67,8 +67,15 @@ def _scan_holding(sections: list[Any]) -> str:
     if not roles:
         return ""
     paths = [r for r in roles if r.path_verdict in ("holds", "fails")]
+    # the gauge-invariant verdicts: the views section's canonical column
+    cells = [c for s in sections if s.kind == "views" and s.result is not None for row in s.result.rows
+             if (c := row.cells.get("canonical")) is not None]
+    frames = [c for c in cells if c.verdict in ("holds", "fails")]
+    walks = [c for c in cells if c.path_verdict in ("holds", "fails")]
+    canonical = (f" (canonical, gauge-invariant: frame {sum(c.verdict == 'holds' for c in frames)}/{len(frames)}, "
+                 f"path {sum(c.path_verdict == 'holds' for c in walks)}/{len(walks)})") if cells else ""
     return (f"scan: frame {sum(r.verdict == 'holds' for r in roles)}/{len(roles)}, path "
-            f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold; ")
+            f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold{canonical}; ")
 
 
 def _holding(sections: list[Any], kind: str) -> str:

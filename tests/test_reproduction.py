@@ -18,7 +18,8 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
         main(["reproduce", "--smoke", "--out", str(out), "--workers", "2", "--quiet"])
     assert exit_info.value.code == 0
     summary = capsys.readouterr().out
-    assert re.search(r"geodrift reproduce \(smoke\): scan: frame \d+/\d+, path \d+/\d+ predictions hold; \d+/\d+ "
+    assert re.search(r"geodrift reproduce \(smoke\): scan: frame \d+/\d+, path \d+/\d+ predictions hold "
+                     r"\(canonical, gauge-invariant: frame \d+/\d+, path \d+/\d+\); \d+/\d+ "
                      r"simulator claims hold, \d+/[1-9]\d* compression claims", summary)
     md = (out / "report.md").read_text()
     # provenance: the stamp opens the file (commit and dirty flag, CPU, threads, load before/after,
