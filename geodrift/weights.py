@@ -410,8 +410,10 @@ def overflowing_outlier(tensor: torch.Tensor, peak: float | None = None) -> tupl
     A corrupted tensor (random bytes in the data) holds a few values like ``1e21`` among weights of
     magnitude ``1``: finite, but the Gram of the matrix - even rescaled so its typical entry is 1 -
     overflows float32, and its singular vectors are those of one entry. The test: ``(peak / typical)^2
-    * n > float32's max``, with ``n`` the longer side and ``typical`` the median nonzero magnitude of a
-    strided sample. Weights uniformly near float32's limit (``3e37``) pass: their spread is small. Costs
+    * n > float32's max`` and ``peak^2 * n > float32's max``, with ``n`` the longer side and ``typical`` the
+    median nonzero magnitude of a strided sample. Weights uniformly near float32's limit (``3e37``) pass:
+    their spread is small; so do tiny computed values with a wide spread (vanishing gradients, ``5e-3``
+    among ``7e-25``): their Gram does not overflow. Costs
     one reduction (``aminmax``, shared with the NaN/Inf test: pass ``peak``) and a sort of 4,096 numbers.
 
     Example:
@@ -420,6 +422,8 @@ def overflowing_outlier(tensor: torch.Tensor, peak: float | None = None) -> tupl
         True
         >>> w[2, 3] = 2e21
         >>> overflowing_outlier(w) == (float(torch.tensor(2e21)), 1.0)
+        True
+        >>> overflowing_outlier(torch.full((32, 16), 7e-25).index_fill_(0, torch.tensor([0]), 5e-3)) is None
         True
     """
     if tensor.numel() == 0 or not tensor.is_floating_point():
@@ -436,7 +440,10 @@ def overflowing_outlier(tensor: torch.Tensor, peak: float | None = None) -> tupl
     if sample.numel() == 0:
         return None
     typical = float(sample.double().median())
-    if (peak / typical) ** 2 * longest > FLOAT32_MAX:
+    # Both: the spread is past float32's squares, and so is the peak itself (its unscaled Gram overflows).
+    # A computed tensor of tiny entries (vanishing gradients: 5e-3 among 7e-25) has the spread but not the
+    # peak: its Gram is finite, and it is data, not corruption.
+    if (peak / typical) ** 2 * longest > FLOAT32_MAX and peak * peak * longest > FLOAT32_MAX:
         return peak, typical
     return None
 
