@@ -1,7 +1,7 @@
 """The stamp of a results file that several benchmarks (or spectra) write section by section.
 
-A thin door to :mod:`geodrift.provenance`: each section opens with the same provenance table as a
-whole generated file (:func:`geodrift.provenance.stamp_markdown`), so ``tests/test_docs_numbers.py``
+A thin door to :mod:`geodrift.io.provenance`: each section opens with the same provenance table as a
+whole generated file (:func:`geodrift.io.provenance.stamp_markdown`), so ``tests/test_docs_numbers.py``
 accepts the numbers the docs quote from it.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from geodrift.provenance import command_line, stamp, stamp_markdown
+from geodrift.io.provenance import command_line, stamp, stamp_markdown
 
 
 def stamp_lines(load_before: tuple[float, float, float], extra: dict[str, str] | None = None) -> list[str]:
@@ -22,7 +22,7 @@ def stamp_lines(load_before: tuple[float, float, float], extra: dict[str, str] |
 
 def run_main(main: Callable[[], Any], title: str) -> None:
     """Run ``main``; with ``--write-results PATH`` (or ``=PATH``) in argv, through ``run_recorded`` into PATH."""
-    from geodrift.provenance import run_recorded
+    from geodrift.io.provenance import run_recorded
 
     argv = sys.argv
     results = next((Path(a.split("=", 1)[1]) if "=" in a else Path(argv[i + 2]) for i, a in enumerate(argv[1:])

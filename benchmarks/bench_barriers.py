@@ -14,7 +14,7 @@ Two parts (issue 31 item 5; docs/scan.md "Aligned comparison"):
    models' gains folded (not aligned), B aligned to A by rotation + head and hidden permutations +
    scalings, and with the per-head V/O and Q/K maps too (orthogonal ones, or general ones).
 
-Usage (writes ``--out``, default benchmarks/RESULTS_barriers.md, with the stamp of ``geodrift.provenance``):
+Usage (writes ``--out``, default benchmarks/RESULTS_barriers.md, with the stamp of ``geodrift.io.provenance``):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_barriers.py
 """
 
@@ -34,7 +34,7 @@ from geodrift.gauge.align import align, shape_of
 from geodrift.gauge.orbit import GaugeShape, StateDict, fold_gains, random_gauge
 from geodrift.lm.hf import hf_step_dir
 from geodrift.lm.text import eval_windows, perplexity
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.scan.aligned import checkpoint_state_dict
 from geodrift.scan.readers import open_checkpoint
 from geodrift.sim.presets import preset

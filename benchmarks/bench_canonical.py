@@ -8,7 +8,7 @@ per projection in the raw, folded and canonical views (the canonical view's head
 are ``aligned``: not continuity).
 
 Usage (timing: run under the shared lock; writes ``--out``, default benchmarks/RESULTS_canonical.md, with
-the stamp of ``geodrift.provenance``):
+the stamp of ``geodrift.io.provenance``):
     flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_canonical.py
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import geodrift
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 
 VIEWS = ("raw", "folded", "canonical")
 

@@ -7,7 +7,7 @@ false alarm) and layer-shuffled copies of the embedded SmolLM2-135M (every tenso
 together; embedding and final norm kept; a "path holds" is a false positive), beside the trained
 SmolLM2 (true positives). The counts are small: this bounds gross miscalibration only.
 
-Usage (writes ``--out``, default benchmarks/RESULTS_canonical_calibration.md, with the stamp of ``geodrift.provenance``):
+Usage (writes ``--out``, default benchmarks/RESULTS_canonical_calibration.md, with the stamp of ``geodrift.io.provenance``):
     nice -n 10 .venv/bin/python benchmarks/bench_canonical_calibration.py --seeds 2 --shuffles 3
 """
 
@@ -26,7 +26,7 @@ from bench_verdicts import _count, _predicted, _rate, depth_order, outcome, rand
 import geodrift
 from geodrift.lm.hf import hf_config
 from geodrift.pretrained import llama_from_checkpoint, open_llama
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 
 ARCHS = ("llama", "mistral", "qwen2")
 LAYER = re.compile(r"^model\.layers\.(\d+)\.")

@@ -9,7 +9,7 @@ round (byte-code caches, page cache); the median wall time of each is reported w
 Target: ``geodrift --help`` under 1 s.
 
 Usage (writes ``--results``, default ``benchmarks/RESULTS_cli_startup.md``, with the stamp of
-``geodrift.provenance``; timing: run it under the shared lock)::
+``geodrift.io.provenance``; timing: run it under the shared lock)::
 
     flock /tmp/geodrift-bench.lock python benchmarks/bench_cli_startup.py [--repeat 7] [--python .venv/bin/python]
 """
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 
 HELP_LIMIT_S = 1.0
 COMMANDS: dict[str, list[str]] = {

@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/compress"))
     parser.add_argument("--results", type=Path, default=None,
                         help="also write what this prints, and the tables of every run's JSON, to this file with the "
-                        "stamp of geodrift.provenance")
+                        "stamp of geodrift.io.provenance")
     args = parser.parse_args()
     for name in args.only.split(",") if args.only else RUNS:
         if name not in RUNS:
@@ -127,6 +127,6 @@ if __name__ == "__main__":
     if results is None:
         main()
     else:
-        from geodrift.provenance import run_recorded
+        from geodrift.io.provenance import run_recorded
 
         run_recorded(main_with_tables, results, "Compression at the commands' defaults")

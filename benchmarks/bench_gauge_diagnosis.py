@@ -13,7 +13,7 @@ Three parts (issue 31 item 4; docs/scan.md "Gauge diagnosis"):
    preset trained ``--steps`` steps with weight decay 0.1 (its default) and 0: each one's median
    spreads and flag.
 
-Usage (writes ``--out``, default benchmarks/RESULTS_gauge_diagnosis.md, with the stamp of ``geodrift.provenance``):
+Usage (writes ``--out``, default benchmarks/RESULTS_gauge_diagnosis.md, with the stamp of ``geodrift.io.provenance``):
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_gauge_diagnosis.py
 """
 
@@ -37,7 +37,7 @@ from geodrift.gauge.align import shape_of
 from geodrift.gauge.diagnose import FAMILIES, GaugeDiagnosis, diagnose
 from geodrift.gauge.orbit import StateDict
 from geodrift.lm.hf import hf_step_dir
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.sim.presets import preset
 from geodrift.sim.record import run_dir
 from geodrift.sim.run import run

@@ -144,7 +144,7 @@ def main() -> None:
         print(f"{name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     gpu = f"{torch.cuda.get_device_name(0)} ({torch.cuda.get_device_properties(0).total_memory / 2**30:.0f} GiB)"
     text = "\n".join(["# GPU route (issue 22)", "", *stamp_lines(load_before, {"GPU": gpu}), "", *rows, ""])
-    from geodrift.atomic import write_text
+    from geodrift.io.atomic import write_text
 
     write_text(args.out, text)
     print(text)

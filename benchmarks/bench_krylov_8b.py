@@ -58,7 +58,7 @@ def main() -> None:
     if args.write_results:
         from _stamp import stamp_lines
 
-        from geodrift.atomic import write_text
+        from geodrift.io.atomic import write_text
 
         path: Path = args.write_results
         text = path.read_text(encoding="utf-8") if path.exists() else "# Scan benchmarks at 8B shapes\n"

@@ -144,7 +144,7 @@ def write_results(args: argparse.Namespace, size: int, rows: dict[str, dict[str,
                   load_before: tuple[float, float, float]) -> None:
     from _stamp import stamp_lines
 
-    from geodrift.atomic import write_text
+    from geodrift.io.atomic import write_text
 
     path: Path = args.write_results
     text = path.read_text(encoding="utf-8") if path.exists() else "# Scan benchmarks\n"

@@ -192,7 +192,7 @@ def main() -> None:
     parser.add_argument("--write-results", type=Path, default=None)
     args = parser.parse_args()
     if args.write_results is not None:
-        from geodrift.provenance import check_results_path
+        from geodrift.io.provenance import check_results_path
 
         check_results_path(args.write_results)
     spectra = ("trained", "random") if args.spectrum == "both" else (args.spectrum,)
@@ -205,7 +205,7 @@ def main() -> None:
         print("\n".join(lines), flush=True)
         body += lines
         if args.write_results is not None:  # after each checkpoint: an interrupted run keeps what it measured
-            from geodrift.atomic import write_text
+            from geodrift.io.atomic import write_text
 
             write_text(args.write_results, "\n".join(body))
             print(f"wrote {args.write_results}", flush=True)

@@ -23,7 +23,7 @@ Usage::
     OMP_NUM_THREADS=1 python benchmarks/bench_scan_memory.py [--layers 10] [--dir /tmp] \\
         [--no-scan] [--no-baseline] [--write-results benchmarks/RESULTS_memory.md]
 
-``--write-results`` writes its file with the stamp of ``geodrift.provenance`` (commit, CPU, load, versions).
+``--write-results`` writes its file with the stamp of ``geodrift.io.provenance`` (commit, CPU, load, versions).
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def main() -> None:
     if args.write_only is not None:  # the writer child: keeps torch out of the measuring parent
         print(write_checkpoint(args.write_only, args.layers))
         return
-    from geodrift.provenance import check_results_path, load_average
+    from geodrift.io.provenance import check_results_path, load_average
 
     if args.write_results:
         check_results_path(args.write_results)
@@ -241,14 +241,14 @@ def main() -> None:
     parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     print(f"checkpoint {size / 1e9:.2f} GB; target: peak RSS < {LIMIT_GB} GB; this parent's own peak {parent:.3f} GB")
     if args.write_results:
-        from geodrift.provenance import command_line, stamp
+        from geodrift.io.provenance import command_line, stamp
 
         s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
         write_results(args.write_results, size, args.layers, rows, s)
 
 
 def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, object]], s: dict[str, object]) -> None:
-    from geodrift.provenance import write_results as write_stamped
+    from geodrift.io.provenance import write_results as write_stamped
 
     lines = [
         f"Checkpoint: synthetic Llama-shaped, bf16, {n_layers} layers + embedding, d_model {D_MODEL}, "

@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--profile-only", action="store_true", help="only the stage profile")
     parser.add_argument("--write-results", type=Path, default=None,
-                        help="also write what this prints to this file, with the stamp of geodrift.provenance")
+                        help="also write what this prints to this file, with the stamp of geodrift.io.provenance")
     args = parser.parse_args()
     if args.profile_only:
         wall, clock = stage_profile(args.k)

@@ -6,7 +6,7 @@ shape), then times, side by side in one run, the scan of one checkpoint and the 
 flat as N grows and matrices read = N x matrices per checkpoint.
 
 Usage (timing: run under the shared lock; writes ``--out``, default benchmarks/RESULTS_series.md, with the
-stamp of ``geodrift.provenance``):
+stamp of ``geodrift.io.provenance``):
     flock /tmp/geodrift-bench.lock .venv/bin/python benchmarks/bench_series.py
 """
 
@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from geodrift.continuity import MeasureSpec
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.scan.series import compare, decompose_checkpoint, drift
 
 SHAPE = {"layers": 12, "hidden": 384, "heads": 6, "kv": 2, "ff": 1024}

@@ -44,7 +44,7 @@ def _best(fn: Callable[[], object], threads: int, repeats: int) -> float:
 def parse_known() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write-results", type=Path, default=None,
-                        help="also write what this prints to this file, after geodrift.provenance's stamp")
+                        help="also write what this prints to this file, after geodrift.io.provenance's stamp")
     parser.add_argument("--repeats", type=int, default=2, help="alternations of 1 and 2 threads")
     return parser.parse_args()
 
@@ -91,6 +91,6 @@ if __name__ == "__main__":
     if results is None:
         main()
     else:  # what it prints, after the stamp (command, load before and after, versions, wall time)
-        from geodrift.provenance import run_recorded
+        from geodrift.io.provenance import run_recorded
 
         run_recorded(main, results, "compress share: threads and the NLL head")

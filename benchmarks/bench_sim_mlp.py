@@ -103,6 +103,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from geodrift.provenance import run_recorded
+    from geodrift.io.provenance import run_recorded
 
     run_recorded(main, "benchmarks/RESULTS_sim_mlp.md", "Residual-MLP simulator: tracking overhead, floor ratio, batched seeds")  # what it prints, with the stamp

@@ -82,6 +82,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from geodrift.provenance import run_recorded
+    from geodrift.io.provenance import run_recorded
 
     run_recorded(main, "benchmarks/RESULTS_sim_transformer.md", "Transformer simulator: tracking overhead against a plain loop")  # what it prints, with the stamp

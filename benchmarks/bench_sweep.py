@@ -6,7 +6,7 @@ Each backend/worker count runs the whole grid once, side by side in one process,
 reported: wall time, runs per minute, and the speed-up over 1 worker. Every backend's per-run
 summaries must be identical (checked; a mismatch aborts). Run it under the shared lock; it writes
 its results file (``--write-results``, default ``benchmarks/RESULTS_sweep.md``) with the stamp of
-``geodrift.provenance``::
+``geodrift.io.provenance``::
 
     flock /tmp/geodrift-bench.lock python benchmarks/bench_sweep.py
 
@@ -20,7 +20,7 @@ import json
 import time
 from pathlib import Path
 
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.sweep.grid import grid_from_dict
 from geodrift.sweep.runner import run_sweep
 

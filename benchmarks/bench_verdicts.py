@@ -20,7 +20,7 @@ the simulators' trained runs (``--sim``): the transformer ``cpu`` preset (D 128,
 MLP (16 layers, D 256; Res+ReLU and Res+None; its ``block`` role has no per-space prediction, so the
 table gives whether W v1 shows a depth path).
 
-Usage (writes ``--out``, default benchmarks/RESULTS_verdicts.md, with the stamp of ``geodrift.provenance``):
+Usage (writes ``--out``, default benchmarks/RESULTS_verdicts.md, with the stamp of ``geodrift.io.provenance``):
     nice -n 10 .venv/bin/python benchmarks/bench_verdicts.py --seeds 4 --shuffles 8 --extra-shuffles 64 \
         --null-seeds 5 --sim
 """
@@ -38,10 +38,10 @@ from typing import Any
 import torch
 
 import geodrift
-from geodrift.atomic import write_json
+from geodrift.io.atomic import write_json
 from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.verdicts import ORDER_ALPHA, depth_path
-from geodrift.provenance import (
+from geodrift.io.provenance import (
     check_results_path,
     command_line,
     git_dirty,

@@ -167,8 +167,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if "--results" in sys.argv[1:-1]:  # the tables after the stamp of geodrift.provenance
-        from geodrift.provenance import run_recorded
+    if "--results" in sys.argv[1:-1]:  # the tables after the stamp of geodrift.io.provenance
+        from geodrift.io.provenance import run_recorded
 
         run_recorded(main, sys.argv[sys.argv.index("--results") + 1], "Compression at the commands' defaults")
     else:

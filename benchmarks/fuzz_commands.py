@@ -12,7 +12,7 @@ the same code the bounded default test runs. Each case gets a per-case timeout (
 an outcome in time is a hang); every file of the user's area is hashed before and after each case.
 Reports the count of every outcome (per command), the tracebacks and multi-line errors, the hangs,
 the cases that changed a user's file, the temporary files left behind and the non-finite successes;
-``--results`` appends a section that opens with geodrift.provenance's stamp (benchmarks/_stamp.py).
+``--results`` appends a section that opens with geodrift.io.provenance's stamp (benchmarks/_stamp.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Usage::
 
     nice -n 10 .venv/bin/python benchmarks/fuzz_readers.py --cases 6000 --seed 2026 [--results benchmarks/RESULTS_fuzz.md]
 
-It writes ``--results`` (default benchmarks/RESULTS_fuzz.md) with the stamp of ``geodrift.provenance``.
+It writes ``--results`` (default benchmarks/RESULTS_fuzz.md) with the stamp of ``geodrift.io.provenance``.
 
 The harness (seeds, mutations, the accepted outcomes) is tests/_fuzz.py, the same code the bounded
 default test runs. Each case gets a per-case timeout (SIGALRM; a case without an outcome in time
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from geodrift.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 

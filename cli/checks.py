@@ -1,6 +1,6 @@
 """Checks every command runs on its options before any work: output paths first, then ranges.
 
-Library-level ranges (seeds, counts, sizes) live in ``geodrift.checks``; this module adds what only
+Library-level ranges (seeds, counts, sizes) live in ``geodrift.io.checks``; this module adds what only
 the command line knows: which option named which output file.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 def check_outputs(outputs: dict[str, Path | None], *more: tuple[str, Path]) -> None:
     """Refuse now an output file that could not be written after the work, or that holds a file geodrift did not
-    write (named as the user gave it); once written, each is recorded in its folder's manifest (``geodrift.outdir``).
+    write (named as the user gave it); once written, each is recorded in its folder's manifest (``geodrift.io.outdir``).
 
     Args:
         outputs: option -> path (None = not asked for), e.g. ``{"--json-out": Path("r.json")}``.
@@ -20,7 +20,7 @@ def check_outputs(outputs: dict[str, Path | None], *more: tuple[str, Path]) -> N
     Raises:
         GeodriftError: naming the option and the user's path (never a temporary file).
     """
-    from geodrift.outdir import claim_outputs
+    from geodrift.io.outdir import claim_outputs
 
     claim_outputs([(option, path) for option, path in [*outputs.items(), *more] if path is not None])
 
@@ -32,7 +32,7 @@ def check_simulate_options(*, steps: int | None, track_every: int | None, checkp
     Raises:
         GeodriftError: e.g. ``--track-every: must be >= 0 (0 = off), got -1``.
     """
-    from geodrift.checks import check_count
+    from geodrift.io.checks import check_count
 
     check_count(steps, "--steps", 1)
     check_count(track_every, "--track-every", 0, "0 = off")

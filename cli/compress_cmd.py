@@ -55,7 +55,7 @@ ShareThreads = Annotated[int | None, typer.Option(
 
 def share_threads() -> int:
     """``compress share``'s default ``--threads``: the CPUs this process may use, at most 2."""
-    from geodrift.provenance import thread_counts
+    from geodrift.io.provenance import thread_counts
 
     return min(2, int(thread_counts()["cpus"] or 1))
 
@@ -74,7 +74,7 @@ def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
 def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int,
                   outputs: dict[str, Path | None], max_memory: str) -> int:
     # Every option and output path, before the model is opened; returns --max-memory in bytes.
-    from geodrift.checks import parse_size
+    from geodrift.io.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.errors import GeodriftError
     from geodrift.render.figures import check_dpi, figure_format
@@ -104,15 +104,15 @@ def _inputs(model: str | None, corpus: Path | None) -> list[Path]:
 
 
 def _check_save(save: Path | None, force: bool, model: str | None, corpus: Path | None) -> None:
-    # The output-folder policy (geodrift.outdir), checked before the model is loaded.
+    # The output-folder policy (geodrift.io.outdir), checked before the model is loaded.
     if save is not None:
-        from geodrift.outdir import check_replace_folder
+        from geodrift.io.outdir import check_replace_folder
 
         check_replace_folder(save, force=force, inputs=_inputs(model, corpus))
 
 
 def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, write: Any) -> Path:
-    from geodrift.outdir import replace_folder
+    from geodrift.io.outdir import replace_folder
 
     return replace_folder(save, write, force=force, inputs=_inputs(model, corpus))
 
@@ -120,7 +120,7 @@ def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, wr
 def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None,
            figure: Callable[[], Path] | None = None) -> list[Path]:
     # The JSON, the CSV and the figure replace the previous run's together, or not at all (atomic.output_set).
-    from geodrift.atomic import document, output_set, write_json, write_text
+    from geodrift.io.atomic import document, output_set, write_json, write_text
     from geodrift.render.files import csv_text
 
     written = []
@@ -159,7 +159,7 @@ def prune_command(
     max_memory: MaxMemory = "8G",
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
-    from geodrift.atomic import document, to_json
+    from geodrift.io.atomic import document, to_json
     from geodrift.compress.model import load_setup
     from geodrift.compress.prune import PruneSpec, run_prune
     from geodrift.errors import GeodriftError
@@ -255,7 +255,7 @@ def share_command(
                                        "verdict's criterion and the cost (default: perplexities and verdicts).")] = False,
 ) -> None:
     """Calibration-whitened low-rank compression at equal parameters: SVD-LLM, Basis Sharing, pruning, and continuity's methods."""
-    from geodrift.atomic import document, to_json
+    from geodrift.io.atomic import document, to_json
     from geodrift.compress.share_run import ShareSpec, run_share
     from geodrift.compress.sources import load_compress_setup
     from geodrift.errors import GeodriftError

@@ -28,7 +28,7 @@ def inspect_command(
     wide: Wide = False,
 ) -> None:
     """List every tensor of a checkpoint with the projection it is scanned as, or why it is not scanned."""
-    from geodrift.atomic import document, to_json
+    from geodrift.io.atomic import document, to_json
     from geodrift.render.inspect import render_inventory
     from geodrift.scan.checkpoint import LISTING_UNKNOWN
     from geodrift.scan.inventory import inventory, summary_line

@@ -26,7 +26,7 @@ from geodrift.cli import (
     sweep_cmd,
 )
 from geodrift.errors import GeodriftError
-from geodrift.literal import visible
+from geodrift.io.literal import visible
 
 app = typer.Typer(
     name="geodrift",
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _run(argv: list[str] | None) -> int:
-    from geodrift.signals import resume_hint
+    from geodrift.io.signals import resume_hint
 
     click_exception = _click_exception()
     resume_hint(None)  # an earlier in-process command's hint is not this one's
@@ -113,7 +113,7 @@ def _run(argv: list[str] | None) -> int:
         typer.echo(visible(f"error: {where}{error.strerror or error}; check the path, its permissions and free space"),
                    err=True)
         sys.exit(2)
-    except (typer.Abort, KeyboardInterrupt):  # in-process callers without geodrift.signals installed
+    except (typer.Abort, KeyboardInterrupt):  # in-process callers without geodrift.io.signals installed
         typer.echo("interrupted", err=True)
         sys.exit(130)
     return code if isinstance(code, int) else 0

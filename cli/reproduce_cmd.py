@@ -34,7 +34,7 @@ def reproduce_command(
     """Proofs, the embedded scan, the MLP tables, drift, App. F, the data-size experiment, the transformer
     ablations and the compression experiments, every claim with its verdict, criterion and command."""
     from geodrift.errors import GeodriftError
-    from geodrift.outdir import prepare_out
+    from geodrift.io.outdir import prepare_out
     from geodrift.render.figures import check_dpi
     from geodrift.render.paper_report import write_report
     from geodrift.render.progress import JobProgress, announce, sweep_reporter

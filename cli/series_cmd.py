@@ -52,8 +52,8 @@ def drift_command(
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
-    from geodrift.atomic import document, output_set, to_json, write_json
-    from geodrift.checks import parse_size
+    from geodrift.io.atomic import document, output_set, to_json, write_json
+    from geodrift.io.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format
@@ -82,7 +82,7 @@ def drift_command(
             write_json(json_out, document("drift_report", rep.to_dict()))
             written.append(json_out)
         if csv_out:
-            from geodrift.atomic import write_text
+            from geodrift.io.atomic import write_text
 
             rotation = _beside(csv_out, "rotation", ".csv")
             write_text(csv_out, csv_text(rep.continuity_rows()))
@@ -116,8 +116,8 @@ def compare_command(
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
-    from geodrift.atomic import document, output_set, to_json, write_json, write_text
-    from geodrift.checks import parse_size
+    from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
+    from geodrift.io.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
     from geodrift.render.figures import check_dpi, figure_format

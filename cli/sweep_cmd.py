@@ -63,7 +63,7 @@ def run_grid(grid: Grid, *, backend: str, workers: int, address: str | None, gpu
              plot: Path | None = None) -> Reproduction:
     """Check the options, prepare --out, run the grid with a progress bar, aggregate (shared with simulate)."""
     from geodrift.errors import GeodriftError
-    from geodrift.outdir import prepare_out
+    from geodrift.io.outdir import prepare_out
     from geodrift.render.progress import JobProgress, announce, sweep_reporter
     from geodrift.sweep.runner import check_options, run_sweep, sweep_reproduction
 
@@ -89,7 +89,7 @@ def run_grid(grid: Grid, *, backend: str, workers: int, address: str | None, gpu
 def show(rep: Reproduction, *, as_json: bool, wide: bool) -> None:
     """Print a sweep's aggregate: JSON on stdout, or the reproduction tables."""
     if as_json:
-        from geodrift.atomic import document, to_json
+        from geodrift.io.atomic import document, to_json
 
         sys.stdout.write(to_json(document("reproduction", rep.to_dict())) + "\n")
     else:

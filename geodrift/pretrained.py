@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from geodrift.atomic import document, write_json
+from geodrift.io.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.lm.hf_causal import HFCausalLM, load_hf_causal
@@ -305,7 +305,7 @@ def keep_tokenizer(path: str | Path | None, folder: str | Path) -> list[str]:
     import shutil
     from functools import partial
 
-    from geodrift.atomic import write_with
+    from geodrift.io.atomic import write_with
 
     folder = Path(folder)
     if path is None or Path(path).suffix.lower() == ".gguf":

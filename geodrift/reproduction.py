@@ -34,7 +34,7 @@ from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.prove import run_claims
 from geodrift.prove.runner import ProveReport
-from geodrift.provenance import git_dirty, git_revision, load_average, stamp
+from geodrift.io.provenance import git_dirty, git_revision, load_average, stamp
 from geodrift.scan.scan import load_weights, scan
 from geodrift.scan.views import VIEW_ORDER, ViewComparison, compare_views
 from geodrift.sim.experiment import Experiment, Overrides
@@ -91,7 +91,7 @@ class Section:
 
 @dataclass
 class PaperReproduction:
-    """Everything :func:`reproduce_paper` produced, with its provenance (:func:`geodrift.provenance.stamp`)."""
+    """Everything :func:`reproduce_paper` produced, with its provenance (:func:`geodrift.io.provenance.stamp`)."""
 
     mode: str
     sections: list[Section]

@@ -3,7 +3,7 @@
 # `bash scripts/setup.sh --test`. Times are for the shared 2-core CPU.
 #
 # Every results file is generated and stamped (commit, CPU, threads, load, versions, wall times; see
-# geodrift/provenance.py): `geodrift reproduce --quick` writes docs/results/ (committed; the numbers
+# geodrift/io/provenance.py): `geodrift reproduce --quick` writes docs/results/ (committed; the numbers
 # README.md and docs/*.md quote), the full `geodrift reproduce` writes out/reproduction/ (every
 # simulator and compression section at full length: many hours on 2 cores), and each benchmark
 # writes its own benchmarks/RESULTS_*.md. --resume reuses finished runs, so the script can be

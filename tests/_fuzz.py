@@ -44,7 +44,7 @@ from _checkpoints import (
 )
 from safetensors.torch import save_file
 
-from geodrift.atomic import document, write_json
+from geodrift.io.atomic import document, write_json
 from geodrift.continuity import MeasureSpec
 from geodrift.errors import GeodriftError
 from geodrift.scan.readers import open_checkpoint, weightset

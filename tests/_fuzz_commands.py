@@ -59,7 +59,7 @@ REGEXES = ["(a+)+$", "(x+x+)+y", r"(a)\1", "(?=a)", "[", "x" * 1500, "(?:a{999})
 
 def build_area(root: Path) -> dict[str, Path]:
     """The user's area: inputs, the user's own files, and folders geodrift may or may not write into."""
-    from geodrift.outdir import replace_folder
+    from geodrift.io.outdir import replace_folder
 
     root.mkdir(parents=True, exist_ok=True)
     model = write_hf_folder(root / "models" / "llama", {k: 0.3 * v for k, v in llama_state(

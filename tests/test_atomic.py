@@ -12,7 +12,7 @@ import torch
 from hypothesis import given
 from strategies import json_like
 
-from geodrift.atomic import (
+from geodrift.io.atomic import (
     NONFINITE_NOTE,
     SCHEMA_VERSION,
     current_umask,

@@ -1,6 +1,6 @@
 """The architecture, checked: imports point one way, no cycles, light imports where the CLI starts.
 
-Layers, bottom to top: errors/atomic/weights/checks -> linalg -> metrics and gauge -> continuity -> lm (the
+Layers, bottom to top: errors/io (the plumbing)/weights -> linalg -> metrics and gauge -> continuity -> lm (the
 Llama, its tokenizers, text corpora, activations and Hugging Face writer) -> {scan, sim} -> {prove,
 sweep (runs sim specs on a backend), pretrained} -> compress -> reproduction (the whole paper) ->
 render -> cli and the Python API (``geodrift.scan.api`` and its argument checks ``geodrift.scan.arguments``,
@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # source folder -> package name as installed
 PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / "proofs": "geodrift.proofs"}
 LAYERS = {
-    "geodrift.errors": 0, "geodrift.atomic": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
+    "geodrift.errors": 0, "geodrift.io": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
-    "geodrift.scan": 5, "geodrift.sim": 5, "geodrift.scan.api": 10, "geodrift.scan.arguments": 10,
+    "geodrift.scan": 5, "geodrift.sim": 5, "geodrift.scan.api": 11, "geodrift.scan.arguments": 11,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
-    "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.render": 9, "geodrift.cli": 10, "geodrift.__main__": 10,
+    "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.jobs": 9, "geodrift.render": 10,
+    "geodrift.cli": 11, "geodrift.__main__": 11,
 }
 # The only modules that may import the scanner together with the language model or the simulators.
 BRIDGES = {"geodrift.pretrained", "geodrift.reproduction"}

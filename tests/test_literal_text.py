@@ -21,7 +21,7 @@ from rich.console import Console
 from safetensors.torch import save_file
 
 from geodrift.cli.main import main
-from geodrift.literal import visible
+from geodrift.io.literal import visible
 from geodrift.render.layout import Col, Grid, print_grid
 
 # Any text: markup-like brackets and backslashes are drawn often, control and format characters too.

@@ -1,4 +1,4 @@
-"""No silent loss (geodrift.outdir): only files geodrift wrote - listed in the folder's manifest, unchanged since -
+"""No silent loss (geodrift.io.outdir): only files geodrift wrote - listed in the folder's manifest, unchanged since -
 are ever replaced or deleted; a folder holding anything else is refused, --force or not; never the input; a
 whole-folder save is all or nothing. Real files written by geodrift's real writers."""
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 from sim_helpers import smoke_result
 
-from geodrift.atomic import document, write_json, write_text, write_with
+from geodrift.io.atomic import document, write_json, write_text, write_with
 from geodrift.cli.main import main
 from geodrift.errors import GeodriftError
-from geodrift.outdir import (
+from geodrift.io.outdir import (
     MANIFEST,
     check_not_input,
     foreign_files,
@@ -196,7 +196,7 @@ def test_a_save_that_fails_midway_leaves_the_old_folder_and_names_the_users_path
 def test_files_written_by_other_processes_are_recorded(tmp_path: Path):
     # The sweep's workers write into --out from their own processes: each records into the folder's manifest.
     out = manage(tmp_path / "out")
-    code = ("import sys\nfrom geodrift.atomic import write_text\n"
+    code = ("import sys\nfrom geodrift.io.atomic import write_text\n"
             "write_text(sys.argv[1], sys.argv[2])\n")
     for i in range(3):
         subprocess.run([sys.executable, "-c", code, str(out / f"run{i}" / "run.json"), str(i)], check=True)

@@ -13,7 +13,7 @@ import pytest
 from sim_helpers import smoke_result, smoke_spec, tiny_result
 from typer.testing import CliRunner
 
-from geodrift.atomic import SCHEMA_VERSION, document, to_json
+from geodrift.io.atomic import SCHEMA_VERSION, document, to_json
 from geodrift.cli.main import app
 from geodrift.sim.reproduce import assemble
 

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from geodrift.atomic import to_json
+from geodrift.io.atomic import to_json
 from geodrift.errors import GeodriftError
-from geodrift.provenance import (
+from geodrift.io.provenance import (
     MARKER,
     STAMP_MARKER,
     check_results_path,

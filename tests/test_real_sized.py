@@ -19,7 +19,7 @@ import torch
 from typer.testing import CliRunner
 
 import geodrift
-from geodrift.atomic import payload_of
+from geodrift.io.atomic import payload_of
 from geodrift.cli.main import app
 from geodrift.continuity import MeasureSpec, Report
 

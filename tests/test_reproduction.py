@@ -8,7 +8,7 @@ import re
 import pytest
 
 from geodrift.cli.main import main
-from geodrift.manifest import MANIFEST
+from geodrift.io.manifest import MANIFEST
 from geodrift.reproduction import plan
 
 
@@ -109,8 +109,8 @@ def test_the_gate_ablation_is_judged_on_the_section_without_the_activation():
 
 def test_a_rewritten_report_removes_only_the_figures_its_predecessor_wrote(tmp_path):
     # The folder never mixes two runs' figures, and a file geodrift did not write is never touched.
-    from geodrift.atomic import document, write_json
-    from geodrift.provenance import stamp
+    from geodrift.io.atomic import document, write_json
+    from geodrift.io.provenance import stamp
     from geodrift.render.paper_report import write_report
     from geodrift.reproduction import PaperReproduction
 

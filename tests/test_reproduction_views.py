@@ -9,7 +9,7 @@ import re
 import pytest
 
 from geodrift.continuity import MeasureSpec
-from geodrift.provenance import stamp
+from geodrift.io.provenance import stamp
 from geodrift.render.paper_report import write_report
 from geodrift.reproduction import PaperReproduction, Section
 from geodrift.scan.views import PREDICTIONS, compare_views

@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
-from geodrift.atomic import payload_of
+from geodrift.io.atomic import payload_of
 from geodrift.cli.main import app
 from geodrift.continuity import Report
 from geodrift.render import fmt

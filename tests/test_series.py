@@ -133,7 +133,7 @@ def test_rotation_and_subspace_math_on_known_vectors():
 def test_drift_and_compare_json_fields_and_csv_columns_are_documented(series: list[Path]):
     from test_output_schema import DOC, _section, fields
 
-    from geodrift.atomic import document, to_json
+    from geodrift.io.atomic import document, to_json
     from geodrift.render.files import csv_text
 
     paths = [str(p) for p in series]

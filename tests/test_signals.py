@@ -103,7 +103,7 @@ def test_interrupted_training_leaves_no_temp_files_and_says_how_to_resume(tmp_pa
 
 def test_native_writes_to_fd_1_are_kept_off_stdout_under_report_only_stdout(tmp_path: Path) -> None:
     # A BLAS/LAPACK library printing a warning writes to file descriptor 1 directly, past sys.stdout.
-    code = ("import os, sys\nfrom geodrift.stdio import report_only_stdout\n"
+    code = ("import os, sys\nfrom geodrift.io.stdio import report_only_stdout\n"
             "with report_only_stdout():\n    os.write(1, b'native noise\\n')\n    print('python noise')\n"
             "sys.stdout.write('{\"report\": 1}\\n')\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -116,7 +116,7 @@ def test_atomic_write_interrupted_midway_leaves_no_temp_file(tmp_path: Path) -> 
     script = tmp_path / "writer.py"
     script.write_text(
         "import os, signal, sys, time\n"
-        "from geodrift import signals\nfrom geodrift.atomic import atomic_path\n"
+        "from geodrift.io import signals\nfrom geodrift.io.atomic import atomic_path\n"
         "signals.install()\n"
         "try:\n"
         f"    with atomic_path({str(tmp_path / 'out.bin')!r}) as tmp:\n"
@@ -140,7 +140,7 @@ def test_a_signal_during_temp_file_bookkeeping_is_deferred_then_delivered(tmp_pa
     script = tmp_path / "held.py"
     script.write_text(
         "import os, signal, sys\n"
-        "from geodrift import atomic, signals\n"
+        "from geodrift.io import atomic, signals\n"
         "signals.install()\n"
         "try:\n"
         "    with atomic._signals_held():\n"

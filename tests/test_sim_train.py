@@ -9,7 +9,7 @@ import pytest
 import torch
 from sim_helpers import first_losses, mnist5k, smoke_result, smoke_spec
 
-from geodrift.atomic import to_json
+from geodrift.io.atomic import to_json
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import TrainConfig
 from geodrift.sim.data import ShuffledBatches

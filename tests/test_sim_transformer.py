@@ -10,7 +10,7 @@ import pytest
 from sim_helpers import strict_json, tiny_result, tiny_spec
 from typer.testing import CliRunner
 
-from geodrift.atomic import to_json
+from geodrift.io.atomic import to_json
 from geodrift.cli.main import app
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import ABLATIONS, LlamaConfig, RunSpec, TrackConfig, ablate

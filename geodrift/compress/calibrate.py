@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from geodrift.atomic import write_with
+from geodrift.io.atomic import write_with
 from geodrift.compress.model import BATCH
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM

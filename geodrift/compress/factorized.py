@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from geodrift.atomic import write_json, write_with
+from geodrift.io.atomic import write_json, write_with
 from geodrift.compress.model import Setup, kept_layers
 from geodrift.errors import GeodriftError
 from geodrift.lm.hf import hf_config
@@ -163,7 +163,7 @@ def save_factored(setup: Setup[LlamaLM], compressed: Compressed, folder: str | P
     """Write ``compressed`` as a factored folder (module docstring), atomically (temporary sibling + rename).
 
     Args:
-        force, inputs: as :func:`geodrift.outdir.replace_folder` (the output-folder policy).
+        force, inputs: as :func:`geodrift.io.outdir.replace_folder` (the output-folder policy).
 
     Returns:
         The folder.
@@ -224,10 +224,10 @@ def _config(setup: Setup[LlamaLM], n_layers: int, dtype: str) -> dict[str, Any]:
 
 def _write_folder(folder: str | Path, state: dict[str, torch.Tensor], config: dict[str, Any], force: bool,
                   inputs: Iterable[str | Path | None]) -> Path:
-    # model.safetensors + config.json into a temporary sibling, renamed into place (geodrift.outdir's policy).
+    # model.safetensors + config.json into a temporary sibling, renamed into place (geodrift.io.outdir's policy).
     from safetensors.torch import save_file
 
-    from geodrift.outdir import replace_folder
+    from geodrift.io.outdir import replace_folder
 
     def write(tmp: Path) -> None:
         write_with(tmp / "model.safetensors", lambda path: save_file(state, str(path), metadata={"format": "pt"}))

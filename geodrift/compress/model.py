@@ -25,7 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
-from geodrift.checks import format_size
+from geodrift.io.checks import format_size
 from geodrift.errors import GeodriftError
 from geodrift.lm.hf_causal import HFCausalLM
 from geodrift.lm.llama import LlamaLM

@@ -369,7 +369,7 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
                 source: str | Path | None, force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
     """Write the model without the ``n`` layers ``method`` removed, with the input's tokenizer, as a Hugging Face folder.
 
-    The folder is written whole or not at all (:func:`geodrift.outdir.replace_folder`); the remaining
+    The folder is written whole or not at all (:func:`geodrift.io.outdir.replace_folder`); the remaining
     layers are renumbered ``0..L-n-1``. ``result.saved`` records it: ``folder``, ``method``, ``n``,
     ``removed`` and ``kept`` (layer indices of the input model) and ``tokenizer`` (the files written).
 
@@ -377,7 +377,7 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
         setup, result: the loaded model and its :func:`run_prune` result.
         method: a ranking that ran; n: how many of its layers go (1..N).
         folder: the folder to write; source: the checkpoint the model came from (its tokenizer is kept).
-        force, inputs: as :func:`geodrift.outdir.replace_folder` (the output-folder policy).
+        force, inputs: as :func:`geodrift.io.outdir.replace_folder` (the output-folder policy).
 
     Returns:
         ``folder``.
@@ -386,8 +386,8 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
         GeodriftError: ``method`` did not run, ``n`` is outside 1..N, or the folder is refused.
     """
     from geodrift.lm.hf import save_hf
-    from geodrift.manifest import record_written
-    from geodrift.outdir import replace_folder
+    from geodrift.io.manifest import record_written
+    from geodrift.io.outdir import replace_folder
     from geodrift.pretrained import keep_tokenizer
 
     curve = next((c for c in result.curves if c.method == method), None)

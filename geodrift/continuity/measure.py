@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from geodrift import metrics
-from geodrift.checks import check_device, check_seed
+from geodrift.io.checks import check_device, check_seed
 from geodrift.continuity import degenerate
 from geodrift.continuity.bank import PermutationBank
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from geodrift.atomic import payload_of
+from geodrift.io.atomic import payload_of
 from geodrift.continuity.trajectory import TrajectoryShape
 from geodrift.errors import GeodriftError
 from geodrift.weights import canonical_role

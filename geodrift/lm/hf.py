@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from geodrift.atomic import write_json, write_with
+from geodrift.io.atomic import write_json, write_with
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
 from geodrift.weights import HF_LLAMA_PROJECTIONS

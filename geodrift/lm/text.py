@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from geodrift.checks import check_file
+from geodrift.io.checks import check_file
 from geodrift.errors import GeodriftError
 from geodrift.lm.tokenizer import Tokenizer
 

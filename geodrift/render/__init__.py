@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from geodrift.literal import visible
+from geodrift.io.literal import visible
 
 # Tables go to stdout; progress bars and notes to stderr so that --json on stdout stays parseable.
 console = Console()
@@ -37,7 +37,7 @@ def fmt_z(z: float) -> str:
 
 def lit(text: object, style: str = "") -> Text:
     """Text from a file, a path or an option, printed exactly as it is: never parsed as markup, control
-    characters shown as escapes (:func:`geodrift.literal.visible`).
+    characters shown as escapes (:func:`geodrift.io.literal.visible`).
 
     Example:
         >>> lit("model.layers.0.[/bold]").plain

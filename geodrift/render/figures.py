@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from geodrift.atomic import write_with
+from geodrift.io.atomic import write_with
 from geodrift.errors import GeodriftError
 
 FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from geodrift.atomic import write_text
+from geodrift.io.atomic import write_text
 from geodrift.continuity import Report
 
 
@@ -31,7 +31,7 @@ def pairs_csv_path(summary_path: str | Path) -> Path:
 def scan_outputs(json_out: str | Path | None, csv_out: str | Path | None, plot: str | Path | None,
                  experts: bool = True, gauge: bool = False) -> list[tuple[str, Path]]:
     """Every file ``geodrift scan`` may write, named or derived, with the option that named it - the list
-    :func:`geodrift.outdir.claim_outputs` checks before the work (a derived name is never a user's file).
+    :func:`geodrift.io.outdir.claim_outputs` checks before the work (a derived name is never a user's file).
 
     Args:
         json_out, csv_out, plot: the options (None: not asked for).

@@ -33,7 +33,7 @@ from rich.errors import MarkupError
 from rich.table import Table
 from rich.text import Text
 
-from geodrift.literal import visible
+from geodrift.io.literal import visible
 from geodrift.render import console as stdout_console
 
 Justify = Literal["left", "center", "right"]

@@ -1,6 +1,6 @@
 """The self-contained report of ``geodrift reproduce``: one Markdown file, its PNG figures, and the JSON.
 
-``write_report(rep, folder)`` writes ``folder/report.md`` (the stamp of :mod:`geodrift.provenance`, then
+``write_report(rep, folder)`` writes ``folder/report.md`` (the stamp of :mod:`geodrift.io.provenance`, then
 every claim with its verdict and criterion, the paper's value beside ours, the command and wall time
 behind each section), ``folder/figures/*.png`` (every similarity plot with its permutation null and
 random floor) and ``folder/report.json`` (every section's full result, the stamp, and the list of files
@@ -14,12 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from geodrift.atomic import document, write_json, write_text
+from geodrift.io.atomic import document, write_json, write_text
 from geodrift.compress.prune import PruneResult
 from geodrift.compress.share_run import ShareResult
 from geodrift.continuity import Report, Stat
 from geodrift.prove.runner import ProveReport
-from geodrift.provenance import check_results_path, results_markdown
+from geodrift.io.provenance import check_results_path, results_markdown
 from geodrift.render.layout import grid_markdown
 from geodrift.reproduction import PaperReproduction, Section, ViewComparison
 from geodrift.sim.reference import PAPER_TABLE2

@@ -29,7 +29,7 @@ from typing import Any
 
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
-from geodrift.provenance import report_provenance
+from geodrift.io.provenance import report_provenance
 from geodrift.scan.arguments import check_memory, check_scan_arguments, claim_figure
 from geodrift.scan.checkpoint import Checkpoint
 from geodrift.scan.fingerprint import checkpoint_fingerprint

@@ -141,7 +141,7 @@ def _shown(value: Any) -> str:
 
 
 def claim_figure(path: str | Path | None, dpi: Any, overwrite: Any) -> None:
-    """``ScanReport.plot``'s arguments, and the output-file policy of the CLI (:func:`geodrift.outdir.claim_outputs`):
+    """``ScanReport.plot``'s arguments, and the output-file policy of the CLI (:func:`geodrift.io.outdir.claim_outputs`):
     a file geodrift did not write is replaced only with ``overwrite=True``.
 
     Raises:
@@ -156,7 +156,7 @@ def claim_figure(path: str | Path | None, dpi: Any, overwrite: Any) -> None:
     if not isinstance(path, (str, Path)):
         raise _error("path", path, f"must be a file name (.png, .pdf or .svg), got {_kind(path)}")
     _usable_path("path", path)
-    from geodrift.outdir import claim_outputs
+    from geodrift.io.outdir import claim_outputs
     from geodrift.render.figures import check_dpi, figure_format
 
     named = f"plot(path={_shown(path)})"
@@ -179,7 +179,7 @@ def check_memory(ws: Any, spec: Any, heads: tuple[int, int] | None, limit: int =
     Raises:
         GeodriftError: naming the keywords and the estimate.
     """
-    from geodrift.checks import format_size
+    from geodrift.io.checks import format_size
     from geodrift.continuity.budget import estimate_bytes
     from geodrift.scan.preflight import plan_shapes
 

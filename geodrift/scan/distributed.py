@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from geodrift.cluster import run_tasks
+from geodrift.io.cluster import run_tasks
 from geodrift.continuity import schedule
 
 
@@ -69,7 +69,7 @@ def on_ray(task: Callable[..., Any], args: list[tuple[Any, ...]], address: str |
     ``task`` is a module-level function taking the thread count last; it runs inside :func:`svd_workers`.
 
     Raises:
-        GeodriftError: a task's own error (its message), or the cluster (see :mod:`geodrift.cluster`).
+        GeodriftError: a task's own error (its message), or the cluster (see :mod:`geodrift.io.cluster`).
     """
     threads = task_threads()
     return run_tasks(task, [(*a, threads) for a in args], address=address, cpus_per_task=threads, on_done=on_done)

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from geodrift.checks import format_size
+from geodrift.io.checks import format_size
 from geodrift.continuity import MeasureSpec
 from geodrift.continuity.budget import estimate_bytes
 from geodrift.errors import GeodriftError

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from geodrift.checks import check_file
+from geodrift.io.checks import check_file
 from geodrift.errors import GeodriftError
 from geodrift.weights import MOE_ROLES, split_expert_role
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geodrift.checks import check_file
+from geodrift.io.checks import check_file
 from geodrift.errors import GeodriftError
 from geodrift.sim.augment import augment, parse_augmented
 

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from geodrift.atomic import document, payload_of, write_json, write_stream
+from geodrift.io.atomic import document, payload_of, write_json, write_stream
 from geodrift.errors import GeodriftError
-from geodrift.provenance import git_revision, library_versions
+from geodrift.io.provenance import git_revision, library_versions
 
 SERIES_COLUMNS = ("step", "epoch", "source", "role", "metric", "space", "k", "layer", "value")
 _VALUE = SERIES_COLUMNS.index("value")
@@ -152,5 +152,5 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def software_versions() -> dict[str, str]:
-    """The versions a run record keeps (python, torch, numpy, geodrift); see :mod:`geodrift.provenance`."""
+    """The versions a run record keeps (python, torch, numpy, geodrift); see :mod:`geodrift.io.provenance`."""
     return library_versions(("torch", "numpy", "geodrift"))

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from geodrift.atomic import document, write_json
+from geodrift.io.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import RunSpec

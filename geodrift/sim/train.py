@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from geodrift.checks import check_device
+from geodrift.io.checks import check_device
 from geodrift.errors import GeodriftError
 from geodrift.sim.config import TrainConfig
 
@@ -78,7 +78,7 @@ class Tracker(Protocol):
 
 
 def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``auto`` (cuda when available) -> ``torch.device`` (:func:`geodrift.checks.check_device`).
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available) -> ``torch.device`` (:func:`geodrift.io.checks.check_device`).
 
     Raises:
         GeodriftError: ``cuda`` requested but not available, or an unknown name.

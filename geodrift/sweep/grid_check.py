@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from geodrift.checks import check_file, check_seed
+from geodrift.io.checks import check_file, check_seed
 from geodrift.errors import GeodriftError
 
 MAX_GRID_BYTES = 1 << 20

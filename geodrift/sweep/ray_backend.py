@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from geodrift.cluster import ray_cluster
+from geodrift.io.cluster import ray_cluster
 from geodrift.sweep.execute import Outcome, SweepStatus, Tally, execute
 from geodrift.sweep.grid import Job
 
@@ -20,7 +20,7 @@ def run_on_ray(jobs: list[Job], args: list[tuple[Any, ...]], *, workers: int, ad
     """Submit every job as a Ray task; outcomes in ``jobs`` order.
 
     Raises:
-        GeodriftError: Ray is not installed, or the cluster cannot be reached (see :func:`geodrift.cluster.ray_cluster`).
+        GeodriftError: Ray is not installed, or the cluster cannot be reached (see :func:`geodrift.io.cluster.ray_cluster`).
     """
     with ray_cluster(address, num_cpus=workers * threads) as ray:
         task = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=0)(execute)

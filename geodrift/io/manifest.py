@@ -1,11 +1,11 @@
 """The manifest of a folder geodrift writes into: which files there geodrift wrote, unchanged since.
 
 A folder holds ``.geodrift-written`` when geodrift manages it (an ``--out`` folder, a ``--save``
-folder, a folder an output file went to). Every atomic write (:mod:`geodrift.atomic`) appends one
+folder, a folder an output file went to). Every atomic write (:mod:`geodrift.io.atomic`) appends one
 JSON line - path relative to the folder, size, mtime, sha256 - to the manifest of the nearest folder
 above the file that has one, from any process (a sweep's workers too), under an exclusive lock. A
 file is geodrift's when that manifest lists it with its current size and either its mtime or its
-content hash (a copied folder keeps its files). :mod:`geodrift.outdir` builds the output-folder
+content hash (a copied folder keeps its files). :mod:`geodrift.io.outdir` builds the output-folder
 policy on this.
 
 Example:

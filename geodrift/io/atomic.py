@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from geodrift.errors import GeodriftError
-from geodrift.manifest import record_written
+from geodrift.io.manifest import record_written
 
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
 SCHEMA_VERSION = "1.2"
@@ -44,12 +44,12 @@ NONFINITE_NOTE = (
 _NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 
 
-# Temporary files of atomic writes in progress: a signal handler (geodrift.signals) removes them
+# Temporary files of atomic writes in progress: a signal handler (geodrift.io.signals) removes them
 # before the process exits, so an interrupted write never leaves a ``.name.xxxx.tmp`` behind.
 _PENDING: set[Path] = set()
 # The bookkeeping of those files (create + register, unregister + remove) must not be cut in half by
 # an interrupt - a file created but not yet registered would outlive the handler's clean-up. While it
-# runs, geodrift.signals' handler only records the signal (:func:`defer_signal`); it is re-raised after.
+# runs, geodrift.io.signals' handler only records the signal (:func:`defer_signal`); it is re-raised after.
 _HOLD: dict[str, int | None] = {"depth": 0, "signum": None}
 # Output sets being written (output_set): their files wait, as temporary files, to be renamed together.
 _BATCH: list[list[tuple[Path, Path]]] = []
@@ -71,7 +71,7 @@ def _signals_held() -> Iterator[None]:
 def defer_signal(signum: int) -> bool:
     """Record ``signum`` and return True while temp-file bookkeeping is in progress (else False).
 
-    The signal handler of :mod:`geodrift.signals` calls it first; a deferred signal is raised again
+    The signal handler of :mod:`geodrift.io.signals` calls it first; a deferred signal is raised again
     as soon as the bookkeeping ends, so an interrupt never leaves an unregistered temporary file.
     """
     if _HOLD["depth"]:
@@ -87,7 +87,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     An OS error while writing (permission denied, disk full, a folder in the way) is raised as a
     GeodriftError that names ``target`` - the user's path - never the temporary file; so is a
     writer's own error that reports one (torch's and safetensors' writers, see :func:`write_with`).
-    A file written below a folder with a manifest is recorded there (:mod:`geodrift.manifest`).
+    A file written below a folder with a manifest is recorded there (:mod:`geodrift.io.manifest`).
 
     Example:
         >>> with atomic_path("out.txt") as tmp:  # doctest: +SKIP
@@ -179,7 +179,7 @@ def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
     The swap (old folder renamed aside, new one renamed into place) runs with signals held, so an
     interrupt leaves either the old folder or the new one at ``target``, never neither; an error or
     a signal while the folder is being written removes it and leaves ``target`` as it was.
-    Callers check first that ``target`` may be replaced (:func:`geodrift.outdir.replace_folder`).
+    Callers check first that ``target`` may be replaced (:func:`geodrift.io.outdir.replace_folder`).
 
     Raises:
         GeodriftError: an OS error, naming ``option`` and ``target``, never the temporary folder.
@@ -437,7 +437,7 @@ def write_stream(target: str | Path, writer: Callable[[Any], None]) -> None:
 
 
 def _interrupt_behind(error: BaseException) -> BaseException | None:
-    # geodrift.signals.Interrupted (a BaseException) raised in the file's write and replaced by the writer's
+    # geodrift.io.signals.Interrupted (a BaseException) raised in the file's write and replaced by the writer's
     # own error (torch's "[enforce fail at inline_container.cc]"): found in the exception's context chain.
     seen = error.__context__ or error.__cause__
     for _ in range(16):

@@ -35,7 +35,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from geodrift.atomic import write_text
+from geodrift.io.atomic import write_text
 from geodrift.errors import GeodriftError
 
 # The first line of every results file geodrift writes (and may therefore write over).

@@ -7,7 +7,7 @@ same way as one during the work:
 - SIGINT (Ctrl-C) -> ``interrupted`` on stderr, exit status 130 (128 + 2);
 - SIGTERM -> ``interrupted (SIGTERM)``, exit status 143 (128 + 15);
 - both first remove the temporary files of atomic writes in progress
-  (:func:`geodrift.atomic.remove_pending_temp_files`); a finished file is never partial, because
+  (:func:`geodrift.io.atomic.remove_pending_temp_files`); a finished file is never partial, because
   atomic writes rename complete files only;
 - a command that can be resumed registers how (:func:`resume_hint`), and the line says it.
 
@@ -57,7 +57,7 @@ def message(signum: int) -> str:
     """
     text = "interrupted" if signum == signal.SIGINT else f"interrupted ({signal.Signals(signum).name})"
     if _state["resume"]:
-        from geodrift.literal import visible
+        from geodrift.io.literal import visible
 
         text += f"; to continue, run: {visible(_state['resume'])}"
     return text
@@ -67,7 +67,7 @@ def finish(signum: int) -> None:
     """Clean up after an interrupt and end the process with the policy's exit status (never returns)."""
     for other in EXIT_CODES:  # a second Ctrl-C while cleaning up exits at once
         signal.signal(other, _exit_now)
-    from geodrift.atomic import remove_pending_temp_files
+    from geodrift.io.atomic import remove_pending_temp_files
 
     remove_pending_temp_files()
     _flush_quietly()
@@ -79,7 +79,7 @@ def finish(signum: int) -> None:
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    from geodrift.atomic import defer_signal
+    from geodrift.io.atomic import defer_signal
 
     if defer_signal(signum):  # temp-file bookkeeping in progress: raised again when it ends
         return

@@ -2,8 +2,8 @@
 
 - **Only geodrift's own files are ever replaced or deleted.** A folder geodrift writes into holds a
   hidden manifest, ``.geodrift-written`` (one JSON line per file written: path, size, mtime, sha256),
-  appended by every atomic write below it (:func:`geodrift.manifest.record_written`, called by
-  :mod:`geodrift.atomic`, in any process of a sweep). A file is geodrift's when the manifest lists
+  appended by every atomic write below it (:func:`geodrift.io.manifest.record_written`, called by
+  :mod:`geodrift.io.atomic`, in any process of a sweep). A file is geodrift's when the manifest lists
   it with its current size and either its mtime or its content hash; anything else - a user's
   file, a file edited since, a symbolic link - is *foreign*. A folder holding a foreign file is
   refused, ``--force`` or not, naming the file, and nothing is changed.
@@ -12,7 +12,7 @@
 - **Results are not replaced by accident.** A folder that already holds results needs ``--resume``
   (reuse them) or ``--force`` (delete geodrift's files there, then start again).
 - **A save is all or nothing.** :func:`replace_folder` writes into a temporary sibling and renames
-  it into place (:func:`geodrift.atomic.atomic_folder`): an interrupted or failed save leaves the
+  it into place (:func:`geodrift.io.atomic.atomic_folder`): an interrupted or failed save leaves the
   old folder as it was.
 
 Example:
@@ -28,9 +28,9 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from geodrift.atomic import check_free_space
+from geodrift.io.atomic import check_free_space
 from geodrift.errors import GeodriftError
-from geodrift.manifest import MANIFEST, Manifests, create, entries, expect_output, is_owned, managed_root
+from geodrift.io.manifest import MANIFEST, Manifests, create, entries, expect_output, is_owned, managed_root
 
 __all__ = ["MANIFEST", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder", "expect_output",
            "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
@@ -50,7 +50,7 @@ def manage(folder: str | Path) -> Path:
     if manifest.is_file():
         listed = entries(folder)
         lines = "".join(json.dumps(listed[p]) + "\n" for p in sorted(listed) if is_owned(folder / p, listed[p]))
-        from geodrift.atomic import write_text
+        from geodrift.io.atomic import write_text
 
         write_text(manifest, lines)
     else:
@@ -181,7 +181,7 @@ def replace_folder(target: str | Path, write: Callable[[Path], object], *, force
     Raises:
         GeodriftError: as :func:`check_replace_folder`; a failed write names ``target``, never the sibling.
     """
-    from geodrift.atomic import atomic_folder
+    from geodrift.io.atomic import atomic_folder
 
     target = Path(target)
     check_replace_folder(target, force=force, inputs=inputs, option=option)
@@ -251,7 +251,7 @@ def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool 
     Example:
         >>> claim_outputs([("--json-out", "/nonexistent-folder/r.json")])
     """
-    from geodrift.atomic import check_writable
+    from geodrift.io.atomic import check_writable
 
     listed = [(option, Path(path)) for option, path in targets]
     for option, path in listed:
