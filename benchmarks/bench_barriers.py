@@ -35,8 +35,8 @@ from geodrift.gauge.orbit import GaugeShape, StateDict, fold_gains, random_gauge
 from geodrift.lm.hf import hf_step_dir
 from geodrift.lm.text import eval_windows, perplexity
 from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
-from geodrift.scan.aligned import checkpoint_state_dict
-from geodrift.scan.readers import open_checkpoint
+from geodrift.scanner.aligned import checkpoint_state_dict
+from geodrift.scanner.readers import open_checkpoint
 from geodrift.sim.presets import preset
 from geodrift.sim.record import run_dir
 from geodrift.sim.run import run

@@ -77,7 +77,7 @@ def transformer(steps: int) -> list[str]:
 def scan_rows() -> list[str]:
     from geodrift.continuity import MeasureSpec, decompose
     from geodrift.linalg import top_k_svd
-    from geodrift.scan.scan import load_weights, ov_composite_hook
+    from geodrift.scanner.scan import load_weights, ov_composite_hook
 
     rows = []
     ws, heads = load_weights(None)

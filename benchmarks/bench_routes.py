@@ -119,7 +119,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--write-results", type=Path, default=None)
     args = parser.parse_args()
-    from geodrift.scan.scan import load_weights
+    from geodrift.scanner.scan import load_weights
 
     ws, _ = load_weights(None)
     rows = ["| matrices (30 of each) | Gram side | arpack (ms) | eigh (ms) | eigh batched (ms) | block batched (ms) | "

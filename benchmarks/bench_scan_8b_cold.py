@@ -60,8 +60,8 @@ from bench_scan_speed import StageClock, stage_patches
 from geodrift.cli.main import main
 model, report, stages = sys.argv[2:5]
 if sys.argv[5:] == ["no-warm"]:  # the comparison: large matrices read on the main thread only, nothing warmed
-    from geodrift.scan.checkpoint import Checkpoint
-    from geodrift.scan.safetensors_reader import SafetensorsCheckpoint
+    from geodrift.scanner.checkpoint import Checkpoint
+    from geodrift.scanner.safetensors_reader import SafetensorsCheckpoint
     SafetensorsCheckpoint.warm = Checkpoint.warm
 clock = StageClock()
 start = time.perf_counter()

@@ -6,7 +6,7 @@ so the writer holds one layer at a time) and removed afterwards. Each measuremen
 fresh child process; its peak RSS comes from ``os.wait4`` (``ru_maxrss`` of that child), side by
 side with a child that only imports geodrift (the interpreter + torch floor):
 
-1. ``import``: ``import geodrift.scan.readers`` and nothing else;
+1. ``import``: ``import geodrift.scanner.readers`` and nothing else;
 2. ``read entries``: ``open_checkpoint`` + every projection's ``WeightEntry.load()`` (the reader
    with its shape and NaN/Inf checks), one at a time;
 3. ``read raw``: the same through ``WeightSet[key]`` (which checks the tensor again);
@@ -112,7 +112,7 @@ def write_checkpoint(folder: Path, n_layers: int, seed: int = 0, embedding: bool
 # (safe_open(...).get_slice, memory-mapped) is compared with.
 _BYTE_RANGE_READER = """
 import json, struct, torch
-from geodrift.scan.safetensors_reader import SafetensorsCheckpoint
+from geodrift.scanner.safetensors_reader import SafetensorsCheckpoint
 _DT = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 def _byte_range_load(self, name):
     file = self._where[name]
@@ -144,7 +144,7 @@ main()
 _CHILD_READ = """
 import sys, time, torch
 torch.set_num_threads(1)
-from geodrift.scan.readers import open_checkpoint, weightset
+from geodrift.scanner.readers import open_checkpoint, weightset
 t = time.perf_counter()
 ckpt = open_checkpoint(sys.argv[1])
 ws = weightset(ckpt, sys.argv[2].split("-")[0])
@@ -217,7 +217,7 @@ def main() -> None:
         print(f"wrote {size / 1e9:.2f} GB ({args.layers} layers, d_model {D_MODEL}, d_ff {D_FF}, "
               f"GQA {N_HEADS}/{N_KV} heads, bf16) in {time.perf_counter() - t:.0f} s to {folder}", flush=True)
         py = sys.executable
-        rows.append(run_child([py, "-c", "import torch, geodrift.scan.readers"], "import", 600))
+        rows.append(run_child([py, "-c", "import torch, geodrift.scanner.readers"], "import", 600))
         rows.append(run_child([py, "-c", _CHILD_READ, str(folder), "raw-entry"], "read entries", 1800))
         if not args.no_baseline:
             rows.append(run_child([py, "-c", _BYTE_RANGE_READER + _CHILD_READ, str(folder), "raw-entry"],
@@ -260,7 +260,7 @@ def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, obj
         "| child | what it does | peak RSS (GB) | peak / checkpoint | wall (s) | exit |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    what = {"import": "imports torch + geodrift.scan.readers only (floor)",
+    what = {"import": "imports torch + geodrift.scanner.readers only (floor)",
             "read entries": "open_checkpoint + every projection's WeightEntry.load() (reader + checks), one at a time",
             "read entries (byte ranges)": "same, with the previous reader (plain reads of the header's byte range)",
             "read raw": "same through WeightSet[key] (adds WeightSet.__getitem__'s own checks)",

@@ -39,12 +39,12 @@ from typing import Any
 import torch
 
 import geodrift.linalg as linalg
-import geodrift.scan.scan as scan_module
+import geodrift.scanner.scan as scan_module
 from geodrift import metrics
 from geodrift.continuity import MeasureSpec, decompose, schedule
 from geodrift.continuity.schedule import single_threaded_blas
-from geodrift.scan.embedded import embedded_model_path
-from geodrift.scan.scan import load_weights, ov_composite_hook, scan
+from geodrift.scanner.embedded import embedded_model_path
+from geodrift.scanner.scan import load_weights, ov_composite_hook, scan
 from geodrift.weights import WeightSet
 
 # The package re-exports the function `measure`, which shadows the module of the same name.

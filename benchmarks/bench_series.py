@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from geodrift.continuity import MeasureSpec
 from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
-from geodrift.scan.series import compare, decompose_checkpoint, drift
+from geodrift.scanner.series import compare, decompose_checkpoint, drift
 
 SHAPE = {"layers": 12, "hidden": 384, "heads": 6, "kv": 2, "ff": 1024}
 

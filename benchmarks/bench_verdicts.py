@@ -50,9 +50,9 @@ from geodrift.io.provenance import (
     stamp,
     write_results,
 )
-from geodrift.scan.api import open_model
-from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint, weightset
-from geodrift.scan.scan import heads_of, ov_composite_hook
+from geodrift.scanner.api import open_model
+from geodrift.scanner.readers import canonical_keys, load_canonical, open_checkpoint, weightset
+from geodrift.scanner.scan import heads_of, ov_composite_hook
 from geodrift.weights import HF_LLAMA_PROJECTIONS, PREDICTED_SPACE, ROLE_LABELS
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "gpt2")

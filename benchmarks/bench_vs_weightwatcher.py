@@ -39,8 +39,8 @@ def export_embedded(folder: Path) -> int:
     """The embedded SmolLM2's projections as ``model.safetensors`` + ``config.json``; returns the matrix count."""
     from safetensors.torch import save_file
 
-    from geodrift.scan.readers import open_checkpoint
-    from geodrift.scan.scan import heads_of, load_weights
+    from geodrift.scanner.readers import open_checkpoint
+    from geodrift.scanner.scan import heads_of, load_weights
 
     ws, _ = load_weights(None)
     ckpt = open_checkpoint(None)

@@ -31,7 +31,7 @@ class Choice(str, Enum):
 
 class View(Choice):
     """``--view``: the stored weights, the norm gains folded into the projections, or each layer at the
-    canonical point of its gauge orbit (``geodrift.scan.canonical_view``)."""
+    canonical point of its gauge orbit (``geodrift.scanner.canonical_view``)."""
 
     raw = "raw"
     folded = "folded"

@@ -30,9 +30,9 @@ def inspect_command(
     """List every tensor of a checkpoint with the projection it is scanned as, or why it is not scanned."""
     from geodrift.io.atomic import document, to_json
     from geodrift.render.inspect import render_inventory
-    from geodrift.scan.checkpoint import LISTING_UNKNOWN
-    from geodrift.scan.inventory import inventory, summary_line
-    from geodrift.scan.readers import open_checkpoint
+    from geodrift.scanner.checkpoint import LISTING_UNKNOWN
+    from geodrift.scanner.inventory import inventory, summary_line
+    from geodrift.scanner.readers import open_checkpoint
 
     listing = LISTING_UNKNOWN.set(True)  # unrecognised names are listed, not refused (as --help promises)
     try:

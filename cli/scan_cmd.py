@@ -69,12 +69,12 @@ def scan_command(
     from geodrift.render.gauge import gauge_plot_path, render_gauge, write_gauge_plot
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.scan import render_scan, summary_line
-    from geodrift.scan.distributed import RaySource, check_backend
-    from geodrift.scan.embedded import embedded_model_path
-    from geodrift.scan.fingerprint import file_fingerprint
-    from geodrift.scan.gauge_diagnosis import diagnose_model
-    from geodrift.scan.preflight import check_plan
-    from geodrift.scan.scan import load_weights, parse_layers, parse_roles, scan
+    from geodrift.scanner.distributed import RaySource, check_backend
+    from geodrift.scanner.embedded import embedded_model_path
+    from geodrift.scanner.fingerprint import file_fingerprint
+    from geodrift.scanner.gauge_diagnosis import diagnose_model
+    from geodrift.scanner.preflight import check_plan
+    from geodrift.scanner.scan import load_weights, parse_layers, parse_roles, scan
     from geodrift.io.stdio import report_only_stdout
     from geodrift.weights import split_expert_role
 

@@ -60,8 +60,8 @@ def drift_command(
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.series import render_drift, write_drift_plot, write_series_continuity_plot
-    from geodrift.scan.scan import parse_layers, parse_roles
-    from geodrift.scan.series import drift
+    from geodrift.scanner.scan import parse_layers, parse_roles
+    from geodrift.scanner.series import drift
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
     options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names,
@@ -124,8 +124,8 @@ def compare_command(
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.series import render_compare, write_compare_plot
-    from geodrift.scan.scan import parse_layers, parse_roles
-    from geodrift.scan.series import compare
+    from geodrift.scanner.scan import parse_layers, parse_roles
+    from geodrift.scanner.series import compare
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
     options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names,

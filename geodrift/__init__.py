@@ -1,6 +1,6 @@
 """geodrift: geometric continuity of weight singular vectors across depth.
 
-Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.scan.api``), loaded on
+Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.scanner.api``), loaded on
 first use - ``import geodrift`` imports neither torch nor any subpackage.
 
 Importing this package has no side effects (no logging set-up, no device probing), with one
@@ -32,12 +32,11 @@ del _os, _here, _root
 
 
 def __getattr__(name: str) -> object:
-    # PEP 562 lazy subpackages: ``geodrift.scan(...)`` works after a bare ``import geodrift`` without
-    # importing the scanner (or torch) at import time. ``ScanReport`` is the type geodrift.scan returns.
+    # PEP 562: ``geodrift.scan(...)`` works after a bare ``import geodrift`` without importing the
+    # scanner (or torch) at import time. ``ScanReport`` is the type geodrift.scan returns. The face
+    # itself lives in ``geodrift.api`` (above the scanner, ``geodrift.scanner``, and the renderers).
     import importlib
 
-    if name == "scan":
-        return importlib.import_module("geodrift.scan")
-    if name == "ScanReport":
-        return importlib.import_module("geodrift.scan.api").ScanReport
+    if name in ("scan", "ScanReport"):
+        return getattr(importlib.import_module("geodrift.scanner.api"), name)
     raise AttributeError(f"module 'geodrift' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The one door from checkpoints to models: the bridge between the scanner and the language model.
 
-This module imports both ``geodrift.scan`` (readers, name tables, the embedded SmolLM2-135M-Instruct
+This module imports both ``geodrift.scanner`` (readers, name tables, the embedded SmolLM2-135M-Instruct
 GGUF) and ``geodrift.lm`` (the Llama, the tokenizers, perplexity); ``lm`` imports neither ``scan``
 nor ``sim``, and ``scan`` imports neither ``lm`` nor ``sim``. ``geodrift.compress`` reaches
 checkpoints only through here.
@@ -38,11 +38,11 @@ from geodrift.lm.hf_causal import HFCausalLM, load_hf_causal
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import eval_windows, perplexity
 from geodrift.lm.tokenizer import Tokenizer, gguf_bpe_tokenizer
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.embedded import embedded_model_path
-from geodrift.scan.gguf_header import read_gguf_header
-from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint, weightset
-from geodrift.scan.scan import load_weights, scan
+from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.embedded import embedded_model_path
+from geodrift.scanner.gguf_header import read_gguf_header
+from geodrift.scanner.readers import canonical_keys, load_canonical, open_checkpoint, weightset
+from geodrift.scanner.scan import load_weights, scan
 from geodrift.weights import TRANSFORMER_ROLES
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral")

@@ -6,7 +6,7 @@ and the compression experiments.
 1. the symbolic proofs and their numeric twins (``geodrift.prove.run_claims``);
 2. the scan of the embedded SmolLM2-135M (``geodrift.scan``), k = 8, 100 null draws, then its eight
    predictions in the raw (the paper's metric), folded and canonical (gauge-invariant) views side by side
-   (:func:`geodrift.scan.views.compare_views`; the raw scan is reused), beside the paper's Llama-3.1-8B values;
+   (:func:`geodrift.scanner.views.compare_views`; the raw scan is reused), beside the paper's Llama-3.1-8B values;
 3. every simulator section of :func:`plan` as one sweep (``geodrift.sweep``; all runs of all
    presets share the pool), each section's records under ``<out>/runs/<section>/``;
 4. the compression sections of :func:`compress_plan` on the embedded SmolLM2-135M, loaded once:
@@ -35,8 +35,8 @@ from geodrift.errors import GeodriftError
 from geodrift.prove import run_claims
 from geodrift.prove.runner import ProveReport
 from geodrift.io.provenance import git_dirty, git_revision, load_average, stamp
-from geodrift.scan.scan import load_weights, scan
-from geodrift.scan.views import VIEW_ORDER, ViewComparison, compare_views
+from geodrift.scanner.scan import load_weights, scan
+from geodrift.scanner.views import VIEW_ORDER, ViewComparison, compare_views
 from geodrift.sim.experiment import Experiment, Overrides
 from geodrift.sim.reference import PAPER_TABLE2
 from geodrift.sim.reproduce import Reproduction, gate_drop_verdict

@@ -20,7 +20,7 @@ TRANSFORMER_ROLES: tuple[str, ...] = (
     "attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down",
 )
 MLP_ROLES: tuple[str, ...] = ("mlp_in", "block")
-# Mixture-of-experts projections (geodrift.scan.experts): the router ``(n_experts, d_model)``, the
+# Mixture-of-experts projections (geodrift.scanner.experts): the router ``(n_experts, d_model)``, the
 # shared expert's MLP (Qwen2-MoE, DeepSeek) and, per expert ``e``, the roles ``expert_gate.e``,
 # ``expert_up.e`` and ``expert_down.e`` (``EXPERT_ROLES`` names the families).
 MOE_ROLES: tuple[str, ...] = ("router", "shared_gate", "shared_up", "shared_down")
@@ -183,7 +183,7 @@ def expand_roles(requested: list[str], present: list[str]) -> list[str]:
 
 # Where each projection lives inside one Hugging Face Llama decoder layer (``model.layers.{l}.<path>``).
 # The simulator's Llama (geodrift.lm.llama) takes its names from this table; the scan reads the same
-# names through gguf.TensorNameMap (geodrift.scan.names); tests/test_names.py checks they agree.
+# names through gguf.TensorNameMap (geodrift.scanner.names); tests/test_names.py checks they agree.
 HF_LLAMA_PROJECTIONS: dict[str, str] = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_o": "self_attn.o_proj", "mlp_gate": "mlp.gate_proj", "mlp_up": "mlp.up_proj",

@@ -47,8 +47,8 @@ from safetensors.torch import save_file
 from geodrift.io.atomic import document, write_json
 from geodrift.continuity import MeasureSpec
 from geodrift.errors import GeodriftError
-from geodrift.scan.readers import open_checkpoint, weightset
-from geodrift.scan.scan import scan
+from geodrift.scanner.readers import open_checkpoint, weightset
+from geodrift.scanner.scan import scan
 
 _BOUNDARY_U64 = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1]
 _HOSTILE_VALUES = [0, -1, 1.5, "4", None, True, [4], {"a": 1}, 2**63, -(2**63), 10**30]

@@ -15,9 +15,9 @@ from geodrift.continuity import MeasureSpec
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import align, shape_of, weight_error
 from geodrift.gauge.orbit import GaugeShape, fold_gains, random_gauge, toy_state_dict
-from geodrift.scan.aligned import checkpoint_state_dict
-from geodrift.scan.readers import open_checkpoint
-from geodrift.scan.series import compare
+from geodrift.scanner.aligned import checkpoint_state_dict
+from geodrift.scanner.readers import open_checkpoint
+from geodrift.scanner.series import compare
 
 SHAPE = GaugeShape(n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8)
 

@@ -203,8 +203,8 @@ def test_every_scan_report_carries_its_provenance(tmp_path: Path):
     from typer.testing import CliRunner
 
     from geodrift.cli.main import app
-    from geodrift.scan.embedded import embedded_model_path
-    from geodrift.scan.fingerprint import file_fingerprint
+    from geodrift.scanner.embedded import embedded_model_path
+    from geodrift.scanner.fingerprint import file_fingerprint
 
     report = geodrift.scan(layers=[0, 1, 2], roles="q", null_draws=4, k=1)
     p = report.provenance
@@ -243,7 +243,7 @@ def test_plot_returns_the_scan_figure_and_saves_it_only_when_asked(tmp_path: Pat
 
 
 def test_fingerprint_samples_stay_in_range_past_two_to_the_24_elements():
-    from geodrift.scan.fingerprint import sample_indices, tensors_fingerprint
+    from geodrift.scanner.fingerprint import sample_indices, tensors_fingerprint
 
     n = 2**24 + 3  # a float32 linspace rounds its last sample to 2**24 + 4, one past the end
     picks = sample_indices(n, 4096)

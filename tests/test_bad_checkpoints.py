@@ -26,7 +26,7 @@ from _checkpoints import (
 from safetensors.torch import save_file
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.readers import open_checkpoint, validate_for_continuity, weightset
+from geodrift.scanner.readers import open_checkpoint, validate_for_continuity, weightset
 
 
 def _error(call, *args, **kwargs) -> str:  # type: ignore[no-untyped-def]

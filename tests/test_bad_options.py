@@ -29,7 +29,7 @@ from geodrift.cli.main import main
 from geodrift.continuity import MeasureSpec, measure
 from geodrift.errors import GeodriftError
 from geodrift.linalg import robust_svd
-from geodrift.scan.gguf_header import read_gguf_header
+from geodrift.scanner.gguf_header import read_gguf_header
 from geodrift.weights import WeightSet
 
 

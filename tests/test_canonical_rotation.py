@@ -13,7 +13,7 @@ import torch
 from geodrift.continuity import MeasureSpec
 from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis, to_basis
 from geodrift.gauge.orbit import EMBED, GaugeShape, fold_gains, layer_key, toy_state_dict
-from geodrift.scan.scan import load_weights, scan
+from geodrift.scanner.scan import load_weights, scan
 from geodrift.weights import WeightSet
 
 

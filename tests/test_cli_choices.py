@@ -26,8 +26,8 @@ def test_each_choice_lists_exactly_the_names_the_library_accepts(tmp_path: Path)
     from geodrift.compress.methods import METHODS as SHARE_METHODS
     from geodrift.compress.prune import METHODS
     from geodrift.lm.tokenizer import make_tokenizer
-    from geodrift.scan.readers import VIEWS
-    from geodrift.scan.scan import load_weights
+    from geodrift.scanner.readers import VIEWS
+    from geodrift.scanner.scan import load_weights
     from geodrift.sim.presets import PRESETS
     from geodrift.sim.train import resolve_device
     from geodrift.sweep.runner import BACKENDS

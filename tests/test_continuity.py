@@ -169,7 +169,7 @@ def test_scan_of_the_embedded_model_matches_the_golden_report():
     # Issue 13 replaced V's absolute 0.3 criterion by a relative one: the roles' "verdict" and "criterion"
     # fields were copied into the golden file from `geodrift scan --json` at that change (only V's
     # criterion text differed; every verdict and every number is still the a7790c9 output).
-    from geodrift.scan.scan import load_weights, scan
+    from geodrift.scanner.scan import load_weights, scan
 
     ws, heads = load_weights(None)
     now = json.loads(json.dumps(scan(ws, MeasureSpec(), heads=heads).to_dict()))

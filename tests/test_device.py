@@ -8,7 +8,7 @@ import torch
 from geodrift.continuity import MeasureSpec, decompose
 from geodrift.errors import GeodriftError
 from geodrift.krylov import TARGET_COS
-from geodrift.scan.scan import load_weights
+from geodrift.scanner.scan import load_weights
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present")

@@ -12,9 +12,9 @@ from _checkpoints import hf_config, llama_state, write_hf_folder
 
 from geodrift.continuity import MeasureSpec
 from geodrift.errors import GeodriftError
-from geodrift.scan.distributed import RaySource, check_backend, layer_ranges
-from geodrift.scan.scan import load_weights, scan
-from geodrift.scan.series import compare, drift
+from geodrift.scanner.distributed import RaySource, check_backend, layer_ranges
+from geodrift.scanner.scan import load_weights, scan
+from geodrift.scanner.series import compare, drift
 
 ray = pytest.importorskip("ray")
 

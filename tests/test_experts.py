@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 import geodrift
 from geodrift.cli.main import app
 from geodrift.errors import GeodriftError
-from geodrift.scan.inventory import SCANNED, inventory
-from geodrift.scan.readers import load_canonical, open_checkpoint, weightset
+from geodrift.scanner.inventory import SCANNED, inventory
+from geodrift.scanner.readers import load_canonical, open_checkpoint, weightset
 from geodrift.weights import split_expert_role
 
 runner = CliRunner()

@@ -24,7 +24,7 @@ from geodrift.render.figures import COLUMN_WIDTH_IN, RANDOM_LABEL, null_label
 from geodrift.render.proofs import write_proofs_plot
 from geodrift.render.scan_plot import write_plot
 from geodrift.render.sim_plots import write_plots
-from geodrift.scan.scan import load_weights, scan
+from geodrift.scanner.scan import load_weights, scan
 from geodrift.sim.reproduce import assemble
 
 MAGIC = {"png": b"\x89PNG\r\n\x1a\n", "pdf": b"%PDF", "svg": b"<?xml"}

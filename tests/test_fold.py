@@ -12,8 +12,8 @@ from _checkpoints import (
     write_hf_folder,
 )
 
-from geodrift.scan.fold import fold_plan, fold_weight
-from geodrift.scan.readers import open_checkpoint, weightset
+from geodrift.scanner.fold import fold_plan, fold_weight
+from geodrift.scanner.readers import open_checkpoint, weightset
 
 
 def test_fold_weight_is_the_product_with_a_diagonal_gain() -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from strategies import examples
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.readers import open_checkpoint, weightset
+from geodrift.scanner.readers import open_checkpoint, weightset
 
 CASES = 150  # about 9 s on the shared 2-core machine (load 10); benchmarks/fuzz_readers.py runs thousands
 CASE_TIMEOUT_S = 20

@@ -187,7 +187,7 @@ def test_done_when_the_cli_prints_the_same_canonical_numbers_for_an_exactly_repa
 def test_compare_in_the_canonical_view_finds_a_gauged_copy_identical_and_the_raw_view_does_not(
         small: Model, tmp_path: Path) -> None:
     from geodrift.continuity import MeasureSpec
-    from geodrift.scan.series import compare
+    from geodrift.scanner.series import compare
 
     moved = random_gauge(small.sd, small.shape, torch.Generator().manual_seed(5), condition=100.0, sigma=1.0)
     a, b = save_hf(small.model, tmp_path / "a"), write_copy(moved, small.model, tmp_path / "b")
@@ -205,7 +205,7 @@ def test_the_canonical_view_of_the_gguf_equals_that_of_the_same_weights_as_safet
     pairs (j, j + head_dim/2) the canonical view balances and rotates are the same as in a safetensors copy.
     (That the undone order is Hugging Face's is what the Q/K gauge's logit test in test_gauge_orbit.py shows:
     a rotation-scaling of wrongly paired rows would change the logits.)"""
-    from geodrift.scan.readers import open_checkpoint, weightset
+    from geodrift.scanner.readers import open_checkpoint, weightset
 
     copy = write_copy(smollm2.sd, smollm2.model, tmp_path / "same")
     gguf, safetensors = weightset(open_checkpoint(None), "canonical"), weightset(open_checkpoint(copy), "canonical")

@@ -18,8 +18,8 @@ from geodrift.gauge.align import shape_of
 from geodrift.gauge.diagnose import diagnose, layer_gauge
 from geodrift.gauge.orbit import GaugeShape, layer_key, scale_mlp, toy_state_dict
 from geodrift.lm.llama import LlamaLM
-from geodrift.scan.gauge_diagnosis import diagnose_checkpoint
-from geodrift.scan.readers import open_checkpoint
+from geodrift.scanner.gauge_diagnosis import diagnose_checkpoint
+from geodrift.scanner.readers import open_checkpoint
 
 
 def test_the_up_down_imbalance_moves_by_exactly_twice_the_log_scale():

@@ -18,7 +18,7 @@ from geodrift.proofs.claim import conjunction
 from geodrift.proofs.registry import claim_names
 from geodrift.prove.groups_report import family_rows, gauge_groups, groups_markdown
 from geodrift.prove.twins import Twin, has_transformers, proof_label
-from geodrift.scan.names import ARCHITECTURES
+from geodrift.scanner.names import ARCHITECTURES
 
 NEW = (norms, attention, mlp, experts)
 

@@ -25,9 +25,9 @@ import geodrift
 from geodrift.cli.main import main
 from geodrift.continuity import MeasureSpec
 from geodrift.errors import GeodriftError
-from geodrift.scan.readers import open_checkpoint
-from geodrift.scan.scan import parse_layers
-from geodrift.scan.series import compare, drift
+from geodrift.scanner.readers import open_checkpoint
+from geodrift.scanner.scan import parse_layers
+from geodrift.scanner.series import compare, drift
 
 
 def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:

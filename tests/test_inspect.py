@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from geodrift.cli.main import app
 from geodrift.errors import GeodriftError
-from geodrift.scan.inventory import FOLDED, NOT_SCANNED, SCANNED, inventory
-from geodrift.scan.readers import open_checkpoint, weightset
-from geodrift.scan.scan import load_weights
+from geodrift.scanner.inventory import FOLDED, NOT_SCANNED, SCANNED, inventory
+from geodrift.scanner.readers import open_checkpoint, weightset
+from geodrift.scanner.scan import load_weights
 
 runner = CliRunner()
 

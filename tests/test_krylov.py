@@ -61,7 +61,7 @@ def test_a_degenerate_top_pair_is_never_certified():
 
 def test_block_krylov_on_the_embedded_models_trained_matrices_is_certified_and_right():
     # Real trained weights of every SmolLM2 shape (576x576, 192x576, 1536x576, 576x1536), the top 8 on both sides.
-    from geodrift.scan.scan import load_weights
+    from geodrift.scanner.scan import load_weights
 
     ws, _ = load_weights(None, roles=["attn_q", "attn_k", "mlp_up", "mlp_down"], layers=[17])
     for key in ws:

@@ -3,7 +3,7 @@
 Layers, bottom to top: errors/io (the plumbing)/weights -> linalg -> metrics and gauge -> continuity -> lm (the
 Llama, its tokenizers, text corpora, activations and Hugging Face writer) -> {scan, sim} -> {prove,
 sweep (runs sim specs on a backend), pretrained} -> compress -> reproduction (the whole paper) ->
-render -> cli and the Python API (``geodrift.scan.api`` and its argument checks ``geodrift.scan.arguments``,
+render -> cli and the Python API (``geodrift.scanner.api`` and its argument checks ``geodrift.scanner.arguments``,
 a face like the CLI: its reports draw their figures). ``lm`` imports neither ``scan`` nor ``sim``; ``scan`` and
 ``sim`` never import each other. The scanner meets the language model or the simulators in the BRIDGES only: ``pretrained``
 (the one door from checkpoints to models) and ``reproduction`` (which runs the scan and the
@@ -27,7 +27,7 @@ PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / 
 LAYERS = {
     "geodrift.errors": 0, "geodrift.io": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
-    "geodrift.scan": 5, "geodrift.sim": 5, "geodrift.scan.api": 11, "geodrift.scan.arguments": 11,
+    "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.scanner.api": 11, "geodrift.scanner.arguments": 11,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
     "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.jobs": 9, "geodrift.render": 10,
     "geodrift.cli": 11, "geodrift.__main__": 11,
@@ -127,18 +127,18 @@ def _touches(name: str) -> set[str]:
 
 def test_only_the_bridges_import_the_scanner_together_with_the_language_model_or_the_simulators():
     mixed = sorted(name for name in GRAPH
-                   if "geodrift.scan" in _touches(name) and _touches(name) & {"geodrift.lm", "geodrift.sim"})
+                   if "geodrift.scanner" in _touches(name) and _touches(name) & {"geodrift.lm", "geodrift.sim"})
     assert mixed == sorted(BRIDGES)
 
 
 def test_the_language_model_imports_neither_the_scanner_nor_the_simulators_and_compress_goes_through_pretrained():
     for name in GRAPH:
         if name.startswith("geodrift.lm"):
-            assert not _touches(name) & {"geodrift.scan", "geodrift.sim"}, name
+            assert not _touches(name) & {"geodrift.scanner", "geodrift.sim"}, name
         if name.startswith("geodrift.compress"):
-            assert not _touches(name) & {"geodrift.scan", "geodrift.sim"}, name
+            assert not _touches(name) & {"geodrift.scanner", "geodrift.sim"}, name
         if name.startswith(("geodrift.continuity", "geodrift.metrics", "geodrift.linalg", "geodrift.gauge")):
-            assert not _touches(name) & {"geodrift.sim", "geodrift.scan", "geodrift.lm", "geodrift.render",
+            assert not _touches(name) & {"geodrift.sim", "geodrift.scanner", "geodrift.lm", "geodrift.render",
                                          "geodrift.cli"}, name
 
 

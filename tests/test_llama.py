@@ -40,13 +40,13 @@ def test_logits_match_hugging_face_llama_on_random_weights(tie: bool, n_kv: int 
 
 @pytest.fixture(scope="module")
 def smollm2() -> LlamaLM:
-    from geodrift.scan.readers import open_checkpoint
+    from geodrift.scanner.readers import open_checkpoint
 
     return llama_from_checkpoint(open_checkpoint(None))
 
 
 def test_smollm2_logits_match_hugging_face_llama(smollm2: LlamaLM) -> None:
-    from geodrift.scan.readers import open_checkpoint
+    from geodrift.scanner.readers import open_checkpoint
 
     c = open_checkpoint(None).config
     transformers, cfg = _hf_config(

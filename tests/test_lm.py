@@ -21,7 +21,7 @@ from geodrift.lm.activations import LLAMA_MLP_ACTIVATIONS, LLAMA_V_ACTIVATIONS, 
 from geodrift.lm.hf import hf_config, save_hf
 from geodrift.lm.llama import LlamaLM
 from geodrift.pretrained import llama_from_checkpoint
-from geodrift.scan.readers import open_checkpoint
+from geodrift.scanner.readers import open_checkpoint
 
 
 def _llama(**kw) -> LlamaLM:  # type: ignore[no-untyped-def]

@@ -14,8 +14,8 @@ from _checkpoints import hf_config, llama_state, write_gguf, write_hf_folder
 from safetensors.torch import save_file
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.mapping import load_name_mapping, match_name
-from geodrift.scan.names import (
+from geodrift.scanner.mapping import load_name_mapping, match_name
+from geodrift.scanner.names import (
     ARCHITECTURES,
     GEODRIFT_ROWS,
     GGUF_IGNORED,
@@ -24,7 +24,7 @@ from geodrift.scan.names import (
     guess_hf_architecture,
     hf_table,
 )
-from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint, weightset
+from geodrift.scanner.readers import canonical_keys, load_canonical, open_checkpoint, weightset
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma", "phi3"])

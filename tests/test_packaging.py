@@ -84,10 +84,10 @@ def test_source_checkout_resolves_cli_and_proofs_without_an_install() -> None:
     # only geodrift/__init__.py's source-checkout branch can map geodrift.cli to the top-level cli/.
     code = ("import importlib.util as u, sys; sys.path.insert(0, sys.argv[1]); "
             "print(u.find_spec('geodrift.cli').origin); print(u.find_spec('geodrift.proofs').origin); "
-            "print(u.find_spec('geodrift.scan').origin)")
+            "print(u.find_spec('geodrift.scanner').origin)")
     done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     origins = [Path(line) for line in done.stdout.split()]
     assert origins == [ROOT / "cli" / "__init__.py", ROOT / "proofs" / "__init__.py",
-                       ROOT / "geodrift" / "scan" / "__init__.py"]
+                       ROOT / "geodrift" / "scanner" / "__init__.py"]

@@ -18,9 +18,9 @@ from _checkpoints import (
     write_hf_folder,
 )
 
-from geodrift.scan.embedded import embedded_model_path
-from geodrift.scan.gguf_header import read_gguf_header
-from geodrift.scan.readers import (
+from geodrift.scanner.embedded import embedded_model_path
+from geodrift.scanner.gguf_header import read_gguf_header
+from geodrift.scanner.readers import (
     _part,
     canonical_keys,
     canonical_shape,
@@ -167,7 +167,7 @@ def test_every_dequantizable_gguf_type_reads_like_gguf_itself(tmp_path) -> None:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    from geodrift.scan.gguf_reader import GGUFCheckpoint
+    from geodrift.scanner.gguf_reader import GGUFCheckpoint
 
     ckpt = GGUFCheckpoint.__new__(GGUFCheckpoint)  # no name table: read tensors directly
     header = read_gguf_header(tmp_path / "mixed.gguf")

@@ -85,7 +85,7 @@ def _click_exception() -> type[Exception]:
 def check_names(path: list[str], params: dict[str, Any]) -> None:
     """What the parser cannot know: presets, data set names, roles, layers, views, claims, figure suffixes."""
     from geodrift.render.figures import figure_format
-    from geodrift.scan.scan import parse_layers, parse_roles
+    from geodrift.scanner.scan import parse_layers, parse_roles
     from geodrift.sim.data import DATASET_NAMES
     from geodrift.sim.experiment import Overrides, build_specs
 

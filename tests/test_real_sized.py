@@ -1,7 +1,7 @@
 """Every face on real-sized models: a random ``transformers.LlamaForCausalLM`` with SmolLM2-135M's shapes
 (d = 576, 30 layers, 9 heads, 3 KV heads, d_ff = 1536, vocab 49152: the embedding is past 2^24 elements)
 and the embedded SmolLM2-135M GGUF loaded through transformers. The Python face (``geodrift.scan``,
-``geodrift.scan.series.drift`` / ``compare``) on the modules in memory gives the numbers the CLI gives
+``geodrift.scanner.series.drift`` / ``compare``) on the modules in memory gives the numbers the CLI gives
 on the same weights written as safetensors folders (typer's CliRunner, ``--json-out``).
 
 One model of each kind per module (fixtures); a few layers, few null draws: the shapes are real, the
@@ -96,7 +96,7 @@ def test_the_scan_in_memory_is_the_cli_scan_of_the_same_weights(models: dict[str
 
 
 def test_drift_in_memory_is_the_cli_drift_of_the_same_weights(models: dict[str, Any], tmp_path: Path) -> None:
-    from geodrift.scan.series import drift
+    from geodrift.scanner.series import drift
 
     spec = MeasureSpec(k=K, null_draws=NULL_DRAWS)
     from_python = drift([models["embedded"], models["random"]], spec, layers=[0, 1, 2, 3])
@@ -114,7 +114,7 @@ def test_drift_in_memory_is_the_cli_drift_of_the_same_weights(models: dict[str, 
 
 
 def test_compare_in_memory_is_the_cli_compare_of_the_same_weights(models: dict[str, Any], tmp_path: Path) -> None:
-    from geodrift.scan.series import compare
+    from geodrift.scanner.series import compare
 
     spec = MeasureSpec(k=K, null_draws=NULL_DRAWS)
     from_python = compare(models["embedded"], models["random"], spec, layers=[0, 1, 2, 3])

@@ -12,7 +12,7 @@ from geodrift.continuity import MeasureSpec
 from geodrift.io.provenance import stamp
 from geodrift.render.paper_report import write_report
 from geodrift.reproduction import PaperReproduction, Section
-from geodrift.scan.views import PREDICTIONS, compare_views
+from geodrift.scanner.views import PREDICTIONS, compare_views
 from geodrift.sim.reference import PAPER_TABLE2
 
 LAYERS = [0, 1, 2, 3]

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from geodrift.cli.main import app, main
 from geodrift.continuity import MeasureSpec, decompose
-from geodrift.scan.scan import load_weights, ov_composite_hook
+from geodrift.scanner.scan import load_weights, ov_composite_hook
 
 runner = CliRunner()
 

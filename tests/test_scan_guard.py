@@ -27,7 +27,7 @@ import torch
 from geodrift import metrics
 from geodrift.continuity import MeasureSpec
 from geodrift.linalg import SVDTriplets
-from geodrift.scan.scan import load_weights, scan
+from geodrift.scanner.scan import load_weights, scan
 from geodrift.weights import WeightSet
 
 measure_module = importlib.import_module("geodrift.continuity.measure")
@@ -126,7 +126,7 @@ def test_the_layer_order_null_draws_one_sequence_of_orders_per_depth_shared_by_e
 
 def _counted_safetensors_scan(folder: Any, prefetch_max: int) -> tuple[Tally, Counter[str], WeightSet, Any]:
     from geodrift.continuity import schedule
-    from geodrift.scan.safetensors_reader import SafetensorsCheckpoint
+    from geodrift.scanner.safetensors_reader import SafetensorsCheckpoint
 
     tally, warmed = Tally(), Counter()
     real_warm = SafetensorsCheckpoint.warm
@@ -175,7 +175,7 @@ def test_a_large_matrix_is_warmed_on_the_reader_thread_then_read_once_and_the_re
 def test_a_gguf_warms_its_large_matrices_too(monkeypatch):
     # The embedded SmolLM2 (GGUF) with a limit of 576 x 576 entries: Gate, Up and Down (1536 x 576) are warmed once each.
     from geodrift.continuity import schedule
-    from geodrift.scan.gguf_reader import GGUFCheckpoint
+    from geodrift.scanner.gguf_reader import GGUFCheckpoint
 
     warmed: Counter[str] = Counter()
     real_warm = GGUFCheckpoint.warm

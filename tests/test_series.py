@@ -15,7 +15,7 @@ from geodrift.continuity import MeasureSpec
 from geodrift.continuity.series import paired_abs_cos, rotation_drift, subspace_comparison
 from geodrift.linalg import SVDTriplets
 from geodrift.lm.hf import hf_step_dir
-from geodrift.scan.series import compare, drift
+from geodrift.scanner.series import compare, drift
 from geodrift.sim.presets import preset
 from geodrift.sim.run import run
 

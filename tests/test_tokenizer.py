@@ -53,7 +53,7 @@ def bpe(corpus: Any) -> Tokenizer:
 def gguf_meta() -> dict[str, Any]:
     from gguf import GGUFReader
 
-    from geodrift.scan.embedded import embedded_model_path
+    from geodrift.scanner.embedded import embedded_model_path
 
     fields = GGUFReader(str(embedded_model_path())).fields
 
@@ -279,7 +279,7 @@ def test_gguf_errors(gguf_meta: dict[str, Any]) -> None:
 def test_transformers_from_pretrained_backend_is_the_converter(hf: Any) -> None:
     """AutoTokenizer.from_pretrained(gguf_file=...) builds exactly the converter's tokenizer (+ a BOS template)."""
     transformers = pytest.importorskip("transformers")
-    from geodrift.scan.embedded import embedded_model_path
+    from geodrift.scanner.embedded import embedded_model_path
 
     path = embedded_model_path()
     loaded = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

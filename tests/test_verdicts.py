@@ -29,7 +29,7 @@ from geodrift.continuity.verdicts import (
     path_verdicts,
 )
 from geodrift.render.scan import criteria_lines, summary_line
-from geodrift.scan.readers import canonical_keys, load_canonical, open_checkpoint
+from geodrift.scanner.readers import canonical_keys, load_canonical, open_checkpoint
 from geodrift.weights import HF_LLAMA_PROJECTIONS
 
 

@@ -102,7 +102,7 @@ class Report:
     """A whole WeightSet's continuity report.
 
     ``provenance`` (set by ``geodrift scan`` and ``geodrift.scan``): geodrift's version, the command or
-    Python call, the UTC time and the model's fingerprint (``geodrift.scan.fingerprint``); None elsewhere.
+    Python call, the UTC time and the model's fingerprint (``geodrift.scanner.fingerprint``); None elsewhere.
 
     Example:
         >>> Report("tensors", "raw", 2, 10, 0, []).to_dict()["k"]
@@ -120,7 +120,7 @@ class Report:
     roles: list[RoleReport]
     notes: list[str] = field(default_factory=list)
     trajectory: list[TrajectoryShape] = field(default_factory=list)  # App. A.2, per role and space (scan)
-    # Mixture of experts: each layer's experts compared with one another (geodrift.scan.experts); a
+    # Mixture of experts: each layer's experts compared with one another (geodrift.scanner.experts); a
     # RoleReport per expert family and layer whose ``layers`` are the experts, in index order.
     across_experts: list[RoleReport] = field(default_factory=list)
     provenance: dict[str, Any] | None = None

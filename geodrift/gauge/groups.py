@@ -213,7 +213,7 @@ def sim_llama_family(activation: str = "silu", v_activation: str = "none", norm:
 
 
 def family_of(architecture: str) -> Family | None:
-    """The derived family of a scanner architecture name (``geodrift.scan.names.ARCHITECTURES``), or None.
+    """The derived family of a scanner architecture name (``geodrift.scanner.names.ARCHITECTURES``), or None.
 
     Example:
         >>> family_of("mistral").name, family_of("olmoe")

@@ -132,7 +132,7 @@ def fold_gains(sd: StateDict, shape: GaugeShape) -> StateDict:
     """Fold every RMSNorm gain into the projections that read it; gains become 1.
 
     Q, K, V take ``input_layernorm``, Gate and Up ``post_attention_layernorm``, ``lm_head``
-    ``model.norm`` (as :mod:`geodrift.scan.fold` does for the scan's folded view). A tied head (no
+    ``model.norm`` (as :mod:`geodrift.scanner.fold` does for the scan's folded view). A tied head (no
     ``lm_head.weight``, or the same values as the embedding) becomes an untied one.
 
     Args:

@@ -354,7 +354,7 @@ def report_provenance(call: str, model: Mapping[str, Any] | None) -> dict[str, A
 
     Args:
         call: the command line (``geodrift scan ...``) or the Python call (``geodrift.scan(...)``).
-        model: the model's fingerprint (``geodrift.scan.fingerprint``), or None.
+        model: the model's fingerprint (``geodrift.scanner.fingerprint``), or None.
 
     Returns:
         ``{"geodrift": version, "call": call, "written": UTC ISO 8601, "model": model}``.

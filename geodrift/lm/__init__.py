@@ -3,6 +3,6 @@ corpora and perplexity (``text``), the one activation registry (``activations``,
 simulator) and the one Hugging Face folder writer (``hf``).
 
 Used by the simulators (``geodrift.sim``), the compressor (``geodrift.compress``) and the bridge
-from checkpoints to models (``geodrift.pretrained``); it imports neither ``geodrift.scan`` nor
+from checkpoints to models (``geodrift.pretrained``); it imports neither ``geodrift.scanner`` nor
 ``geodrift.sim`` (``tests/test_layering.py``).
 """

@@ -12,7 +12,7 @@ is plain Python. Three kinds, one :class:`Tokenizer` class:
   trainer created them. ``to_dict`` stores the merges as id pairs, from which the vocabulary is
   rebuilt exactly (``train_bpe`` checks that on every call).
 - ``gguf`` (:func:`gguf_bpe_tokenizer`): a GPT-2-style BPE from a GGUF file's tokenizer metadata
-  (the caller reads the file; ``geodrift.sim`` does not import ``geodrift.scan``), with the file's
+  (the caller reads the file; ``geodrift.sim`` does not import ``geodrift.scanner``), with the file's
   own ids. Control tokens (``token_type`` 3) are special tokens: ``"<|im_start|>"`` in the text
   encodes to its id and decodes back to its text.
 

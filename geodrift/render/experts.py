@@ -8,7 +8,7 @@ module prints what has one row per expert or per layer:
   ``mean |cos| (null mean) z`` of v1 and u1;
 - **experts within a layer**: one row per family and space, the mean over layers of the experts'
   adjacent ``|cos|`` with its null, and the per-layer profile; "no prediction" (the theory is
-  about depth; ``geodrift.scan.experts``).
+  about depth; ``geodrift.scanner.experts``).
 
 Every similarity is printed beside its permutation-null mean; the random floor ``sqrt(2/(pi d))``
 heads each column (it depends only on the width ``d``).

@@ -6,14 +6,14 @@ from rich.text import Text
 
 from geodrift.render import console, lit
 from geodrift.render.layout import Col, Grid, print_grid
-from geodrift.scan.inventory import FOLDED, SCANNED, TensorRow, role_group
+from geodrift.scanner.inventory import FOLDED, SCANNED, TensorRow, role_group
 
 _USE_STYLE = {SCANNED: "green", FOLDED: "cyan"}
 
 
 def render_inventory(title: str, rows: list[TensorRow], summary: str, wide: bool = False) -> None:
     """Print the tensors of a checkpoint with their role (or why they are not scanned), then ``summary``;
-    a rule closes each role's group (``geodrift.scan.inventory.inventory`` gives the order)."""
+    a rule closes each role's group (``geodrift.scanner.inventory.inventory`` gives the order)."""
     grid = Grid(title, [Col("tensor", "left"), Col("shape", "left"), Col("dtype", "left"),
                         Col("use", "left", prose=True)])
     for i, r in enumerate(rows):

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from geodrift.render import console, fmt, lit
 from geodrift.render.layout import Col, Grid, print_grid
-from geodrift.scan.series import CompareReport, DriftReport
+from geodrift.scanner.series import CompareReport, DriftReport
 
 SPACE_NAMES = {"v": "v1 (input)", "u": "u1 (output)"}
 

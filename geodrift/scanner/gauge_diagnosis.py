@@ -2,7 +2,7 @@
 
 The numbers are :mod:`geodrift.gauge.diagnose`'s; this module streams a checkpoint's layers into
 it (one layer's tensors resident at a time) for the families whose gauge group is derived
-(:data:`geodrift.scan.aligned.ALIGNABLE_ARCHITECTURES`).
+(:data:`geodrift.scanner.aligned.ALIGNABLE_ARCHITECTURES`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 from geodrift.errors import GeodriftError
 from geodrift.gauge.diagnose import GaugeDiagnosis, diagnose, layer_gauge
 from geodrift.gauge.orbit import GaugeShape, layer_key
-from geodrift.scan.aligned import check_alignable
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.readers import load_canonical, open_checkpoint
+from geodrift.scanner.aligned import check_alignable
+from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.readers import load_canonical, open_checkpoint
 from geodrift.weights import HF_LLAMA_PROJECTIONS
 
 _NORMS = {"norm_attn": "input_layernorm", "norm_mlp": "post_attention_layernorm"}
@@ -31,7 +31,7 @@ def diagnose_checkpoint(ckpt: Checkpoint, layers: list[int] | None = None) -> Ga
         A GaugeDiagnosis, or a note saying why it was skipped (another family, no head counts).
 
     Example:
-        >>> from geodrift.scan.readers import open_checkpoint
+        >>> from geodrift.scanner.readers import open_checkpoint
         >>> diag = diagnose_checkpoint(open_checkpoint(None), layers=[0, 1])
         >>> len(diag.layers), diag.flagged
         (2, False)

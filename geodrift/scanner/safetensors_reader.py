@@ -24,17 +24,17 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes, warm_range
-from geodrift.scan.mapping import NameRule
-from geodrift.scan.names import (
+from geodrift.scanner.checkpoint import Checkpoint, check_expert, infer_config_from_shapes, warm_range
+from geodrift.scanner.mapping import NameRule
+from geodrift.scanner.names import (
     HF_IGNORED,
     LIBRARY_ARCH,
     guess_hf_architecture,
     hf_table,
     normalise_model_type,
 )
-from geodrift.scan.state_dict import unwrap_state_dict
-from geodrift.scan.validate import (
+from geodrift.scanner.state_dict import unwrap_state_dict
+from geodrift.scanner.validate import (
     check_checkpoint,
     check_counts,
     check_file,
@@ -101,7 +101,7 @@ def normalise_hf_config(raw: dict[str, Any]) -> dict[str, Any]:
     if n_heads is not None:
         config.setdefault("n_kv_heads", n_heads)
         d_model = config.get("d_model")
-        # Derived only from valid counts; invalid ones are refused by geodrift.scan.validate.check_counts.
+        # Derived only from valid counts; invalid ones are refused by geodrift.scanner.validate.check_counts.
         if _positive_int(n_heads) and _positive_int(d_model):
             config.setdefault("head_dim", d_model // n_heads)
     return config
@@ -304,7 +304,7 @@ class PytorchCheckpoint(StateDictCheckpoint):
     """A PyTorch pickle (``pytorch_model.bin``, ``*.pt``, ``*.pth``) read with ``weights_only=True``.
 
     Training checkpoints (``{"model": sd, "optimizer": ...}``, ``{"state_dict": ...}``, DDP's
-    ``module.`` prefix) are unwrapped by :func:`geodrift.scan.state_dict.unwrap_state_dict`.
+    ``module.`` prefix) are unwrapped by :func:`geodrift.scanner.state_dict.unwrap_state_dict`.
     """
 
     def __init__(self, path: Path, files: list[Path], config_path: Path | None,

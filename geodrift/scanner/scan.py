@@ -13,11 +13,11 @@ from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.continuity.verdicts import path_verdicts
 from geodrift.errors import GeodriftError
 from geodrift.linalg import MatrixProduct, SVDTriplets
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.distributed import RaySource, layer_ranges, on_ray, svd_workers
-from geodrift.scan.experts import depth_spectra, measure_across_experts
-from geodrift.scan.preflight import check_layers
-from geodrift.scan.readers import VIEWS, open_checkpoint, weightset
+from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.distributed import RaySource, layer_ranges, on_ray, svd_workers
+from geodrift.scanner.experts import depth_spectra, measure_across_experts
+from geodrift.scanner.preflight import check_layers
+from geodrift.scanner.readers import VIEWS, open_checkpoint, weightset
 from geodrift.weights import (
     EXPERTS_GROUP,
     ROLE_NAMES,
@@ -171,7 +171,7 @@ def scan(
         progress: called after each matrix.
         heads: ``(n_heads, n_kv_heads)`` to add the OV composite ``W_O W_V`` (None = skip it).
         ray: decompose ``ws``' layers as Ray tasks of layer ranges that read the model from this source
-            (:mod:`geodrift.scan.distributed`); the report is assembled here, bitwise the local one.
+            (:mod:`geodrift.scanner.distributed`); the report is assembled here, bitwise the local one.
 
     Returns:
         The continuity Report, with the trajectory shape (App. A.2: 3-PC explained variance and
@@ -179,7 +179,7 @@ def scan(
         and u1 of every projection with at least 3 layers (the per-expert ones aside) in
         ``report.trajectory``, both verdicts per projection (shared frame: ``verdict``; depth path:
         ``path_verdict``), and in a mixture of experts each layer's experts compared with one
-        another in ``report.across_experts`` (``geodrift.scan.experts``).
+        another in ``report.across_experts`` (``geodrift.scanner.experts``).
 
     Raises:
         GeodriftError: fewer than 2 layers, NaN/Inf in a tensor.

@@ -1,7 +1,7 @@
 """The canonical view (``--view canonical``): each layer of a checkpoint at the canonical point of its gauge orbit.
 
 The maths is :mod:`geodrift.gauge.canonical`; this module streams it. The folded projections of
-one layer (:mod:`geodrift.scan.fold`) are read together and canonicalised in the folded basis (every
+one layer (:mod:`geodrift.scanner.fold`) are read together and canonicalised in the folded basis (every
 per-layer map commutes with the residual rotation; only the signs read coordinates in the canonical
 residual basis ``P``, the eigenbasis of the token embedding's Gram, computed once); the layer is kept
 while its seven projections are handed out one by one (at most two layers resident: the scan reads
@@ -9,7 +9,7 @@ the next matrix on a second thread). The WeightSet's matrices are in ``P`` (read
 ``P^T W``); its ``before_rotation`` holds the same matrices before the rotation and ``P``, and the
 measurement (:func:`geodrift.continuity.measure.decompose`) decomposes those and rotates only the top
 singular vectors on the residual side (``k x d`` instead of a ``d_out x d x d`` product per matrix). Every reader hands Q/K rows over in Hugging Face's half-split
-rotary order (the GGUF reader undoes llama.cpp's interleaving, :func:`geodrift.scan.gguf_reader.unpermute_qk`),
+rotary order (the GGUF reader undoes llama.cpp's interleaving, :func:`geodrift.scanner.gguf_reader.unpermute_qk`),
 so the RoPE pairs are the same for every format.
 
 Only architectures whose gauge group geodrift has derived are accepted (:data:`CANONICAL_ARCHITECTURES`);
@@ -27,7 +27,7 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis, to_basis
 from geodrift.gauge.orbit import GaugeShape
-from geodrift.scan.checkpoint import Checkpoint
+from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet
 
 # Llama-family attention (RoPE, GQA, no per-head q/k norm), pre-norm RMSNorm, gated MLP.
@@ -51,7 +51,7 @@ def check_canonical(ckpt: Checkpoint) -> GaugeShape:
             of experts, no head counts, or a missing projection/embedding.
 
     Example:
-        >>> from geodrift.scan.readers import open_checkpoint
+        >>> from geodrift.scanner.readers import open_checkpoint
         >>> check_canonical(open_checkpoint(None))
         GaugeShape(n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64)
     """

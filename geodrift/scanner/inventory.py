@@ -6,7 +6,7 @@ role in block order (embeddings, Q, K, V, O, Gate, Up, Down, router, experts, no
 tensors last), each group by layer number (``blk.2`` before ``blk.10``).
 
 Example:
-    >>> from geodrift.scan.readers import open_checkpoint
+    >>> from geodrift.scanner.readers import open_checkpoint
     >>> rows = inventory(open_checkpoint(None))
     >>> rows[0].name, rows[0].use
     ('token_embd.weight', 'not scanned')
@@ -18,9 +18,9 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.fold import INPUT_SIDE, OUTPUT_SIDE
-from geodrift.scan.names import KINDS
+from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.fold import INPUT_SIDE, OUTPUT_SIDE
+from geodrift.scanner.names import KINDS
 from geodrift.weights import (
     EXPERT_ROLES,
     MOE_ROLES,
@@ -53,7 +53,7 @@ class TensorRow:
 
     Attributes:
         name, shape, dtype: as stored (shape from the header, dtype as the file names it).
-        kind, layer: the canonical key it maps to (``geodrift.scan.names``), or None when unmapped.
+        kind, layer: the canonical key it maps to (``geodrift.scanner.names``), or None when unmapped.
         use: ``scanned``, ``folded`` (a norm gain, used by ``--view folded`` only) or ``not scanned``.
         detail: which projection(s) it becomes, or why it is not scanned.
     """
@@ -74,7 +74,7 @@ def inventory(ckpt: Checkpoint) -> list[TensorRow]:
     """Every tensor of ``ckpt`` with its role or the reason it is not scanned, grouped by role.
 
     Args:
-        ckpt: an open checkpoint (``geodrift.scan.readers.open_checkpoint``).
+        ckpt: an open checkpoint (``geodrift.scanner.readers.open_checkpoint``).
 
     Returns:
         One TensorRow per file tensor: grouped by role in block order, each group by layer (then

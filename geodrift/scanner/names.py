@@ -28,17 +28,17 @@ key                                    meaning
 ``<norm> + "_bias"``                   LayerNorm biases (gpt2)
 =====================================  ===========================================================
 
-*Stacked* and *fused* tensors map to a kind that the reader splits (``geodrift.scan.checkpoint``):
+*Stacked* and *fused* tensors map to a kind that the reader splits (``geodrift.scanner.checkpoint``):
 ``attn_qkv`` (rows ``[q; k; v]``: phi3 ``qkv_proj``, gpt2 ``c_attn``, GGUF ``attn_qkv``),
 ``mlp_gate_up`` (rows ``[gate; up]``: phi3 ``gate_up_proj`` and phi3's GGUF ``ffn_up``) and the
 bare expert families ``expert_gate``/``expert_up``/``expert_down`` of a 3-D tensor
 ``(n_experts, d_out, d_in)`` (GGUF ``ffn_gate_exps`` ...). A match also says whether the stored
 matrix must be transposed (gpt2's Conv1D stores ``(d_in, d_out)``).
 
-A user's ``--names`` mapping (``geodrift.scan.mapping``) is tried before these tables.
+A user's ``--names`` mapping (``geodrift.scanner.mapping``) is tried before these tables.
 
 Norm gains are given as Hugging Face stores them. Gemma's RMSNorm multiplies by ``(1 + w)``;
-``geodrift.scan.readers.norm_gain`` returns that effective gain.
+``geodrift.scanner.readers.norm_gain`` returns that effective gain.
 """
 
 from __future__ import annotations

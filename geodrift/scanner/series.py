@@ -19,12 +19,12 @@ from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotati
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import AlignmentReport
 from geodrift.linalg import SVDTriplets
-from geodrift.scan.api import open_model
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.distributed import check_backend, on_ray, svd_workers
-from geodrift.scan.preflight import check_layers, check_plan
-from geodrift.scan.readers import weightset
-from geodrift.scan.scan import heads_of, ov_composite_hook
+from geodrift.scanner.api import open_model
+from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.distributed import check_backend, on_ray, svd_workers
+from geodrift.scanner.preflight import check_layers, check_plan
+from geodrift.scanner.readers import weightset
+from geodrift.scanner.scan import heads_of, ov_composite_hook
 from geodrift.weights import WeightSet
 
 Progress = Callable[[str], None]
@@ -174,9 +174,9 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
         spec: k, null draws, seed (shared by every checkpoint).
         progress: called after each matrix.
         backend: ``local`` (one checkpoint after another) or ``ray`` (one Ray task per checkpoint, at
-            ``address`` or on a local cluster; bitwise the local numbers, see :mod:`geodrift.scan.distributed`).
+            ``address`` or on a local cluster; bitwise the local numbers, see :mod:`geodrift.scanner.distributed`).
         address: an existing Ray cluster (``ray`` only).
-        align: bring every checkpoint into the first one's gauge first (:mod:`geodrift.scan.aligned`).
+        align: bring every checkpoint into the first one's gauge first (:mod:`geodrift.scanner.aligned`).
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory``.
 
@@ -213,7 +213,7 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         spec: ``k`` is the subspace dimension; null draws and seed as the scan's.
         progress: called after each matrix.
         backend, address: as :func:`drift`'s (one Ray task per model).
-        align: bring B into A's gauge first (:mod:`geodrift.scan.aligned`): compare in the aligned frame.
+        align: bring B into A's gauge first (:mod:`geodrift.scanner.aligned`): compare in the aligned frame.
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory``.
 
@@ -242,7 +242,7 @@ def _align(models: list[Any], align: bool, options: dict[str, Any]) -> tuple[lis
     # --align: every model after the first brought into the first one's gauge (gains folded).
     if not align:
         return models, []
-    from geodrift.scan.aligned import aligned_series
+    from geodrift.scanner.aligned import aligned_series
 
     return aligned_series(models, options.get("names"), max_memory=options.get("max_memory"))
 

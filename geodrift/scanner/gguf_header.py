@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.validate import check_file
+from geodrift.scanner.validate import check_file
 
 # GGUF value types -> struct format (scalars); 8 = string, 9 = array.
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}

@@ -1,6 +1,6 @@
 """The Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport``, for notebooks and scripts.
 
-``geodrift.scan`` is this package made callable (see ``geodrift/scan/__init__.py``): it takes what a
+``geodrift.scan`` is this package made callable (see ``geodrift/scanner/__init__.py``): it takes what a
 researcher holds - a path (GGUF, safetensors, a Hugging Face folder, a PyTorch pickle), an
 ``nn.Module`` (its ``state_dict()``; a Hugging Face model's ``config`` gives the head counts for the
 OV composite) or a state dict, bare or wrapped (``{"model": ...}``, ``{"state_dict": ...}``) - and
@@ -30,16 +30,16 @@ from typing import Any
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.io.provenance import report_provenance
-from geodrift.scan.arguments import check_memory, check_scan_arguments, claim_figure
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.fingerprint import checkpoint_fingerprint
-from geodrift.scan.mapping import NameRule, load_name_mapping
-from geodrift.scan.preflight import check_k, plan_shapes
-from geodrift.scan.readers import VIEWS, open_checkpoint, weightset
-from geodrift.scan.safetensors_reader import StateDictCheckpoint
-from geodrift.scan.scan import heads_of, parse_layers, parse_roles
-from geodrift.scan.scan import scan as scan_weights
-from geodrift.scan.state_dict import module_config, unwrap_state_dict
+from geodrift.scanner.arguments import check_memory, check_scan_arguments, claim_figure
+from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.fingerprint import checkpoint_fingerprint
+from geodrift.scanner.mapping import NameRule, load_name_mapping
+from geodrift.scanner.preflight import check_k, plan_shapes
+from geodrift.scanner.readers import VIEWS, open_checkpoint, weightset
+from geodrift.scanner.safetensors_reader import StateDictCheckpoint
+from geodrift.scanner.scan import heads_of, parse_layers, parse_roles
+from geodrift.scanner.scan import scan as scan_weights
+from geodrift.scanner.state_dict import module_config, unwrap_state_dict
 
 # The options of geodrift.scan named as the CLI names them in messages -> their keyword argument.
 KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-draws": "null_draws=",
@@ -210,7 +210,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     Returns:
         ScanReport (a ``geodrift.continuity.Report``): ``.roles``, ``.role("q")``, ``.summary()``, ``.plot()``,
         ``.to_frame()``, ``.to_dict()``, ``.provenance`` (this call, the time, the model's fingerprint,
-        ``geodrift.scan.fingerprint``); for a mixture of experts, each expert's roles among ``.roles`` and the
+        ``geodrift.scanner.fingerprint``); for a mixture of experts, each expert's roles among ``.roles`` and the
         experts of each layer compared in ``.across_experts`` (docs/models.md).
 
     Raises:

@@ -4,7 +4,7 @@
 ``roles=["q", 3]`` in an AttributeError in the name parser. :func:`check_scan_arguments` runs before
 anything is opened; the value ranges themselves (``k >= 1``, ``null_draws`` in [2, 2^40], a seed of
 64 bits, known roles and layers) are the CLI's own checks (``MeasureSpec``, ``parse_roles``,
-``parse_layers``), which run next and are renamed to the keyword by ``geodrift.scan.api.keyword_errors``.
+``parse_layers``), which run next and are renamed to the keyword by ``geodrift.scanner.api.keyword_errors``.
 
 Example:
     >>> check_scan_arguments(k=2.5)
@@ -98,7 +98,7 @@ def _text_or_list(name: str, value: Any, what: str, item: type | Any) -> None:
 
 
 def _names(value: Any) -> None:
-    from geodrift.scan.mapping import NameRule
+    from geodrift.scanner.mapping import NameRule
 
     if value is None or isinstance(value, (str, Path)):
         return
@@ -173,7 +173,7 @@ API_MEMORY_LIMIT = 8 << 30  # the CLI's default --max-memory
 
 
 def check_memory(ws: Any, spec: Any, heads: tuple[int, int] | None, limit: int = API_MEMORY_LIMIT) -> None:
-    """The CLI's memory estimate (``geodrift.scan.preflight``) for a Python call, before any matrix is read: a
+    """The CLI's memory estimate (``geodrift.scanner.preflight``) for a Python call, before any matrix is read: a
     ``null_draws=10**12`` is refused in one line, not an allocation that never ends.
 
     Raises:
@@ -181,7 +181,7 @@ def check_memory(ws: Any, spec: Any, heads: tuple[int, int] | None, limit: int =
     """
     from geodrift.io.checks import format_size
     from geodrift.continuity.budget import estimate_bytes
-    from geodrift.scan.preflight import plan_shapes
+    from geodrift.scanner.preflight import plan_shapes
 
     estimate = estimate_bytes(plan_shapes(ws, heads), spec)
     if estimate > limit:

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint, check_expert, infer_config_from_shapes, warm_range
-from geodrift.scan.gguf_header import TensorInfo, read_gguf_header
-from geodrift.scan.mapping import NameRule
-from geodrift.scan.names import (
+from geodrift.scanner.checkpoint import Checkpoint, check_expert, infer_config_from_shapes, warm_range
+from geodrift.scanner.gguf_header import TensorInfo, read_gguf_header
+from geodrift.scanner.mapping import NameRule
+from geodrift.scanner.names import (
     GEMMA_FAMILY,
     GGUF_IGNORED,
     GGUF_PERMUTED_QK,
@@ -40,7 +40,7 @@ from geodrift.scan.names import (
     gguf_table,
     normalise_model_type,
 )
-from geodrift.scan.validate import check_checkpoint, check_counts, check_projections, check_tensor_names
+from geodrift.scanner.validate import check_checkpoint, check_counts, check_projections, check_tensor_names
 
 # Types we cast ourselves (gguf.quants.dequantize does not handle them).
 _PLAIN_TYPES = {"F64", "I8", "I16", "I32", "I64"}
@@ -166,7 +166,7 @@ class GGUFCheckpoint(Checkpoint):
         for ours, theirs in _METADATA_KEYS.items():
             value = get(theirs)
             if value is not None and not isinstance(value, (list, dict)):  # per-layer arrays: not used
-                config[ours] = value  # types are checked by geodrift.scan.validate.check_counts
+                config[ours] = value  # types are checked by geodrift.scanner.validate.check_counts
         eps = get("attention.layer_norm_rms_epsilon") or get("attention.layer_norm_epsilon")
         if isinstance(eps, (int, float)):
             config["norm_eps"] = float(eps)

@@ -4,7 +4,7 @@ The paper predicts, per projection, the space whose top singular vector is share
 (input) for Q, K, Gate and Up, u1 (output) for O, Down and the OV composite, neither for V (whose v1 the
 paper quotes as its low control). :func:`compare_views` scans a checkpoint in each view (``raw``: the
 paper's metric; ``folded``: the norm gains folded in; ``canonical``: every layer at the canonical point
-of its gauge orbit, :mod:`geodrift.scan.canonical_view`) and :class:`ViewComparison` lays the eight
+of its gauge orbit, :mod:`geodrift.scanner.canonical_view`) and :class:`ViewComparison` lays the eight
 numbers out side by side, each with its permutation null (mean ± sd, z), both verdicts (shared frame,
 depth path) and its gauge status in that view (:mod:`geodrift.gauge.status`: ``invariant`` numbers are
 identical for any two checkpoints that differ by an exact gauge; ``varies`` ones are moved by the
@@ -21,7 +21,7 @@ from typing import Any
 
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
-from geodrift.scan.scan import load_weights, scan
+from geodrift.scanner.scan import load_weights, scan
 
 VIEW_ORDER = ("raw", "folded", "canonical")
 # The paper's eight predictions: (role, the space whose top vector it reports).

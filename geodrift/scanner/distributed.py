@@ -24,7 +24,7 @@ from geodrift.continuity import schedule
 
 @dataclass(frozen=True)
 class RaySource:
-    """Where the tasks of a scan on Ray read the model: what :func:`geodrift.scan.scan.load_weights` was given.
+    """Where the tasks of a scan on Ray read the model: what :func:`geodrift.scanner.scan.load_weights` was given.
 
     Attributes:
         model, view, names, roles: as ``load_weights``' arguments (the layers come from the WeightSet scanned).

@@ -1,6 +1,6 @@
 """A user's name mapping (``--names mapping.json``): regular expressions over tensor names -> roles.
 
-Tried before the built-in names (``geodrift.scan.names``), so it maps an unknown architecture and
+Tried before the built-in names (``geodrift.scanner.names``), so it maps an unknown architecture and
 can override a built-in name. Roles are named as ``--roles`` names them (``geodrift.weights.ROLE_NAMES``).
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.names import KINDS, CanonicalKey
-from geodrift.scan.validate import check_file
+from geodrift.scanner.names import KINDS, CanonicalKey
+from geodrift.scanner.validate import check_file
 from geodrift.weights import EXPERT_ROLES, ROLE_NAMES, canonical_role, expert_role
 
 # A user's --names regex: at most this long, compiled by RE2 into at most this much memory.

@@ -19,7 +19,7 @@ Public API::
     weightset(ckpt, view)      # WeightSet of the projections (7 per layer; MoE: router, experts), raw, folded or canonical
     validate_for_continuity(ws)  # >= 2 layers per role; the scan calls it after --roles/--layers
 
-Canonical keys are listed in ``geodrift.scan.names``. ``load_canonical`` is what a model
+Canonical keys are listed in ``geodrift.scanner.names``. ``load_canonical`` is what a model
 implementation calls (``geodrift.pretrained.llama_from_checkpoint``): projections come as ``nn.Linear.weight``
 ``(d_out, d_in)`` with Q/K rows in Hugging Face's rotary order (llama.cpp's permutation undone),
 fused qkv/gate_up split, stacked experts sliced, gpt2's Conv1D transposed; norms as Hugging Face
@@ -36,15 +36,15 @@ from pathlib import Path
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.canonical_view import canonical_weightset, check_canonical
-from geodrift.scan.checkpoint import Checkpoint, Part
-from geodrift.scan.embedded import EMBEDDED_LABEL, embedded_model_path
-from geodrift.scan.fold import INPUT_SIDE, folded_loader
-from geodrift.scan.gguf_reader import GGUFCheckpoint
-from geodrift.scan.mapping import NameRule, load_name_mapping
-from geodrift.scan.names import GEMMA_FAMILY, CanonicalKey
-from geodrift.scan.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
-from geodrift.scan.validate import check_file, read_weight_map
+from geodrift.scanner.canonical_view import canonical_weightset, check_canonical
+from geodrift.scanner.checkpoint import Checkpoint, Part
+from geodrift.scanner.embedded import EMBEDDED_LABEL, embedded_model_path
+from geodrift.scanner.fold import INPUT_SIDE, folded_loader
+from geodrift.scanner.gguf_reader import GGUFCheckpoint
+from geodrift.scanner.mapping import NameRule, load_name_mapping
+from geodrift.scanner.names import GEMMA_FAMILY, CanonicalKey
+from geodrift.scanner.safetensors_reader import PytorchCheckpoint, SafetensorsCheckpoint
+from geodrift.scanner.validate import check_file, read_weight_map
 from geodrift.weights import (
     MOE_ROLES,
     TRANSFORMER_ROLES,
@@ -248,8 +248,8 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
     Args:
         ckpt: an open checkpoint.
         view: ``"raw"`` (stored weights), ``"folded"`` (norm gains folded in, see
-            ``geodrift.scan.fold``) or ``"canonical"`` (folded, then each layer at the canonical point of
-            its gauge orbit, see ``geodrift.scan.canonical_view``).
+            ``geodrift.scanner.fold``) or ``"canonical"`` (folded, then each layer at the canonical point of
+            its gauge orbit, see ``geodrift.scanner.canonical_view``).
 
     Returns:
         A WeightSet with ``view`` set; each entry's loader reads one tensor, whose shape and

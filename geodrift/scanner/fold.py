@@ -14,7 +14,7 @@ Gemma2/Gemma3 also normalise a block's output before adding it to the stream
 ``post_ffw_norm``): what reaches the stream is ``g * normalise(W h)``, so those gains go on the
 *output side*: ``diag(g) W`` for O and Down. (The normalisation's per-token scalar is not a fixed
 linear map and is not folded; only the gain is.) Gemma's gains are ``1 + w``
-(:func:`geodrift.scan.readers.norm_gain`). gpt2's LayerNorm gains fold the same way (its biases
+(:func:`geodrift.scanner.readers.norm_gain`). gpt2's LayerNorm gains fold the same way (its biases
 are not part of a weight matrix and are left out). qwen3/gemma3 per-head q/k norms act inside
 the attention score, not on the stream, and are not folded.
 """
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.checkpoint import Checkpoint
+from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.weights import base_role
 
 # role -> (norm key kind, side): "in" multiplies columns (W diag g), "out" multiplies rows (diag g W).

@@ -3,7 +3,7 @@
 Training code rarely saves a bare ``{name: tensor}``: ``torch.save({"model": sd, "optimizer": ...,
 "epoch": 3})``, Lightning's ``{"state_dict": ...}``, DDP's ``module.`` prefix. :func:`unwrap_state_dict`
 finds the tensors in all of these, for pickles read from disk (``PytorchCheckpoint``) and for objects
-passed to ``geodrift.scan`` alike; ``geodrift.scan.safetensors_reader.StateDictCheckpoint`` then maps
+passed to ``geodrift.scan`` alike; ``geodrift.scanner.safetensors_reader.StateDictCheckpoint`` then maps
 them through the same Hugging Face name tables as a file.
 """
 

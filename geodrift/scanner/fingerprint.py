@@ -96,7 +96,7 @@ def tensors_fingerprint(tensors: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def checkpoint_fingerprint(ckpt: Any) -> dict[str, Any]:
-    """The fingerprint of an opened :class:`geodrift.scan.checkpoint.Checkpoint`: its file(s), or its tensors
+    """The fingerprint of an opened :class:`geodrift.scanner.checkpoint.Checkpoint`: its file(s), or its tensors
     when it is a state dict in memory."""
     if ckpt.format == "state-dict":
         return tensors_fingerprint({name: ckpt.load(name) for name in ckpt.tensor_names()})

@@ -19,11 +19,11 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import AlignmentReport, align, check_same_shape, shape_of
 from geodrift.gauge.orbit import GaugeShape, StateDict
-from geodrift.scan.api import open_model
-from geodrift.scan.checkpoint import Checkpoint
-from geodrift.scan.readers import canonical_keys, load_canonical
-from geodrift.scan.safetensors_reader import StateDictCheckpoint
-from geodrift.scan.scan import heads_of
+from geodrift.scanner.api import open_model
+from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.readers import canonical_keys, load_canonical
+from geodrift.scanner.safetensors_reader import StateDictCheckpoint
+from geodrift.scanner.scan import heads_of
 from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES
 
 ALIGNABLE_ARCHITECTURES = ("llama", "mistral")
@@ -41,7 +41,7 @@ def check_alignable(ckpt: Checkpoint, option: str = "--align") -> tuple[int, int
         GeodriftError: one line naming the model, the option and what is not handled.
 
     Example:
-        >>> from geodrift.scan.readers import open_checkpoint
+        >>> from geodrift.scanner.readers import open_checkpoint
         >>> check_alignable(open_checkpoint(None))
         (9, 3)
     """
@@ -64,7 +64,7 @@ def checkpoint_state_dict(ckpt: Checkpoint) -> StateDict:
     """Every tensor of a llama-family checkpoint, Hugging Face-named, float32 (tied heads left out).
 
     Example:
-        >>> from geodrift.scan.readers import open_checkpoint
+        >>> from geodrift.scanner.readers import open_checkpoint
         >>> sd = checkpoint_state_dict(open_checkpoint(None))  # doctest: +SKIP
         >>> sd["model.layers.0.self_attn.k_proj.weight"].shape  # doctest: +SKIP
         torch.Size([192, 576])
@@ -98,7 +98,7 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
     """Read every model, fold its gains and bring each one after the first into the first one's gauge.
 
     Args:
-        models: paths (or anything :func:`geodrift.scan.api.open_model` takes), at least 2.
+        models: paths (or anything :func:`geodrift.scanner.api.open_model` takes), at least 2.
         names: a ``--names`` mapping for unknown tensor names.
         option: the option named in errors (``--align``).
         head_maps: as :func:`geodrift.gauge.align.align`'s.

@@ -2,9 +2,9 @@
 
 A reader subclass implements ``tensor_names``, ``shape`` and ``load`` (and, for stacked experts,
 ``load_expert``) for one file format; this module turns its names into canonical keys
-(``geodrift.scan.names``) and builds the *plan*: for every canonical key, which file tensor it
+(``geodrift.scanner.names``) and builds the *plan*: for every canonical key, which file tensor it
 comes from, whether to transpose it, which rows of a fused tensor and which expert of a stacked
-``(n_experts, d_out, d_in)`` tensor it takes. See ``geodrift.scan.readers`` for the public functions.
+``(n_experts, d_out, d_in)`` tensor it takes. See ``geodrift.scanner.readers`` for the public functions.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scan.mapping import NameRule, match_name
-from geodrift.scan.names import CanonicalKey, NameTable
+from geodrift.scanner.mapping import NameRule, match_name
+from geodrift.scanner.names import CanonicalKey, NameTable
 from geodrift.weights import EXPERT_ROLES, expert_role
 
 # True while `geodrift inspect` opens a checkpoint: names nothing recognises are listed (as not scanned, with
@@ -44,7 +44,7 @@ class Checkpoint:
     Attributes:
         path: the file or folder opened.
         format: ``"gguf"``, ``"safetensors"``, ``"hf-folder"`` or ``"pytorch"``.
-        architecture: one of ``geodrift.scan.names.ARCHITECTURES`` (or the file's own name for an
+        architecture: one of ``geodrift.scanner.names.ARCHITECTURES`` (or the file's own name for an
             architecture mapped with ``--names``).
         config: normalised hyperparameters, whatever is known: ``n_layers, d_model, n_heads,
             n_kv_heads, head_dim, d_ff, vocab_size, rope_theta, norm_eps, tie_embeddings``, and
