@@ -32,9 +32,9 @@ from safetensors.torch import load_file
 
 from geodrift.gauge.align import align, shape_of
 from geodrift.gauge.orbit import GaugeShape, StateDict, fold_gains, random_gauge
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.lm.hf import hf_step_dir
 from geodrift.lm.text import eval_windows, perplexity
-from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.scanner.aligned import checkpoint_state_dict
 from geodrift.scanner.readers import open_checkpoint
 from geodrift.sim.presets import preset

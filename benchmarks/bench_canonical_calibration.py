@@ -24,9 +24,9 @@ import torch
 from bench_verdicts import _count, _predicted, _rate, depth_order, outcome, random_init_folder
 
 import geodrift
+from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.lm.hf import hf_config
 from geodrift.pretrained import llama_from_checkpoint, open_llama
-from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 
 ARCHS = ("llama", "mistral", "qwen2")
 LAYER = re.compile(r"^model\.layers\.(\d+)\.")

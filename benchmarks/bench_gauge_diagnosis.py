@@ -36,8 +36,8 @@ from geodrift.compress.sources import load_compress_setup
 from geodrift.gauge.align import shape_of
 from geodrift.gauge.diagnose import FAMILIES, GaugeDiagnosis, diagnose
 from geodrift.gauge.orbit import StateDict
-from geodrift.lm.hf import hf_step_dir
 from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.lm.hf import hf_step_dir
 from geodrift.sim.presets import preset
 from geodrift.sim.record import run_dir
 from geodrift.sim.run import run

@@ -38,9 +38,9 @@ from typing import Any
 import torch
 
 import geodrift
-from geodrift.io.atomic import write_json
 from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.verdicts import ORDER_ALPHA, depth_path
+from geodrift.io.atomic import write_json
 from geodrift.io.provenance import (
     check_results_path,
     command_line,

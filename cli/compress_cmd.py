@@ -74,9 +74,9 @@ def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
 def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int,
                   outputs: dict[str, Path | None], max_memory: str) -> int:
     # Every option and output path, before the model is opened; returns --max-memory in bytes.
-    from geodrift.io.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.errors import GeodriftError
+    from geodrift.io.checks import parse_size
     from geodrift.render.figures import check_dpi, figure_format
 
     if seq_len < 2:
@@ -159,10 +159,10 @@ def prune_command(
     max_memory: MaxMemory = "8G",
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
-    from geodrift.io.atomic import document, to_json
     from geodrift.compress.model import load_setup
     from geodrift.compress.prune import PruneSpec, run_prune
     from geodrift.errors import GeodriftError
+    from geodrift.io.atomic import document, to_json
     from geodrift.pretrained import open_model
     from geodrift.render.progress import JobProgress, announce
 
@@ -255,10 +255,10 @@ def share_command(
                                        "verdict's criterion and the cost (default: perplexities and verdicts).")] = False,
 ) -> None:
     """Calibration-whitened low-rank compression at equal parameters: SVD-LLM, Basis Sharing, pruning, and continuity's methods."""
-    from geodrift.io.atomic import document, to_json
     from geodrift.compress.share_run import ShareSpec, run_share
     from geodrift.compress.sources import load_compress_setup
     from geodrift.errors import GeodriftError
+    from geodrift.io.atomic import document, to_json
     from geodrift.pretrained import open_llama, tokenizer_for
     from geodrift.render.progress import JobProgress, announce
 

@@ -28,15 +28,15 @@ def prove(
 ) -> None:
     """Verify each claim with sympy, then cross-check it numerically in torch (the simulator's models, the
     embedded SmolLM2, small transformers models); list the gauge group of each architecture family."""
+    from geodrift.cli.checks import check_outputs
     from geodrift.io.atomic import document, to_json, write_text
     from geodrift.io.checks import check_seed
-    from geodrift.cli.checks import check_outputs
+    from geodrift.io.stdio import report_only_stdout
     from geodrift.prove import run_claims
     from geodrift.prove.runner import select
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce
     from geodrift.render.proofs import proofs_markdown, render_proofs
-    from geodrift.io.stdio import report_only_stdout
 
     check_seed(seed)
     if plot is not None:  # fail before the work, not after it

@@ -59,11 +59,12 @@ def scan_command(
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
-    from geodrift.io.atomic import document, output_set, to_json, write_json
-    from geodrift.io.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
+    from geodrift.io.atomic import document, output_set, to_json, write_json
+    from geodrift.io.checks import parse_size
     from geodrift.io.provenance import report_provenance
+    from geodrift.io.stdio import report_only_stdout
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import scan_outputs, write_csv
     from geodrift.render.gauge import gauge_plot_path, render_gauge, write_gauge_plot
@@ -75,7 +76,6 @@ def scan_command(
     from geodrift.scanner.gauge_diagnosis import diagnose_model
     from geodrift.scanner.preflight import check_plan
     from geodrift.scanner.scan import load_weights, parse_layers, parse_roles, scan
-    from geodrift.io.stdio import report_only_stdout
     from geodrift.weights import split_expert_role
 
     role_list, layer_list = parse_roles(roles), parse_layers(layers)

@@ -52,10 +52,10 @@ def drift_command(
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
-    from geodrift.io.atomic import document, output_set, to_json, write_json
-    from geodrift.io.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
+    from geodrift.io.atomic import document, output_set, to_json, write_json
+    from geodrift.io.checks import parse_size
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce
@@ -116,10 +116,10 @@ def compare_command(
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
-    from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
-    from geodrift.io.checks import parse_size
     from geodrift.cli.checks import check_outputs
     from geodrift.continuity import MeasureSpec
+    from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
+    from geodrift.io.checks import parse_size
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.files import csv_text
     from geodrift.render.progress import JobProgress, announce

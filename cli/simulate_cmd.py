@@ -129,16 +129,16 @@ def _simulate(sim: str, preset: str, overrides: Overrides, seeds: str | None, *,
     # Check -> build the experiment once -> one library call (reproduce, a sweep, or reload) -> render.
     import torch
 
-    from geodrift.io.atomic import document, to_json
     from geodrift.cli.checks import check_outputs, check_simulate_options, resume_command
     from geodrift.errors import GeodriftError
+    from geodrift.io.atomic import document, to_json
     from geodrift.io.outdir import prepare_out
+    from geodrift.io.signals import resume_hint
+    from geodrift.io.stdio import report_only_stdout
     from geodrift.render.figures import check_dpi, figure_format
     from geodrift.render.progress import JobProgress, announce, training_reporter
-    from geodrift.io.signals import resume_hint
     from geodrift.sim.experiment import Experiment
     from geodrift.sim.reproduce import reload_reproduction, reproduce
-    from geodrift.io.stdio import report_only_stdout
 
     if (resume or reload) and out is None:
         raise GeodriftError("--resume/--reload need --out DIR (where the records and checkpoints are)")

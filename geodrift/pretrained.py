@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from geodrift.io.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import document, write_json
 from geodrift.lm.hf_causal import HFCausalLM, load_hf_causal
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import eval_windows, perplexity

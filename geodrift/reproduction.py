@@ -32,9 +32,9 @@ from geodrift.compress.share_run import ShareResult, ShareSpec
 from geodrift.compress.table import METHODS, RANKINGS, names
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
+from geodrift.io.provenance import git_dirty, git_revision, load_average, stamp
 from geodrift.prove import run_claims
 from geodrift.prove.runner import ProveReport
-from geodrift.io.provenance import git_dirty, git_revision, load_average, stamp
 from geodrift.scanner.scan import load_weights, scan
 from geodrift.scanner.views import VIEW_ORDER, ViewComparison, compare_views
 from geodrift.sim.experiment import Experiment, Overrides

@@ -44,9 +44,9 @@ from _checkpoints import (
 )
 from safetensors.torch import save_file
 
-from geodrift.io.atomic import document, write_json
 from geodrift.continuity import MeasureSpec
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import document, write_json
 from geodrift.scanner.readers import open_checkpoint, weightset
 from geodrift.scanner.scan import scan
 

@@ -100,8 +100,8 @@ def make_python_case(area: dict[str, Path], rng: random.Random, out: Path, model
 
 def run_python_case(case: PythonCase) -> tuple[str, str | None]:
     """Run one call: ``(outcome, finding or None)``, outcomes as in the module docstring."""
-    from geodrift.io.atomic import document, to_json
     from geodrift.errors import GeodriftError
+    from geodrift.io.atomic import document, to_json
 
     try:
         result = case.call()

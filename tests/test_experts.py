@@ -272,8 +272,8 @@ def test_compress_refuses_a_mixture_of_experts_that_calls_itself_llama(mixtral) 
 def test_both_faces_at_their_default_k_give_the_same_report_on_a_4_expert_router(mixtral, tmp_path) -> None:
     # k = 8 (both faces' default) is above the router's rank (4 experts): one rule, k clipped for that
     # projection with a note, from the shell as from Python.
-    from geodrift.io.atomic import payload_of
     from geodrift.continuity import Report
+    from geodrift.io.atomic import payload_of
 
     shell = runner.invoke(app, ["scan", str(mixtral["hf"]), "--null-draws", "12", "--quiet",
                                 "--json-out", str(tmp_path / "scan.json")])

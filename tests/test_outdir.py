@@ -14,9 +14,9 @@ import pytest
 import torch
 from sim_helpers import smoke_result
 
-from geodrift.io.atomic import document, write_json, write_text, write_with
 from geodrift.cli.main import main
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import document, write_json, write_text, write_with
 from geodrift.io.outdir import (
     MANIFEST,
     check_not_input,

@@ -25,8 +25,8 @@ import pytest
 from _checkpoints import hf_config, llama_state, write_hf_folder
 from test_compress import VOCAB, tiny_llama_folder
 
-from geodrift.io.atomic import write_text
 from geodrift.cli.main import main
+from geodrift.io.atomic import write_text
 from geodrift.io.outdir import MANIFEST, replace_folder
 
 FAST = ["--seq-len", "16", "--eval-windows", "2", "--quiet"]

@@ -13,8 +13,8 @@ import pytest
 from sim_helpers import smoke_result, smoke_spec, tiny_result
 from typer.testing import CliRunner
 
-from geodrift.io.atomic import SCHEMA_VERSION, document, to_json
 from geodrift.cli.main import app
+from geodrift.io.atomic import SCHEMA_VERSION, document, to_json
 from geodrift.sim.reproduce import assemble
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "output-schema.md").read_text(encoding="utf-8")

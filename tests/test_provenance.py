@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from geodrift.io.atomic import to_json
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import to_json
 from geodrift.io.provenance import (
     MARKER,
     STAMP_MARKER,

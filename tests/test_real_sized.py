@@ -19,9 +19,9 @@ import torch
 from typer.testing import CliRunner
 
 import geodrift
-from geodrift.io.atomic import payload_of
 from geodrift.cli.main import app
 from geodrift.continuity import MeasureSpec, Report
+from geodrift.io.atomic import payload_of
 
 transformers = pytest.importorskip("transformers")
 runner = CliRunner()

@@ -19,9 +19,9 @@ from pathlib import Path
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
-from geodrift.io.atomic import payload_of
 from geodrift.cli.main import app
 from geodrift.continuity import Report
+from geodrift.io.atomic import payload_of
 from geodrift.render import fmt
 from geodrift.render.scan import summary_line
 

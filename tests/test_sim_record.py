@@ -11,10 +11,10 @@ import torch
 from sim_helpers import smoke_spec, strict_json
 from typer.testing import CliRunner
 
-from geodrift.io.atomic import to_json
 from geodrift.cli.main import app, main
 from geodrift.continuity import Report
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import to_json
 from geodrift.io.outdir import MANIFEST
 from geodrift.sim.record import SERIES_COLUMNS, RunRecord, load_record
 from geodrift.sim.run import load_result, run

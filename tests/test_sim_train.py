@@ -9,8 +9,8 @@ import pytest
 import torch
 from sim_helpers import first_losses, mnist5k, smoke_result, smoke_spec
 
-from geodrift.io.atomic import to_json
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import to_json
 from geodrift.sim.config import TrainConfig
 from geodrift.sim.data import ShuffledBatches
 from geodrift.sim.mlp import build_mlp, ensemble_loss

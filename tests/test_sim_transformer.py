@@ -10,9 +10,9 @@ import pytest
 from sim_helpers import strict_json, tiny_result, tiny_spec
 from typer.testing import CliRunner
 
-from geodrift.io.atomic import to_json
 from geodrift.cli.main import app
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import to_json
 from geodrift.sim.config import ABLATIONS, LlamaConfig, RunSpec, TrackConfig, ablate
 from geodrift.sim.experiment import Overrides, build_specs
 from geodrift.sim.presets import preset, preset_seeds

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-from geodrift.io.atomic import write_with
 from geodrift.compress.model import BATCH
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import write_with
 from geodrift.lm.llama import LlamaLM
 
 INPUT_OF = {"attn_q": "attn_in", "attn_k": "attn_in", "attn_v": "attn_in", "attn_o": "attn_out",

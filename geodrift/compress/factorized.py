@@ -39,9 +39,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from geodrift.io.atomic import write_json, write_with
 from geodrift.compress.model import Setup, kept_layers
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import write_json, write_with
 from geodrift.lm.hf import hf_config
 from geodrift.lm.llama import LlamaLM
 from geodrift.weights import HF_LLAMA_PROJECTIONS

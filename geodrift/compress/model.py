@@ -25,8 +25,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
-from geodrift.io.checks import format_size
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import format_size
 from geodrift.lm.hf_causal import HFCausalLM
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import encode_ids, eval_windows, load_corpus

@@ -385,9 +385,9 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
     Raises:
         GeodriftError: ``method`` did not run, ``n`` is outside 1..N, or the folder is refused.
     """
-    from geodrift.lm.hf import save_hf
     from geodrift.io.manifest import record_written
     from geodrift.io.outdir import replace_folder
+    from geodrift.lm.hf import save_hf
     from geodrift.pretrained import keep_tokenizer
 
     curve = next((c for c in result.curves if c.method == method), None)

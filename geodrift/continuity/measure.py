@@ -33,7 +33,6 @@ from dataclasses import dataclass, replace
 import torch
 
 from geodrift import metrics
-from geodrift.io.checks import check_device, check_seed
 from geodrift.continuity import degenerate
 from geodrift.continuity.bank import PermutationBank
 from geodrift.continuity.report import Report, RoleReport, SpaceContinuity, VectorContinuity
@@ -43,6 +42,7 @@ from geodrift.continuity.verdicts import path_verdicts, projection_verdict, rela
 from geodrift.errors import GeodriftError
 from geodrift.gauge.canonical import rotate_residual
 from geodrift.gauge.status import ALIGNED, space_gauge
+from geodrift.io.checks import check_device, check_seed
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import WeightKey, WeightSet, predicted_space, role_label, role_sort_key
 

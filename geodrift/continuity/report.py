@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from geodrift.io.atomic import payload_of
 from geodrift.continuity.trajectory import TrajectoryShape
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import payload_of
 from geodrift.weights import canonical_role
 
 # What to_frame(kind=...) gives: the per-pair table, or the summary (one row per projection and space).

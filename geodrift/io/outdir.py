@@ -28,8 +28,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from geodrift.io.atomic import check_free_space
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import check_free_space
 from geodrift.io.manifest import MANIFEST, Manifests, create, entries, expect_output, is_owned, managed_root
 
 __all__ = ["MANIFEST", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder", "expect_output",

@@ -35,8 +35,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from geodrift.io.atomic import write_text
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import write_text
 
 # The first line of every results file geodrift writes (and may therefore write over).
 MARKER = "<!-- geodrift results file"

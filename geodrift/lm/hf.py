@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from geodrift.io.atomic import write_json, write_with
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import write_json, write_with
 from geodrift.lm.llama import LlamaLM
 from geodrift.weights import HF_LLAMA_PROJECTIONS
 

@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from geodrift.io.checks import check_file
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import check_file
 from geodrift.lm.tokenizer import Tokenizer
 
 HOLDOUT_EVERY = 10

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from geodrift.io.atomic import write_with
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import write_with
 
 FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 COLUMN_WIDTH_IN = 3.5

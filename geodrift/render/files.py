@@ -17,8 +17,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from geodrift.io.atomic import write_text
 from geodrift.continuity import Report
+from geodrift.io.atomic import write_text
 
 
 def pairs_csv_path(summary_path: str | Path) -> Path:

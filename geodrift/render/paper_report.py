@@ -14,12 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from geodrift.io.atomic import document, write_json, write_text
 from geodrift.compress.prune import PruneResult
 from geodrift.compress.share_run import ShareResult
 from geodrift.continuity import Report, Stat
-from geodrift.prove.runner import ProveReport
+from geodrift.io.atomic import document, write_json, write_text
 from geodrift.io.provenance import check_results_path, results_markdown
+from geodrift.prove.runner import ProveReport
 from geodrift.render.layout import grid_markdown
 from geodrift.reproduction import PaperReproduction, Section, ViewComparison
 from geodrift.sim.reference import PAPER_TABLE2

@@ -179,8 +179,8 @@ def check_memory(ws: Any, spec: Any, heads: tuple[int, int] | None, limit: int =
     Raises:
         GeodriftError: naming the keywords and the estimate.
     """
-    from geodrift.io.checks import format_size
     from geodrift.continuity.budget import estimate_bytes
+    from geodrift.io.checks import format_size
     from geodrift.scanner.preflight import plan_shapes
 
     estimate = estimate_bytes(plan_shapes(ws, heads), spec)

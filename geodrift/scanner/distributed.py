@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from geodrift.io.cluster import run_tasks
 from geodrift.continuity import schedule
+from geodrift.io.cluster import run_tasks
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-from geodrift.io.checks import format_size
 from geodrift.continuity import MeasureSpec
 from geodrift.continuity.budget import estimate_bytes
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import format_size
 from geodrift.weights import WeightSet
 
 

@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from geodrift.io.checks import check_file
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import check_file
 from geodrift.weights import MOE_ROLES, split_expert_role
 
 __all__ = ["check_file", "read_weight_map", "check_tensor_names", "check_counts", "check_shapes",

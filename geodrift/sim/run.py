@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-from geodrift.io.atomic import document, write_json
 from geodrift.continuity import MeasureSpec, Report, measure
 from geodrift.errors import GeodriftError
+from geodrift.io.atomic import document, write_json
 from geodrift.sim.config import RunSpec
 from geodrift.sim.record import (
     RunRecord,

@@ -47,8 +47,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from geodrift.io.checks import check_device
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import check_device
 from geodrift.sim.config import TrainConfig
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, dict[str, torch.Tensor]]]

@@ -28,8 +28,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from geodrift.io.checks import check_file, check_seed
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import check_file, check_seed
 
 MAX_GRID_BYTES = 1 << 20
 MAX_DEPTH = 16
