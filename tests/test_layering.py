@@ -3,8 +3,8 @@
 Layers, bottom to top: errors/io (the plumbing)/weights -> linalg -> metrics and gauge -> continuity -> lm (the
 Llama, its tokenizers, text corpora, activations and Hugging Face writer) -> {scan, sim} -> {prove,
 sweep (runs sim specs on a backend), pretrained} -> compress -> reproduction (the whole paper) ->
-render -> cli and the Python API (``geodrift.scanner.api`` and its argument checks ``geodrift.scanner.arguments``,
-a face like the CLI: its reports draw their figures). ``lm`` imports neither ``scan`` nor ``sim``; ``scan`` and
+jobs (one typed job per command, called by both faces) -> render -> cli and the Python API (``geodrift.api``, a face
+like the CLI: its reports draw their figures). ``lm`` imports neither ``scan`` nor ``sim``; ``scan`` and
 ``sim`` never import each other. The scanner meets the language model or the simulators in the BRIDGES only: ``pretrained``
 (the one door from checkpoints to models) and ``reproduction`` (which runs the scan and the
 simulators side by side); ``compress`` reaches checkpoints through ``pretrained``. ``proofs`` is
@@ -27,7 +27,7 @@ PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / 
 LAYERS = {
     "geodrift.errors": 0, "geodrift.io": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
-    "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.scanner.api": 11, "geodrift.scanner.arguments": 11,
+    "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.api": 11,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
     "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.jobs": 9, "geodrift.render": 10,
     "geodrift.cli": 11, "geodrift.__main__": 11,
