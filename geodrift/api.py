@@ -175,10 +175,15 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
              "skip_nonfinite": skip_nonfinite, "max_memory": max_memory}
     defaults = {f.name: f.default for f in fields(ScanRequest)}
     call = "geodrift.scan(" + ", ".join([shown(model)] * (model is not None) + [
-        f"{name}={shown(value)}" for name, value in given.items() if value != defaults[name]]) + ")"
+        f"{name}={shown(value)}" for name, value in given.items() if _differs(value, defaults[name])]) + ")"
     request = ScanRequest(model=model, names=names, config=config, call=call, **given)
     with keyword_errors({**given, "names": names, "config": config, "progress": progress}):
         return ScanReport.of(run_scan(request, progress).report)
+
+
+def _differs(value: Any, default: Any) -> bool:
+    # Whether a keyword was given a value other than its default; any object (a tensor's == is elementwise).
+    return not (type(value) is type(default) and value == default)
 
 
 def claim_figure(path: str | Path | None, dpi: Any, overwrite: Any) -> None:

@@ -108,3 +108,14 @@ def test_the_scan_job_reports_its_total_before_the_first_matrix_and_drift_takes_
                              dtype=torch.float32)
     rep = run_drift(DriftRequest([llama_state(3, 32, 4, 2, 48), folder], k=1, null_draws=4))
     assert rep.checkpoints == ["state dict (in memory)", str(folder)] and rep.rotation
+
+
+@pytest.mark.parametrize("option", ["--csv", "--json-out", "--plot"])
+def test_an_empty_output_name_is_one_line_before_the_work(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # Found fuzzing the jobs: --csv "" reached Path('.').with_name and ended in a ValueError traceback.
+    from geodrift.cli.main import main
+
+    with pytest.raises(SystemExit) as end:
+        main(["scan", option, "", "--layers", "0-1", "--null-draws", "4", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert end.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {option}: must be a file name"), err

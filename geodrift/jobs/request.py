@@ -110,6 +110,10 @@ def check_path(field: str, value: Any, what: str = "a file name", optional: bool
     """
     if not (isinstance(value, (str, Path)) or (optional and value is None)):
         raise refuse(field, value, f"must be {what}, got {kind_of(value)}")
+    if value is not None and (not str(value) or not Path(value).name):
+        raise refuse(field, value, f"must be {what}, got {shown(str(value))}")
+    if value is not None and "\x00" in str(value):
+        raise refuse(field, value, "a path cannot hold a NUL character")
 
 
 def usable_path(field: str, value: str | Path) -> None:
