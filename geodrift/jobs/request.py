@@ -21,10 +21,12 @@ import errno
 import numbers
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from geodrift.errors import GeodriftError
+from geodrift.scanner.mapping import NameRule
 
 # Each request field -> the command-line option that sets it (fields no command line has are absent).
 OPTIONS = {"roles": "--roles", "layers": "--layers", "k": "--k", "null_draws": "--null-draws", "seed": "--seed",
@@ -34,6 +36,60 @@ OPTIONS = {"roles": "--roles", "layers": "--layers", "k": "--k", "null_draws": "
            "json_out": "--json-out", "csv_out": "--csv", "plot": "--plot", "dpi": "--dpi"}
 _EXAMPLES = {"k": "8", "null_draws": "100", "seed": "0", "dpi": "300"}
 Progress = Callable[[str], None]
+DEFAULT_MAX_MEMORY = "8G"  # the CLI's --max-memory default, and the Python call's
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureOptions:
+    """The options every measuring job shares (``scan``, ``drift``, ``compare``), with the command line's defaults.
+
+    Attributes:
+        roles, layers: the selection: ``"q,k"`` or a list of role names; ``"0-9,20"`` or a list of indices
+            (None: all).
+        k, null_draws, seed: the measurement (:class:`~geodrift.continuity.MeasureSpec`).
+        view: ``raw``, ``folded`` or ``canonical``.
+        names: a ``--names`` JSON mapping (path) or its rules, for tensor names nothing recognises.
+        ov: also the OV composite ``W_O W_V`` (needs the head counts).
+        backend, address: ``local``, or ``ray`` at ``address``; Ray tasks read the models from their paths.
+        max_memory: the memory estimate's limit (``"8G"`` or bytes).
+        json_out, csv_out, plot, dpi: the files to write (claimed by the job, written by the renderer).
+    """
+
+    roles: str | list[str] | tuple[str, ...] | None = None
+    layers: str | list[int] | tuple[int, ...] | None = None
+    k: int = 8
+    view: str = "raw"
+    null_draws: int = 100
+    seed: int = 0
+    names: str | Path | list[NameRule] | None = None
+    ov: bool = True
+    backend: str = "local"
+    address: str | None = None
+    max_memory: str | int = DEFAULT_MAX_MEMORY
+    json_out: str | Path | None = None
+    csv_out: str | Path | None = None
+    plot: str | Path | None = None
+    dpi: int = 300
+
+
+def check_options(options: MeasureOptions, progress: Any, flags: tuple[str, ...] = ()) -> None:
+    """The types of the shared options (and of the job's own ``flags``), before anything is opened.
+
+    Raises:
+        GeodriftError: one line naming the option (``--k: must be an integer ...``).
+    """
+    check_names(options.names)
+    for name in ("k", "null_draws", "seed"):
+        check_integer(name, getattr(options, name))
+    for name in ("ov", *flags):
+        check_flag(name, getattr(options, name))
+    check_selection(options.roles, options.layers)
+    check_view(options.view)
+    check_text("backend", options.backend, "local", optional=False)
+    check_text("address", options.address, "auto")
+    check_progress(progress)
+    for name in ("json_out", "csv_out"):
+        check_path(name, getattr(options, name))
 
 
 def option(field: str) -> str:

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,55 +24,34 @@ from geodrift.errors import GeodriftError
 from geodrift.gauge.diagnose import GaugeDiagnosis
 from geodrift.jobs import request as checks
 from geodrift.jobs.outputs import experts_plot_path, scan_outputs
-from geodrift.scanner.mapping import NameRule
-
-DEFAULT_MAX_MEMORY = "8G"  # the CLI's --max-memory default, and the Python call's
+from geodrift.jobs.request import DEFAULT_MAX_MEMORY as DEFAULT_MAX_MEMORY
+from geodrift.jobs.request import MeasureOptions
 
 
 @dataclass(frozen=True)
-class ScanRequest:
-    """Every option of ``geodrift scan`` and of ``geodrift.scan``.
+class ScanRequest(MeasureOptions):
+    """Every option of ``geodrift scan`` and of ``geodrift.scan``: the shared ones
+    (:class:`~geodrift.jobs.request.MeasureOptions`: selection, measurement, view, names, OV, backend, memory,
+    outputs) and the scan's own.
 
     Attributes:
         model: None (the embedded SmolLM2-135M-Instruct), a path (GGUF, safetensors, a Hugging Face
             folder, a PyTorch pickle), an ``nn.Module`` or a (wrapped) state dict.
-        roles, layers: the selection: ``"q,k"`` or a list of role names; ``"0-9,20"`` or a list of indices.
-        k, null_draws, seed, full_spectrum, device: the measurement (:class:`~geodrift.continuity.MeasureSpec`).
-        view: ``raw``, ``folded`` or ``canonical``.
-        names: a ``--names`` JSON mapping (path) or its rules; architecture, config: for models whose
-            files (or memory) do not say them.
-        ov: also the OV composite ``W_O W_V`` (needs the head counts).
+        architecture, config: for models whose files (or memory) do not say them.
+        full_spectrum, device: the measurement (:class:`~geodrift.continuity.MeasureSpec`).
         skip_nonfinite: skip (and note) matrices holding NaN/Inf instead of refusing the model.
-        backend, address: ``local`` or ``ray`` (at ``address``); Ray reads the model from its path.
-        max_memory: the memory estimate's limit (``"8G"`` or bytes).
         full: also the gauge diagnosis (``--full``).
-        json_out, csv_out, plot, dpi: the files to write (claimed by the job, written by the renderer).
         call: the command line or the Python call, for the report's provenance.
     """
 
     model: Any = None
-    roles: str | list[str] | tuple[str, ...] | None = None
-    layers: str | list[int] | tuple[int, ...] | None = None
-    k: int = 8
-    view: str = "raw"
-    null_draws: int = 100
-    seed: int = 0
-    names: str | Path | list[NameRule] | None = None
-    architecture: str | None = None
-    config: Mapping[str, Any] | None = None
-    ov: bool = True
-    full_spectrum: bool = False
-    device: str = "cpu"
-    skip_nonfinite: bool = False
-    backend: str = "local"
-    address: str | None = None
-    max_memory: str | int = DEFAULT_MAX_MEMORY
-    full: bool = False
-    json_out: str | Path | None = None
-    csv_out: str | Path | None = None
-    plot: str | Path | None = None
-    dpi: int = 300
-    call: str = "geodrift.jobs.scan.run_scan"
+    architecture: str | None = field(default=None, kw_only=True)
+    config: Mapping[str, Any] | None = field(default=None, kw_only=True)
+    full_spectrum: bool = field(default=False, kw_only=True)
+    device: str = field(default="cpu", kw_only=True)
+    skip_nonfinite: bool = field(default=False, kw_only=True)
+    full: bool = field(default=False, kw_only=True)
+    call: str = field(default="geodrift.jobs.scan.run_scan", kw_only=True)
 
 
 @dataclass
@@ -90,28 +69,17 @@ class ScanResult:
 
 
 def check_request(request: ScanRequest, progress: Any = None) -> None:
-    """The request's types and the options checked without the model, in the order the CLI always checked them.
+    """The request's types and the options checked without the model, before anything is opened.
 
     Raises:
         GeodriftError: one line naming the option (``--k: must be an integer ...``).
     """
     if isinstance(request.model, (str, Path)):
         checks.usable_path("model", request.model)
-    checks.check_names(request.names)
-    for name in ("k", "null_draws", "seed"):
-        checks.check_integer(name, getattr(request, name))
-    for name in ("ov", "full_spectrum", "skip_nonfinite", "full"):
-        checks.check_flag(name, getattr(request, name))
-    checks.check_selection(request.roles, request.layers)
+    checks.check_options(request, progress, flags=("full_spectrum", "skip_nonfinite", "full"))
     checks.check_text("architecture", request.architecture, "llama")
     checks.check_text("device", request.device, "cpu", optional=False)
-    checks.check_text("backend", request.backend, "local", optional=False)
-    checks.check_text("address", request.address, "auto")
     checks.check_config(request.config)
-    checks.check_progress(progress)
-    for name in ("json_out", "csv_out"):
-        checks.check_path(name, getattr(request, name))
-    checks.check_view(request.view)
 
 
 def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None,

@@ -16,46 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from geodrift.continuity import MeasureSpec
 from geodrift.jobs import request as checks
 from geodrift.jobs.outputs import compare_outputs, drift_outputs
+from geodrift.jobs.request import MeasureOptions
 from geodrift.scanner.series import CompareReport, DriftReport
-
-DEFAULT_MAX_MEMORY = "8G"
 
 
 @dataclass(frozen=True, kw_only=True)
-class SeriesOptions:
-    """What ``drift`` and ``compare`` share: the selection, the measurement, the backend and the outputs.
+class SeriesOptions(MeasureOptions):
+    """What ``drift`` and ``compare`` share: the measuring options (:class:`~geodrift.jobs.request.MeasureOptions`)
+    and ``align``, which brings every model into the first one's gauge first (llama/mistral)."""
 
-    Attributes:
-        roles, layers: ``"q,k"`` or a list of role names; ``"0-9,20"`` or a list of indices (None: all).
-        k, null_draws, seed, view, ov, names: as the scan's (:class:`geodrift.jobs.scan.ScanRequest`).
-        align: bring every model into the first one's gauge first (llama/mistral).
-        backend, address: ``local``, or ``ray`` at ``address`` (one task per checkpoint).
-        max_memory: the memory estimate's limit (``"8G"`` or bytes).
-        json_out, csv_out, plot, dpi: the files to write (claimed by the job, written by the renderer).
-    """
-
-    roles: str | list[str] | tuple[str, ...] | None = None
-    layers: str | list[int] | tuple[int, ...] | None = None
-    k: int = 8
-    view: str = "raw"
-    null_draws: int = 100
-    seed: int = 0
-    names: str | Path | None = None
-    ov: bool = True
     align: bool = False
-    backend: str = "local"
-    address: str | None = None
-    max_memory: str | int = DEFAULT_MAX_MEMORY
-    json_out: str | Path | None = None
-    csv_out: str | Path | None = None
-    plot: str | Path | None = None
-    dpi: int = 300
 
 
 @dataclass(frozen=True)
@@ -80,18 +55,7 @@ class CompareRequest(SeriesOptions):
 
 def _check(options: SeriesOptions, progress: Any) -> tuple[MeasureSpec, dict[str, Any]]:
     # The request's types and the options checked without the models; the measurement and the series options.
-    checks.check_names(options.names)
-    for name in ("k", "null_draws", "seed"):
-        checks.check_integer(name, getattr(options, name))
-    for name in ("ov", "align"):
-        checks.check_flag(name, getattr(options, name))
-    checks.check_selection(options.roles, options.layers)
-    checks.check_view(options.view)
-    checks.check_text("backend", options.backend, "local", optional=False)
-    checks.check_text("address", options.address, "auto")
-    checks.check_progress(progress)
-    for name in ("json_out", "csv_out"):
-        checks.check_path(name, getattr(options, name))
+    checks.check_options(options, progress, flags=("align",))
     spec = MeasureSpec(k=options.k, null_draws=options.null_draws, seed=options.seed)
     series = {"roles": checks.role_list(options.roles), "layers": checks.layer_list(options.layers),
               "view": options.view, "ov": options.ov, "names": options.names,
