@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from geodrift.compress.prune import PruneResult
+from geodrift.compress.saved import Saved
 from geodrift.compress.table import GEOMETRY, RANKINGS
 from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
@@ -79,24 +80,24 @@ def render_prune(result: PruneResult, wide: bool = False) -> None:
         print_grid(grid, wide=wide)
     for note in result.notes:
         console.print(lit(f"note: {note}", "dim"), soft_wrap=True)
-    if result.saved:
+    if result.saved is not None:
         console.print(lit(saved_line(result.saved)))
     console.print(lit(prune_summary(result), "bold"), soft_wrap=True)
 
 
-def saved_line(saved: dict[str, object]) -> str:
-    """What ``--save`` wrote: the removed layers, those kept (renumbered) and the tokenizer files.
+def saved_line(saved: Saved) -> str:
+    """What prune's ``--save`` wrote: the removed layers, those kept (renumbered) and the tokenizer files.
 
     Example:
-        >>> saved_line({"folder": "small", "method": "geom-v1", "n": 2, "removed": [3, 7], "kept": [0, 1, 2, 4, 5, 6],
-        ...             "tokenizer": ["tokenizer.json"]})
+        >>> from geodrift.compress.saved import PRUNED
+        >>> saved_line(Saved("small", PRUNED, "geom-v1", n=2, removed=(3, 7), kept=(0, 1, 2, 4, 5, 6),
+        ...                  tokenizer=("tokenizer.json",)))
         'saved small: geom-v1 with 2 layers removed (layers 3, 7 of the input); 6 kept, renumbered 0..5; tokenizer: tokenizer.json'
     """
-    removed, kept, files = saved["removed"], saved["kept"], saved["tokenizer"]
-    assert isinstance(removed, list) and isinstance(kept, list) and isinstance(files, list)
-    return (f"saved {saved['folder']}: {saved['method']} with {saved['n']} layers removed (layers "
-            f"{', '.join(map(str, removed))} of the input); {len(kept)} kept, renumbered 0..{len(kept) - 1}; tokenizer: "
-            + (", ".join(files) or "none found beside the input"))
+    kept = saved.kept
+    return (f"saved {saved.folder}: {saved.method} with {saved.n} layers removed (layers "
+            f"{', '.join(map(str, saved.removed))} of the input); {len(kept)} kept, renumbered 0..{len(kept) - 1}; "
+            "tokenizer: " + (", ".join(saved.tokenizer) or "none found beside the input"))
 
 
 def prune_summary(result: PruneResult) -> str:
