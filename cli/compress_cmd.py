@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -77,16 +77,16 @@ def _ratio_list(text: str) -> tuple[float, ...]:
         raise GeodriftError(f"--ratios: {text!r} is not a comma list of numbers, e.g. 0.2,0.3,0.4") from None
 
 
-def _show(result: PruneResult | ShareResult, kind: str, figure: Callable[[], Path] | None, *, json_out: Path | None,
-          csv_out: Path | None, as_json: bool, quiet: bool, render: Callable[[], None]) -> None:
+def _show(result: PruneResult | ShareResult, doc: dict[str, Any], figure: Callable[[], Path] | None, *,
+          json_out: Path | None, csv_out: Path | None, as_json: bool, quiet: bool, render: Callable[[], None]) -> None:
     # After the job: the files asked for (their paths were claimed by the job), stdout, and what was written.
     from geodrift.render.files import print_document, write_result_files
     from geodrift.render.progress import announce
 
     written = [Path(result.saved.folder)] if result.saved is not None else []
-    written += write_result_files(result, kind, json_out, csv_out, figure)
+    written += write_result_files(doc, result.rows(), json_out, csv_out, figure)
     if as_json:
-        print_document(kind, result.to_dict())
+        print_document(doc)
     else:
         render()
     if written:
@@ -117,7 +117,7 @@ def prune_command(
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.jobs.compress import PruneRequest, run_prune
-    from geodrift.render.compress import plot_prune, render_prune
+    from geodrift.render.compress import plot_prune, prune_document, render_prune
     from geodrift.render.progress import ConsoleEvents
 
     request = PruneRequest(
@@ -128,7 +128,7 @@ def prune_command(
         max_memory=max_memory)
     with ConsoleEvents(quiet=quiet) as events:
         result = run_prune(request, events)
-    _show(result, "compress_prune", functools.partial(plot_prune, result, plot, dpi) if plot else None,
+    _show(result, prune_document(result), functools.partial(plot_prune, result, plot, dpi) if plot else None,
           json_out=json_out, csv_out=csv_out, as_json=as_json, quiet=quiet,
           render=lambda: render_prune(result, wide=wide))
 
@@ -179,7 +179,7 @@ def share_command(
 ) -> None:
     """Calibration-whitened low-rank compression at equal parameters: SVD-LLM, Basis Sharing, pruning, and continuity's methods."""
     from geodrift.jobs.compress import ShareRequest, run_share
-    from geodrift.render.compress_share import plot_share, render_share
+    from geodrift.render.compress_share import plot_share, render_share, share_document
     from geodrift.render.progress import ConsoleEvents
 
     request = ShareRequest(
@@ -191,6 +191,6 @@ def share_command(
         dpi=dpi, threads=threads, force=force, max_memory=max_memory)
     with ConsoleEvents(quiet=quiet) as events:
         result = run_share(request, events)
-    _show(result, "compress_share", functools.partial(plot_share, result, plot, dpi) if plot else None,
+    _show(result, share_document(result), functools.partial(plot_share, result, plot, dpi) if plot else None,
           json_out=json_out, csv_out=csv_out, as_json=as_json, quiet=quiet,
           render=lambda: render_share(result, wide=wide, full=full))

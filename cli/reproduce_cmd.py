@@ -10,7 +10,8 @@ import typer
 
 from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Force, Quiet
-from geodrift.cli.sweep_cmd import Address, Backend
+from geodrift.cli.options import SweepAddress as Address
+from geodrift.cli.options import SweepBackend as Backend
 
 app = typer.Typer()
 

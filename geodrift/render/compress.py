@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 from geodrift.compress.prune import PruneResult
 from geodrift.compress.saved import Saved
 from geodrift.compress.table import GEOMETRY, RANKINGS
+from geodrift.io.atomic import document
 from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
@@ -72,6 +74,11 @@ def prune_grids(result: PruneResult) -> list[Grid]:
         grids.insert(1, verdict_grid(result.verdicts, "The paper's pruning corollary, judged (criteria from the random "
                                      "orders' spread and the rank test, not from any published number)"))
     return grids
+
+
+def prune_document(result: PruneResult) -> dict[str, Any]:
+    """The JSON document of a prune result (``--json``, ``--json-out``)."""
+    return document("compress_prune", result.to_dict())
 
 
 def render_prune(result: PruneResult, wide: bool = False) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
@@ -20,6 +21,7 @@ from geodrift.compress.saved import Saved
 from geodrift.compress.share_run import ShareResult, best_baseline
 from geodrift.compress.table import CONTROL_OF, METHODS
 from geodrift.continuity.verdicts import Verdict
+from geodrift.io.atomic import document
 from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
@@ -214,6 +216,11 @@ def space_grid(result: ShareResult) -> Grid:
                    for v, text in ((rank_v, rank_text), (params_v, params_text))),
                  ranks.removesuffix(")") or "—")
     return grid
+
+
+def share_document(result: ShareResult) -> dict[str, Any]:
+    """The JSON document of a share result (``--json``, ``--json-out``)."""
+    return document("compress_share", result.to_dict())
 
 
 def render_share(result: ShareResult, wide: bool = False, full: bool = False) -> None:

@@ -17,18 +17,10 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from geodrift.continuity import Report
 from geodrift.io.atomic import write_text
-
-
-class Tabular(Protocol):
-    """A result with a JSON form and tidy CSV rows (``PruneResult``, ``ShareResult``)."""
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-    def rows(self) -> list[dict[str, Any]]: ...
 
 
 def pairs_csv_path(summary_path: str | Path) -> Path:
@@ -86,37 +78,38 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def print_document(kind: str, payload: dict[str, Any], indent: int | None = None) -> None:
-    """Print ``payload`` as one JSON document of ``kind`` on stdout (``--json``; :func:`geodrift.io.atomic.document`).
+def print_document(doc: dict[str, Any], indent: int | None = None) -> None:
+    """Print a JSON document (:func:`geodrift.io.atomic.document`) on stdout (``--json``).
 
     Example:
-        >>> print_document("example", {"n": 1})
-        {"schema_version": "1.2", "kind": "example", "n": 1}
+        >>> from geodrift.io.atomic import document
+        >>> print_document(document("proofs", {"results": []}))
+        {"schema_version": "1.2", "kind": "proofs", "results": []}
     """
-    from geodrift.io.atomic import document, to_json
+    from geodrift.io.atomic import to_json
 
-    sys.stdout.write(to_json(document(kind, payload), indent=indent) + "\n")
+    sys.stdout.write(to_json(doc, indent=indent) + "\n")
 
 
-def write_result_files(result: Tabular, kind: str, json_out: Path | None, csv_out: Path | None,
+def write_result_files(doc: dict[str, Any], rows: list[dict[str, Any]], json_out: Path | None, csv_out: Path | None,
                        figure: Callable[[], Path] | None = None) -> list[Path]:
-    """Write the JSON (a document of ``kind``), the tidy CSV and the figure that were asked for; return their paths.
+    """Write the JSON document, the tidy CSV of ``rows`` and the figure that were asked for; return their paths.
 
     They replace the previous run's together, or not at all (:func:`geodrift.io.atomic.output_set`).
 
     Args:
-        result: what to write; kind: the JSON document's kind (``compress_prune``).
+        doc: the JSON document (:func:`geodrift.io.atomic.document`); rows: the CSV's rows.
         json_out, csv_out: the files (None: not asked for); figure: draws the figure and returns its path.
     """
-    from geodrift.io.atomic import document, output_set, write_json
+    from geodrift.io.atomic import output_set, write_json
 
     written = []
     with output_set():
         if json_out:
-            write_json(json_out, document(kind, result.to_dict()))
+            write_json(json_out, doc)
             written.append(json_out)
         if csv_out:
-            write_text(csv_out, csv_text(result.rows()))
+            write_text(csv_out, csv_text(rows))
             written.append(csv_out)
         if figure is not None:
             written.append(figure())
