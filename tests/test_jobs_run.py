@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from test_compress import tiny_llama_folder
+from test_compress_cli import _without
 
 from geodrift.cli import compress_cmd, prove_cmd, reproduce_cmd, simulate_cmd, sweep_cmd
 from geodrift.cli.main import main
@@ -85,14 +86,6 @@ def test_python_values_the_shell_cannot_give_are_refused_by_option(tmp_path: Pat
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_llama_folder(tmp_path_factory.mktemp("jobs") / "llama", n_layers=4)
-
-
-def _without(value: object, skip: set[str]) -> object:
-    if isinstance(value, dict):
-        return {k: _without(v, skip) for k, v in value.items() if k not in skip}
-    if isinstance(value, list):
-        return [_without(v, skip) for v in value]
-    return value
 
 
 TIMES = {"seconds", "eval_seconds", "build_seconds", "schema_version", "kind", "nonfinite", "saved"}

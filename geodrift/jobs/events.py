@@ -20,25 +20,27 @@ if TYPE_CHECKING:
 
 
 class Events(Protocol):
-    """The callbacks of one job (see the module docstring)."""
+    """The callbacks of one job (see the module docstring).
 
-    def stage(self, text: str) -> None:
-        """A start-up message (``loading the corpus``), before or between the counted work."""
+    - ``stage(text)``: a start-up message (``loading the corpus``), before or between the counted work;
+    - ``begin(title, total, unit)``: a counted piece of work starts (``total`` 0: not known yet);
+    - ``advance(done, total=None, description=None)``: ``done`` units of it are finished (the total may change);
+    - ``training(status)``: a training step of a simulator run finished (the work counts steps over every run);
+    - ``sweep(status)``: a sweep run started or ended (the work counts runs);
+    - ``end()``: the counted work finished (its display ends at n/n).
+    """
 
-    def begin(self, title: str, total: int, unit: str) -> None:
-        """A counted piece of work starts: ``total`` ``unit`` (0: not known yet) under ``title``."""
+    def stage(self, text: str) -> None: ...
 
-    def advance(self, done: int, total: int | None = None, description: str | None = None) -> None:
-        """``done`` units of the current work are finished (the total may be corrected)."""
+    def begin(self, title: str, total: int, unit: str) -> None: ...
 
-    def training(self, status: StepStatus) -> None:
-        """A training step of a simulator run finished (the current work counts steps over every run)."""
+    def advance(self, done: int, total: int | None = None, description: str | None = None) -> None: ...
 
-    def sweep(self, status: SweepStatus) -> None:
-        """A sweep run started or ended (the current work counts runs)."""
+    def training(self, status: StepStatus) -> None: ...
 
-    def end(self) -> None:
-        """The current counted work finished (its display ends at n/n)."""
+    def sweep(self, status: SweepStatus) -> None: ...
+
+    def end(self) -> None: ...
 
 
 class Silent:
