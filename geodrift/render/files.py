@@ -128,6 +128,7 @@ def write_compare_outputs(rep: CompareReport, request: CompareRequest) -> list[P
             from geodrift.render.series import write_compare_plot
 
             written.append(write_compare_plot(rep, Path(request.plot), request.dpi))
+    return written
 
 
 def print_document(doc: dict[str, Any], indent: int | None = None) -> None:
@@ -138,7 +139,6 @@ def print_document(doc: dict[str, Any], indent: int | None = None) -> None:
         >>> print_document(document("proofs", {"results": []}))
         {"schema_version": "1.2", "kind": "proofs", "results": []}
     """
-
     sys.stdout.write(to_json(doc, indent=indent) + "\n")
 
 
@@ -152,8 +152,6 @@ def write_result_files(doc: dict[str, Any], rows: list[dict[str, Any]], json_out
         doc: the JSON document (:func:`geodrift.io.atomic.document`); rows: the CSV's rows.
         json_out, csv_out: the files (None: not asked for); figure: draws the figure and returns its path.
     """
-    from geodrift.io.atomic import output_set, write_json
-
     written = []
     with output_set():
         if json_out:
