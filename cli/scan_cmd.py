@@ -25,8 +25,8 @@ def scan_command(
     layers: Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")] = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K); clipped, with a note, for a "
                                    "projection of lower rank.")] = 8,
-    view: Annotated[choices.View, typer.Option("--view", help="raw weights, folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers exact reparametrisations leave unchanged).")
-                    ] = choices.View.raw,
+    view: Annotated[choices.View | None, typer.Option("--view", help="raw weights (the paper's metric), folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers and verdicts exact reparametrisations leave unchanged). Default: canonical where geodrift has derived the model's gauge group, else raw with a note.")
+                    ] = None,
     null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
     names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "
@@ -95,7 +95,7 @@ def scan_command(
         figure_format(plot)
         check_dpi(dpi)
     check_outputs({}, *scan_outputs(json_out, csv_out, plot, experts=False, gauge=full))  # named and derived, before the work
-    ws, heads = load_weights(model, view.value, names, role_list, layer_list)
+    ws, heads = load_weights(model, view.value if view else None, names, role_list, layer_list)
     if plot is not None and any(split_expert_role(role) for role in ws.roles()):  # NAME_experts: a mixture only
         check_outputs({}, *scan_outputs(None, None, plot))
     check_plan(ws, spec, heads if ov else None, memory_limit)
@@ -105,7 +105,7 @@ def scan_command(
     with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar, report_only_stdout(as_json):
         report = scan(ws, spec, heads=heads if ov else None,
                       progress=lambda label: bar.update(advance=1, description=label),
-                      ray=(RaySource(model, view.value, names, role_list, address)
+                      ray=(RaySource(model, ws.view, names, role_list, address)
                            if backend == choices.Backend.ray else None))
     report.notes += skipped
     report.provenance = report_provenance("geodrift " + shlex.join(sys.argv[1:]),

@@ -22,7 +22,7 @@ app = typer.Typer()
 Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down; in a mixture "
                                             "of experts also router, expert_gate, experts (default all).")]
 Layers = Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")]
-View = Annotated[choices.View, typer.Option("--view", help="raw weights, folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers exact reparametrisations leave unchanged).")]
+View = Annotated[choices.View | None, typer.Option("--view", help="raw weights (the paper's metric), folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers and verdicts exact reparametrisations leave unchanged). Default: canonical where geodrift has derived the model's gauge group, else raw with a note.")]
 NullDraws = Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the permutation nulls.")]
 Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "
@@ -41,7 +41,7 @@ def drift_command(
                                                      "(.gguf, .safetensors, Hugging Face folders, .pt pickles).")],
     roles: Roles = None, layers: Layers = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space kept per checkpoint.")] = 4,
-    view: View = choices.View.raw, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
+    view: View = None, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
     as_json: Json = False, json_out: JsonOut = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write continuity per checkpoint here and the "
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
@@ -64,7 +64,7 @@ def drift_command(
     from geodrift.scanner.series import drift
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names,
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value if view else None, "ov": ov, "names": names,
                "max_memory": parse_size(max_memory)}
     if plot is not None:
         figure_format(plot)
@@ -105,7 +105,7 @@ def compare_command(
     b: Annotated[str, typer.Argument(help="The second model (e.g. its fine-tune or compressed copy).")],
     roles: Roles = None, layers: Layers = None,
     k: Annotated[int, typer.Option("--k", help="Dimension of the top-k subspaces compared.")] = 8,
-    view: View = choices.View.raw, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
+    view: View = None, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
     as_json: Json = False, json_out: JsonOut = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one row per projection, space and layer "
                                                  "here.")] = None,
@@ -128,7 +128,7 @@ def compare_command(
     from geodrift.scanner.series import compare
 
     spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value, "ov": ov, "names": names,
+    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value if view else None, "ov": ov, "names": names,
                "max_memory": parse_size(max_memory)}
     if plot is not None:
         figure_format(plot)

@@ -182,7 +182,7 @@ def open_model(model: Any = None, names: str | Path | list[NameRule] | None = No
 
 
 def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
-         k: int = 8, null_draws: int = 100, seed: int = 0, view: str = "raw",
+         k: int = 8, null_draws: int = 100, seed: int = 0, view: str | None = None,
          names: str | Path | list[NameRule] | None = None, architecture: str | None = None,
          config: dict[str, Any] | None = None, ov: bool = True, full_spectrum: bool = False,
          progress: Callable[[str], None] | None = None) -> ScanReport:
@@ -199,9 +199,10 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
             ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
         k, null_draws, seed, full_spectrum: as :class:`geodrift.continuity.MeasureSpec`.
-        view: ``"raw"``, ``"folded"`` (norm gains folded into the projections) or ``"canonical"`` (folded,
-            then each layer at the canonical point of its gauge orbit: numbers and verdicts that exact
-            reparametrisations leave unchanged; docs/verdicts.md).
+        view: ``"raw"`` (the paper's metric), ``"folded"`` (norm gains folded into the projections) or
+            ``"canonical"`` (folded, then each layer at the canonical point of its gauge orbit: numbers and
+            verdicts that exact reparametrisations leave unchanged; docs/verdicts.md); None (the default):
+            canonical where geodrift has derived the model's gauge group, else raw with a note saying why.
         names: a ``--names`` mapping for unknown tensor names; architecture: override the detected one.
         config: config.json-style hyperparameters for an in-memory state dict (head counts for OV).
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
@@ -226,7 +227,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     given = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
              "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum}
     check_scan_arguments(model=model, names=names, config=config, progress=progress, **given)  # types, up front
-    defaults = {"roles": None, "layers": None, "k": 8, "null_draws": 100, "seed": 0, "view": "raw",
+    defaults = {"roles": None, "layers": None, "k": 8, "null_draws": 100, "seed": 0, "view": None,
                 "architecture": None, "ov": True, "full_spectrum": False}
     call = "geodrift.scan(" + ", ".join([_shown(model)] * (model is not None) + [
         f"{name}={_shown(value)}" for name, value in given.items() if value != defaults[name]]) + ")"
@@ -234,7 +235,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
         role_list = parse_roles(roles if isinstance(roles, str) or roles is None else ",".join(roles))
         layer_list = _layer_list(layers)
-        if view not in VIEWS:
+        if view is not None and view not in VIEWS:
             raise GeodriftError(f"--view: {view!r} is not a view; use raw, folded or canonical")
         ckpt = open_model(model, names, architecture, config)
         ws = weightset(ckpt, view=view).select(role_list, layer_list)
