@@ -18,6 +18,7 @@ the others are refused with the symmetry that is not derived.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -186,7 +187,10 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
     if missing:
         raise GeodriftError(f"--view canonical: {ckpt.label} lacks {', '.join(missing[:4])}; every layer needs all "
                             "seven projections (a layer's gauges tie them together) - use --view folded")
-    source = CanonicalLayers({key: entry.load for key, entry in folded.entries.items()}, embedding, shape)
+    # Each folded matrix read through the WeightSet's checks (NaN/Inf, a corrupt outlier): balancing would hide an
+    # outlier in its layer's product, so it is refused (or skipped, with its layer) by the name of its tensor.
+    source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries}, embedding,
+                             shape)
     entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
                for key, entry in folded.entries.items()}
     unrotated = {key: WeightEntry(entry.shape, f"{entry.source} (canonical, before the residual rotation)",
