@@ -50,7 +50,7 @@ from geodrift.io.provenance import (
     stamp,
     write_results,
 )
-from geodrift.scanner.api import open_model
+from geodrift.scanner.open import open_model
 from geodrift.scanner.readers import canonical_keys, load_canonical, open_checkpoint, weightset
 from geodrift.scanner.scan import heads_of, ov_composite_hook
 from geodrift.weights import HF_LLAMA_PROJECTIONS, PREDICTED_SPACE, ROLE_LABELS

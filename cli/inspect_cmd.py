@@ -6,7 +6,6 @@ measurement options, and is what one runs first on an unknown checkpoint to writ
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -28,23 +27,7 @@ def inspect_command(
     wide: Wide = False,
 ) -> None:
     """List every tensor of a checkpoint with the projection it is scanned as, or why it is not scanned."""
-    from geodrift.io.atomic import document, to_json
-    from geodrift.render.inspect import render_inventory
-    from geodrift.scanner.checkpoint import LISTING_UNKNOWN
-    from geodrift.scanner.inventory import inventory, summary_line
-    from geodrift.scanner.readers import open_checkpoint
+    from geodrift.jobs.inspect import InspectRequest, run_inspect
+    from geodrift.render.results import show_inventory
 
-    listing = LISTING_UNKNOWN.set(True)  # unrecognised names are listed, not refused (as --help promises)
-    try:
-        ckpt = open_checkpoint(model, names=names)
-    finally:
-        LISTING_UNKNOWN.reset(listing)
-    with ckpt:
-        rows = inventory(ckpt)
-        summary = summary_line(ckpt, rows)
-        if as_json:
-            payload = {"model": ckpt.label, "format": ckpt.format, "architecture": ckpt.architecture,
-                       "summary": summary, "tensors": [r.to_dict() for r in rows]}
-            sys.stdout.write(to_json(document("inventory", payload)) + "\n")
-        else:
-            render_inventory(f"Tensors of {ckpt.label} ({ckpt.format}, {ckpt.architecture})", rows, summary, wide=wide)
+    show_inventory(run_inspect(InspectRequest(model, names)), as_json=as_json, wide=wide)

@@ -1,7 +1,7 @@
 """The geodrift command line: ``cli/main.py`` only composes the command modules' Typer apps.
 
 Each command module (``scan_cmd``, ``series_cmd``, ``prove_cmd``, ``simulate_cmd``) owns its app; its commands parse
-options, make one library call and render. Heavy imports (torch, rich tables, matplotlib) happen
+options, call one job (``geodrift.jobs``, the one the Python API calls too) and render. Heavy imports (torch, rich tables, matplotlib) happen
 inside command bodies, so ``geodrift --help`` and ``--version`` stay fast. Errors a user can cause
 (GeodriftError, bad options, OS errors) print one line and exit with status 2.
 """

@@ -59,84 +59,17 @@ def scan_command(
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Scan a checkpoint: v1/u1 continuity per projection with noise floors and the theory's verdict."""
-    from geodrift.cli.checks import check_outputs
-    from geodrift.continuity import MeasureSpec
-    from geodrift.io.atomic import document, output_set, to_json, write_json
-    from geodrift.io.checks import parse_size
-    from geodrift.io.provenance import report_provenance
-    from geodrift.io.stdio import report_only_stdout
-    from geodrift.render.figures import check_dpi, figure_format
-    from geodrift.render.files import scan_outputs, write_csv
-    from geodrift.render.gauge import gauge_plot_path, render_gauge, write_gauge_plot
-    from geodrift.render.progress import JobProgress, announce
-    from geodrift.render.scan import render_scan, summary_line
-    from geodrift.scanner.distributed import RaySource, check_backend
-    from geodrift.scanner.embedded import embedded_model_path
-    from geodrift.scanner.fingerprint import file_fingerprint
-    from geodrift.scanner.gauge_diagnosis import diagnose_model
-    from geodrift.scanner.preflight import check_plan
-    from geodrift.scanner.scan import load_weights, parse_layers, parse_roles, scan
-    from geodrift.weights import split_expert_role
+    from geodrift.jobs.scan import ScanRequest, run_scan
+    from geodrift.render.files import write_scan_outputs
+    from geodrift.render.results import announce_written, show_scan, working
 
-    role_list, layer_list = parse_roles(roles), parse_layers(layers)
-    check_backend(backend.value, address)
-    if backend == choices.Backend.ray and device != "cpu":
-        from geodrift.errors import GeodriftError
-
-        raise GeodriftError("--device cuda with --backend ray: the Ray tasks request no GPUs yet; use one of the two")
-    if backend == choices.Backend.ray and skip_nonfinite:
-        from geodrift.errors import GeodriftError
-
-        raise GeodriftError("--skip-nonfinite with --backend ray: the Ray tasks read the model themselves; scan "
-                            "locally to skip corrupt matrices")
-    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum, device=device)
-    memory_limit = parse_size(max_memory)
-    if plot is not None:  # fail before the long job, not after it
-        figure_format(plot)
-        check_dpi(dpi)
-    check_outputs({}, *scan_outputs(json_out, csv_out, plot, experts=False, gauge=full))  # named and derived, before the work
-    ws, heads = load_weights(model, view.value if view else None, names, role_list, layer_list)
-    if plot is not None and any(split_expert_role(role) for role in ws.roles()):  # NAME_experts: a mixture only
-        check_outputs({}, *scan_outputs(None, None, plot))
-    check_plan(ws, spec, heads if ov else None, memory_limit)
-    skipped: list[str] = []
-    if skip_nonfinite:
-        ws, skipped = ws.without_bad_tensors()
-    with JobProgress("scanning", len(ws), "matrices", quiet=quiet) as bar, report_only_stdout(as_json):
-        report = scan(ws, spec, heads=heads if ov else None,
-                      progress=lambda label: bar.update(advance=1, description=label),
-                      ray=(RaySource(model, ws.view, names, role_list, address)
-                           if backend == choices.Backend.ray else None))
-    report.notes += skipped
-    report.provenance = report_provenance("geodrift " + shlex.join(sys.argv[1:]),
-                                          file_fingerprint(model if model is not None else embedded_model_path()))
-    gauge = diagnose_model(model, names, layer_list) if full else None  # --full: distance from the balanced point
-    payload = report.to_dict() | ({"gauge_diagnosis": gauge.to_dict()} if gauge is not None and
-                                  not isinstance(gauge, str) else {})
-    written: list[Path] = []
-    with output_set():  # the files replace the previous run's together, or not at all
-        if json_out:
-            write_json(json_out, document("continuity_report", payload))
-            written.append(json_out)
-        if csv_out:
-            written += write_csv(report, csv_out)
-        if plot:
-            from geodrift.render.scan_plot import trajectory_plot_path, write_plot, write_trajectory_plot
-
-            written.append(write_plot(report, plot, dpi))
-            if report.trajectory:
-                written.append(write_trajectory_plot(report, trajectory_plot_path(plot), dpi))
-            if report.across_experts:
-                from geodrift.render.experts_plot import experts_plot_path, write_experts_plot
-
-                written.append(write_experts_plot(report, experts_plot_path(plot), dpi))
-            if gauge is not None and not isinstance(gauge, str):
-                written.append(write_gauge_plot(gauge, gauge_plot_path(plot), dpi))
-    if as_json:
-        sys.stdout.write(to_json(document("continuity_report", payload)) + "\n")
-    else:
-        render_scan(report, full=full, wide=wide, summary=gauge is None)
-        if gauge is not None:  # the gauge diagnosis, then the scan's summary line, last as always
-            render_gauge(gauge, wide=wide, then=summary_line(report))
-    if written:
-        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
+    request = ScanRequest(model=model, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws,
+                          seed=seed, names=names, ov=ov, full_spectrum=full_spectrum, device=device,
+                          skip_nonfinite=skip_nonfinite, backend=backend.value, address=address,
+                          max_memory=max_memory, full=full, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi,
+                          call="geodrift " + shlex.join(sys.argv[1:]))
+    with working("scanning", "matrices", quiet=quiet, report_on_stdout=as_json) as bar:
+        result = run_scan(request, bar.advance, bar.set_total)
+    written = write_scan_outputs(result, request)
+    show_scan(result, as_json=as_json, full=full, wide=wide)
+    announce_written(written, quiet=quiet)

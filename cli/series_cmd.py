@@ -8,7 +8,6 @@ would change meaning with the number of arguments.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -52,51 +51,18 @@ def drift_command(
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
     with noise floors (the paper's Fig. 2 on real checkpoints). Each checkpoint is read once."""
-    from geodrift.cli.checks import check_outputs
-    from geodrift.continuity import MeasureSpec
-    from geodrift.io.atomic import document, output_set, to_json, write_json
-    from geodrift.io.checks import parse_size
-    from geodrift.render.figures import check_dpi, figure_format
-    from geodrift.render.files import csv_text
-    from geodrift.render.progress import JobProgress, announce
-    from geodrift.render.series import render_drift, write_drift_plot, write_series_continuity_plot
-    from geodrift.scanner.scan import parse_layers, parse_roles
-    from geodrift.scanner.series import drift
+    from geodrift.jobs.series import DriftRequest, run_drift
+    from geodrift.render.files import write_drift_outputs
+    from geodrift.render.results import announce_written, show_drift, working
 
-    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value if view else None, "ov": ov, "names": names,
-               "max_memory": parse_size(max_memory)}
-    if plot is not None:
-        figure_format(plot)
-        check_dpi(dpi)
-    check_outputs({"--json-out": json_out, "--csv": csv_out},
-                  *([("--csv", _beside(csv_out, "rotation", ".csv"))] if csv_out else []),
-                  *([("--plot", _beside(plot, kind, plot.suffix, "_")) for kind in ("rotation", "continuity")]
-                    if plot else []))
-    with JobProgress(f"reading {len(checkpoints)} checkpoints", 0, "matrices", quiet=quiet) as bar:
-        rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
-                    backend=backend.value, address=address, align=align, **options)
-    written: list[Path] = []
-    with output_set():  # the files replace the previous run's together, or not at all
-        if json_out:
-            write_json(json_out, document("drift_report", rep.to_dict()))
-            written.append(json_out)
-        if csv_out:
-            from geodrift.io.atomic import write_text
-
-            rotation = _beside(csv_out, "rotation", ".csv")
-            write_text(csv_out, csv_text(rep.continuity_rows()))
-            write_text(rotation, csv_text(rep.rotation_rows()))
-            written += [csv_out, rotation]
-        if plot:
-            written.append(write_drift_plot(rep, _beside(plot, "rotation", plot.suffix, "_"), dpi))
-            written.append(write_series_continuity_plot(rep, _beside(plot, "continuity", plot.suffix, "_"), dpi))
-    if as_json:
-        sys.stdout.write(to_json(document("drift_report", rep.to_dict())) + "\n")
-    else:
-        render_drift(rep, wide=wide)
-    if written:
-        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
+    request = DriftRequest(checkpoints, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws,
+                           seed=seed, names=names, ov=ov, align=align, backend=backend.value, address=address,
+                           max_memory=max_memory, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi)
+    with working(f"reading {len(checkpoints)} checkpoints", "matrices", quiet=quiet) as bar:
+        rep = run_drift(request, bar.advance)
+    written = write_drift_outputs(rep, request)
+    show_drift(rep, as_json=as_json, wide=wide)
+    announce_written(written, quiet=quiet)
 
 
 @app.command("compare")
@@ -116,46 +82,15 @@ def compare_command(
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
     permutation null and the random k/d."""
-    from geodrift.cli.checks import check_outputs
-    from geodrift.continuity import MeasureSpec
-    from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
-    from geodrift.io.checks import parse_size
-    from geodrift.render.figures import check_dpi, figure_format
-    from geodrift.render.files import csv_text
-    from geodrift.render.progress import JobProgress, announce
-    from geodrift.render.series import render_compare, write_compare_plot
-    from geodrift.scanner.scan import parse_layers, parse_roles
-    from geodrift.scanner.series import compare
+    from geodrift.jobs.series import CompareRequest, run_compare
+    from geodrift.render.files import write_compare_outputs
+    from geodrift.render.results import announce_written, show_compare, working
 
-    spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed)
-    options = {"roles": parse_roles(roles), "layers": parse_layers(layers), "view": view.value if view else None, "ov": ov, "names": names,
-               "max_memory": parse_size(max_memory)}
-    if plot is not None:
-        figure_format(plot)
-        check_dpi(dpi)
-    check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
-    with JobProgress("reading 2 models", 0, "matrices", quiet=quiet) as bar:
-        rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label),
-                      backend=backend.value, address=address, align=align, **options)
-    written: list[Path] = []
-    with output_set():  # the files replace the previous run's together, or not at all
-        if json_out:
-            write_json(json_out, document("compare_report", rep.to_dict()))
-            written.append(json_out)
-        if csv_out:
-            write_text(csv_out, csv_text(rep.subspace_rows()))
-            written.append(csv_out)
-        if plot:
-            written.append(write_compare_plot(rep, plot, dpi))
-    if as_json:
-        sys.stdout.write(to_json(document("compare_report", rep.to_dict())) + "\n")
-    else:
-        render_compare(rep, wide=wide)
-    if written:
-        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
-
-
-def _beside(path: Path, kind: str, suffix: str, sep: str = ".") -> Path:
-    # scan.csv -> scan.rotation.csv; figs/s.png -> figs/s_rotation.png
-    stem = path.name[: -len(path.suffix)] if path.suffix else path.name
-    return path.with_name(f"{stem}{sep}{kind}{suffix}")
+    request = CompareRequest(a, b, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws, seed=seed,
+                             names=names, ov=ov, align=align, backend=backend.value, address=address,
+                             max_memory=max_memory, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi)
+    with working("reading 2 models", "matrices", quiet=quiet) as bar:
+        rep = run_compare(request, bar.advance)
+    written = write_compare_outputs(rep, request)
+    show_compare(rep, as_json=as_json, wide=wide)
+    announce_written(written, quiet=quiet)

@@ -1,6 +1,6 @@
 """geodrift: geometric continuity of weight singular vectors across depth.
 
-Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.scanner.api``), loaded on
+Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.api``), loaded on
 first use - ``import geodrift`` imports neither torch nor any subpackage.
 
 Importing this package has no side effects (no logging set-up, no device probing), with one
@@ -38,5 +38,5 @@ def __getattr__(name: str) -> object:
     import importlib
 
     if name in ("scan", "ScanReport"):
-        return getattr(importlib.import_module("geodrift.scanner.api"), name)
+        return getattr(importlib.import_module("geodrift.api"), name)
     raise AttributeError(f"module 'geodrift' has no attribute {name!r}")

@@ -1,8 +1,8 @@
 """Every face on real-sized models: a random ``transformers.LlamaForCausalLM`` with SmolLM2-135M's shapes
 (d = 576, 30 layers, 9 heads, 3 KV heads, d_ff = 1536, vocab 49152: the embedding is past 2^24 elements)
-and the embedded SmolLM2-135M GGUF loaded through transformers. The Python face (``geodrift.scan``,
-``geodrift.scanner.series.drift`` / ``compare``) on the modules in memory gives the numbers the CLI gives
-on the same weights written as safetensors folders (typer's CliRunner, ``--json-out``).
+and the embedded SmolLM2-135M GGUF loaded through transformers. The Python face (``geodrift.scan``, and the
+drift and compare jobs, ``geodrift.jobs.series.run_drift`` / ``run_compare``) on the modules in memory gives
+the numbers the CLI gives on the same weights written as safetensors folders (typer's CliRunner, ``--json-out``).
 
 One model of each kind per module (fixtures); a few layers, few null draws: the shapes are real, the
 work is small.
@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import geodrift
 from geodrift.cli.main import app
-from geodrift.continuity import MeasureSpec, Report
+from geodrift.continuity import Report
 from geodrift.io.atomic import payload_of
 
 transformers = pytest.importorskip("transformers")
@@ -96,10 +96,10 @@ def test_the_scan_in_memory_is_the_cli_scan_of_the_same_weights(models: dict[str
 
 
 def test_drift_in_memory_is_the_cli_drift_of_the_same_weights(models: dict[str, Any], tmp_path: Path) -> None:
-    from geodrift.scanner.series import drift
+    from geodrift.jobs.series import DriftRequest, run_drift
 
-    spec = MeasureSpec(k=K, null_draws=NULL_DRAWS)
-    from_python = drift([models["embedded"], models["random"]], spec, layers=[0, 1, 2, 3])
+    from_python = run_drift(DriftRequest([models["embedded"], models["random"]], layers=[0, 1, 2, 3], k=K,
+                                         null_draws=NULL_DRAWS))
     doc = _cli(["drift", str(models["embedded_dir"]), str(models["random_dir"])], tmp_path / "drift.json")
     assert len(from_python.rotation) == len(doc["rotation"]) > 0
     for row, other in zip(from_python.rotation, doc["rotation"], strict=True):
@@ -114,10 +114,10 @@ def test_drift_in_memory_is_the_cli_drift_of_the_same_weights(models: dict[str, 
 
 
 def test_compare_in_memory_is_the_cli_compare_of_the_same_weights(models: dict[str, Any], tmp_path: Path) -> None:
-    from geodrift.scanner.series import compare
+    from geodrift.jobs.series import CompareRequest, run_compare
 
-    spec = MeasureSpec(k=K, null_draws=NULL_DRAWS)
-    from_python = compare(models["embedded"], models["random"], spec, layers=[0, 1, 2, 3])
+    from_python = run_compare(CompareRequest(models["embedded"], models["random"], layers=[0, 1, 2, 3], k=K,
+                                             null_draws=NULL_DRAWS))
     doc = _cli(["compare", str(models["embedded_dir"]), str(models["random_dir"])], tmp_path / "compare.json")
     assert len(from_python.subspaces) == len(doc["subspaces"]) > 0
     for row, other in zip(from_python.subspaces, doc["subspaces"], strict=True):

@@ -19,6 +19,8 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
           stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+# The figure formats, by file suffix (``--plot`` and every other figure option).
+FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 
 
 def check_seed(seed: int, option: str = "--seed") -> int:
@@ -121,3 +123,31 @@ def check_device(name: str, option: str = "--device") -> str:
         raise GeodriftError(f"{option} {name}: this machine has {torch.cuda.device_count()} CUDA device(s); "
                             f"use cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
     return name
+
+
+def figure_format(path: str | Path, option: str = "--plot") -> str:
+    """The format named by ``path``'s suffix.
+
+    Raises:
+        GeodriftError: for a suffix other than .png, .pdf, .svg (the message names ``option``).
+
+    Example:
+        >>> figure_format("fig.PDF")
+        'pdf'
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise GeodriftError(f"{option} {path}: cannot tell the figure format from {suffix or 'a name without suffix'!r};"
+                            " end the file name with .png, .pdf or .svg")
+    return FORMATS[suffix]
+
+
+def check_dpi(dpi: int) -> int:
+    """``dpi`` if it is a sensible resolution (50-1200).
+
+    Raises:
+        GeodriftError: otherwise, naming ``--dpi``.
+    """
+    if not 50 <= dpi <= 1200:
+        raise GeodriftError(f"--dpi: {dpi} is outside 50-1200; 300 suits print, 150 a screen")
+    return dpi

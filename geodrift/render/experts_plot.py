@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from geodrift.continuity import Report, RoleReport
+from geodrift.jobs.outputs import experts_plot_path as experts_plot_path
 from geodrift.render.experts import experts_by_family
 from geodrift.render.figures import (
     RANDOM_LABEL,
@@ -28,12 +29,6 @@ from geodrift.render.figures import (
 )
 from geodrift.render.scan_plot import SPACE_COLORS, SPACE_NAMES
 from geodrift.weights import EXPERT_ROLES, ROLE_LABELS, split_across_experts_role
-
-
-def experts_plot_path(path: str | Path) -> Path:
-    """Where the experts' figure goes beside the scan figure: ``scan.png`` -> ``scan_experts.png``."""
-    path = Path(path)
-    return path.with_name(f"{path.stem}_experts{path.suffix}")
 
 
 def write_experts_plot(report: Report, path: str | Path, dpi: int = 300) -> Path:

@@ -16,10 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from geodrift.errors import GeodriftError
 from geodrift.io.atomic import write_with
 
-FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+# The figure options' checks live with the other option checks (a job checks them before its work); here too.
+from geodrift.io.checks import check_dpi, figure_format
+
 COLUMN_WIDTH_IN = 3.5
 DEFAULT_DPI = 300
 STYLE: dict[str, Any] = {
@@ -56,34 +57,6 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def figure_format(path: str | Path, option: str = "--plot") -> str:
-    """The format named by ``path``'s suffix.
-
-    Raises:
-        GeodriftError: for a suffix other than .png, .pdf, .svg (the message names ``option``).
-
-    Example:
-        >>> figure_format("fig.PDF")
-        'pdf'
-    """
-    suffix = Path(path).suffix.lower()
-    if suffix not in FORMATS:
-        raise GeodriftError(f"{option} {path}: cannot tell the figure format from {suffix or 'a name without suffix'!r};"
-                            " end the file name with .png, .pdf or .svg")
-    return FORMATS[suffix]
-
-
-def check_dpi(dpi: int) -> int:
-    """``dpi`` if it is a sensible resolution (50-1200).
-
-    Raises:
-        GeodriftError: otherwise, naming ``--dpi``.
-    """
-    if not 50 <= dpi <= 1200:
-        raise GeodriftError(f"--dpi: {dpi} is outside 50-1200; 300 suits print, 150 a screen")
-    return dpi
 
 
 @contextmanager

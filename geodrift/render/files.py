@@ -1,4 +1,6 @@
-"""CSV files for pipelines: the summary CSV and, next to it, the tidy per-pair (long) CSV.
+"""The files a command writes, and its JSON on stdout: CSVs for pipelines, each command's set of outputs.
+
+CSV files for pipelines: the summary CSV and, next to it, the tidy per-pair (long) CSV.
 
 - ``NAME.csv``: one row per projection, space and k (means over adjacent pairs, with floors);
 - ``NAME.pairs.csv``: one row per model, view, projection, space, k and adjacent layer pair with
@@ -7,6 +9,10 @@
 
 Non-finite numbers are written as empty cells (read as NaN/NA by pandas, R and spreadsheets).
 docs/output-schema.md lists every column with its meaning and units.
+
+:func:`write_scan_outputs`, :func:`write_drift_outputs` and :func:`write_compare_outputs` write every file a
+request names (its job claimed them before the work) as one set (``geodrift.io.atomic.output_set``): an
+interrupted run leaves the previous run's files whole.
 """
 
 from __future__ import annotations
@@ -15,47 +21,23 @@ import csv
 import io
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geodrift.continuity import Report
-from geodrift.io.atomic import write_text
+from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
+from geodrift.jobs.outputs import (
+    beside,
+    experts_plot_path,
+    gauge_plot_path,
+    pairs_csv_path,
+    trajectory_plot_path,
+)
+from geodrift.jobs.outputs import scan_outputs as scan_outputs
 
-
-def pairs_csv_path(summary_path: str | Path) -> Path:
-    """Where the long CSV goes beside the summary CSV: ``scan.csv`` -> ``scan.pairs.csv``."""
-    path = Path(summary_path)
-    stem = path.name[:-4] if path.name.lower().endswith(".csv") else path.name
-    return path.with_name(f"{stem}.pairs.csv")
-
-
-def scan_outputs(json_out: str | Path | None, csv_out: str | Path | None, plot: str | Path | None,
-                 experts: bool = True, gauge: bool = False) -> list[tuple[str, Path]]:
-    """Every file ``geodrift scan`` may write, named or derived, with the option that named it - the list
-    :func:`geodrift.io.outdir.claim_outputs` checks before the work (a derived name is never a user's file).
-
-    Args:
-        json_out, csv_out, plot: the options (None: not asked for).
-        experts: include the experts' figure (a mixture of experts; the CLI claims it once the model is open).
-        gauge: include the gauge diagnosis figure (``NAME_gauge``; ``--full`` draws it).
-
-    Example:
-        >>> [str(p) for _, p in scan_outputs(None, "s.csv", "f.png")]
-        ['s.csv', 's.pairs.csv', 'f.png', 'f_trajectory.png', 'f_experts.png']
-    """
-    outputs: list[tuple[str, Path]] = [("--json-out", Path(json_out))] if json_out is not None else []
-    if csv_out is not None:
-        outputs += [("--csv", Path(csv_out)), ("--csv", pairs_csv_path(csv_out))]
-    if plot is not None:
-        from geodrift.render.experts_plot import experts_plot_path
-        from geodrift.render.scan_plot import trajectory_plot_path
-
-        outputs += [("--plot", Path(plot)), ("--plot", trajectory_plot_path(plot))]
-        outputs += [("--plot", experts_plot_path(plot))] if experts else []
-        if gauge:
-            from geodrift.render.gauge import gauge_plot_path
-
-            outputs += [("--plot", gauge_plot_path(Path(plot)))]
-    return outputs
+if TYPE_CHECKING:
+    from geodrift.jobs.scan import ScanRequest, ScanResult
+    from geodrift.jobs.series import CompareRequest, DriftRequest
+    from geodrift.scanner.series import CompareReport, DriftReport
 
 
 def write_csv(report: Report, path: str | Path) -> list[Path]:
@@ -74,3 +56,81 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         writer.writerow({k: ("" if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
     return buffer.getvalue()
+
+
+def print_document(kind: str, payload: dict[str, Any]) -> None:
+    """``--json``: the report as one JSON document (``{"kind": ..., ...}``) on stdout."""
+    import sys
+
+    sys.stdout.write(to_json(document(kind, payload)) + "\n")
+
+
+def write_scan_outputs(result: ScanResult, request: ScanRequest) -> list[Path]:
+    """Write the files ``request`` names (``json_out``, ``csv_out`` and its pairs CSV, ``plot`` and the figures
+    beside it), together or not at all; return them in the order written.
+
+    Raises:
+        GeodriftError: an unsupported figure suffix or dpi (the job checked both before the work).
+    """
+    report, gauge, written = result.report, result.gauge, []
+    with output_set():  # the files replace the previous run's together, or not at all
+        if request.json_out:
+            write_json(request.json_out, document("continuity_report", result.to_dict()))
+            written.append(Path(request.json_out))
+        if request.csv_out:
+            written += write_csv(report, request.csv_out)
+        if request.plot:
+            from geodrift.render import scan_plot
+
+            plot = Path(request.plot)
+            written.append(scan_plot.write_plot(report, plot, request.dpi))
+            if report.trajectory:
+                written.append(scan_plot.write_trajectory_plot(report, trajectory_plot_path(plot), request.dpi))
+            if report.across_experts:
+                from geodrift.render.experts_plot import write_experts_plot
+
+                written.append(write_experts_plot(report, experts_plot_path(plot), request.dpi))
+            if gauge is not None and not isinstance(gauge, str):
+                from geodrift.render.gauge import write_gauge_plot
+
+                written.append(write_gauge_plot(gauge, gauge_plot_path(plot), request.dpi))
+    return written
+
+
+def write_drift_outputs(rep: DriftReport, request: DriftRequest) -> list[Path]:
+    """Write the files a drift request names (the JSON, the continuity and rotation CSVs, both figures) as one set."""
+    written: list[Path] = []
+    with output_set():
+        if request.json_out:
+            write_json(request.json_out, document("drift_report", rep.to_dict()))
+            written.append(Path(request.json_out))
+        if request.csv_out:
+            rotation = beside(request.csv_out, "rotation", ".csv")
+            write_text(request.csv_out, csv_text(rep.continuity_rows()))
+            write_text(rotation, csv_text(rep.rotation_rows()))
+            written += [Path(request.csv_out), rotation]
+        if request.plot:
+            from geodrift.render.series import write_drift_plot, write_series_continuity_plot
+
+            plot = Path(request.plot)
+            written.append(write_drift_plot(rep, beside(plot, "rotation", plot.suffix, "_"), request.dpi))
+            written.append(write_series_continuity_plot(rep, beside(plot, "continuity", plot.suffix, "_"),
+                                                        request.dpi))
+    return written
+
+
+def write_compare_outputs(rep: CompareReport, request: CompareRequest) -> list[Path]:
+    """Write the files a compare request names (the JSON, the subspace CSV, the figure) as one set."""
+    written: list[Path] = []
+    with output_set():
+        if request.json_out:
+            write_json(request.json_out, document("compare_report", rep.to_dict()))
+            written.append(Path(request.json_out))
+        if request.csv_out:
+            write_text(request.csv_out, csv_text(rep.subspace_rows()))
+            written.append(Path(request.csv_out))
+        if request.plot:
+            from geodrift.render.series import write_compare_plot
+
+            written.append(write_compare_plot(rep, Path(request.plot), request.dpi))
+    return written

@@ -13,6 +13,7 @@ from typing import Any
 from rich.text import Text
 
 from geodrift.gauge.diagnose import FAMILIES, GaugeDiagnosis
+from geodrift.jobs.outputs import gauge_plot_path as gauge_plot_path
 from geodrift.render import console, lit
 from geodrift.render.figures import log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
@@ -58,11 +59,6 @@ def render_gauge(diag: GaugeDiagnosis | str, wide: bool = False, then: str | Non
         console.print(lit(diag.summary(), "bold" if diag.flagged else ""), soft_wrap=True)
     if then is not None:
         console.print(lit(then, "bold"))  # wrapped at the terminal width, as render_scan prints it
-
-
-def gauge_plot_path(plot: Path) -> Path:
-    """``figs/scan.png`` -> ``figs/scan_gauge.png``."""
-    return plot.with_name(f"{plot.stem}_gauge{plot.suffix}")
 
 
 def gauge_figure(diag: GaugeDiagnosis) -> Any:

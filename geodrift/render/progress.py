@@ -177,6 +177,14 @@ class JobProgress:
         elif not self.quiet:
             self._maybe_line()
 
+    def advance(self, label: str) -> None:
+        """One unit done, ``label`` being worked on: the ``progress`` callback of a job (``run_scan`` ...)."""
+        self.update(advance=1, description=label)
+
+    def set_total(self, total: int) -> None:
+        """The units of work, once the job knows them: the ``on_total`` callback of a job."""
+        self.update(total=total)
+
     def status(self, text: str) -> None:
         """Set the status line (training: step, loss, latest continuity); shown under the bar or in each line."""
         self.status_text = text

@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from geodrift.continuity import Report, RoleReport
+from geodrift.jobs.outputs import trajectory_plot_path as trajectory_plot_path
 from geodrift.render.figures import (
     RANDOM_LABEL,
     draw_null_band,
@@ -85,12 +86,6 @@ def _panel(ax: Any, role: RoleReport) -> None:
     ax.set_ylim(0, 1.02)
     ax.set_xlim(min(x) - 0.5, max(x) + 0.5)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def trajectory_plot_path(path: str | Path) -> Path:
-    """Where the trajectory figure goes beside the scan figure: ``scan.png`` -> ``scan_trajectory.png``."""
-    path = Path(path)
-    return path.with_name(f"{path.stem}_trajectory{path.suffix}")
 
 
 def write_trajectory_plot(report: Report, path: str | Path, dpi: int = 300) -> Path:

@@ -19,8 +19,8 @@ import torch
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import AlignmentReport, align, check_same_shape, shape_of
 from geodrift.gauge.orbit import GaugeShape, StateDict
-from geodrift.scanner.api import open_model
 from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.open import open_model
 from geodrift.scanner.readers import canonical_keys, load_canonical
 from geodrift.scanner.safetensors_reader import StateDictCheckpoint
 from geodrift.scanner.scan import heads_of
@@ -98,7 +98,7 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
     """Read every model, fold its gains and bring each one after the first into the first one's gauge.
 
     Args:
-        models: paths (or anything :func:`geodrift.scanner.api.open_model` takes), at least 2.
+        models: paths (or anything :func:`geodrift.scanner.open.open_model` takes), at least 2.
         names: a ``--names`` mapping for unknown tensor names.
         option: the option named in errors (``--align``).
         head_maps: as :func:`geodrift.gauge.align.align`'s.

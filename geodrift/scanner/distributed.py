@@ -35,7 +35,7 @@ class RaySource:
 
     model: str | Path | None
     view: str | None = None
-    names: str | Path | None = None
+    names: str | Path | list[Any] | None = None  # a --names path, or its rules (geodrift.scanner.mapping.NameRule)
     roles: list[str] | None = None
     address: str | None = None
     chunks: int | None = None

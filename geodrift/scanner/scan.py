@@ -16,6 +16,7 @@ from geodrift.linalg import MatrixProduct, SVDTriplets
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.distributed import RaySource, layer_ranges, on_ray, svd_workers
 from geodrift.scanner.experts import depth_spectra, measure_across_experts
+from geodrift.scanner.mapping import NameRule
 from geodrift.scanner.preflight import check_layers
 from geodrift.scanner.readers import VIEWS, open_checkpoint, weightset
 from geodrift.weights import (
@@ -130,7 +131,7 @@ def ov_composite_hook(n_heads: int, n_kv_heads: int) -> Derive:
 
 
 def load_weights(
-    model: str | Path | None, view: str | None = None, names: str | Path | None = None,
+    model: str | Path | None, view: str | None = None, names: str | Path | list[NameRule] | None = None,
     roles: list[str] | None = None, layers: list[int] | None = None,
 ) -> tuple[WeightSet, tuple[int, int] | None]:
     """The projections of ``model`` (None = the embedded SmolLM2-135M) as a lazy WeightSet.
@@ -212,7 +213,7 @@ def scan(
     return report
 
 
-def layers_task(model: str | Path | None, spec: MeasureSpec, view: str, names: str | Path | None,
+def layers_task(model: str | Path | None, spec: MeasureSpec, view: str, names: str | Path | list[NameRule] | None,
                 roles: list[str] | None, layers: list[int], heads: tuple[int, int] | None,
                 threads: int) -> dict[WeightKey, SVDTriplets]:
     """A Ray task of :func:`scan`: the triplets of ``layers`` of one model (with the OV composites when ``heads``)."""

@@ -19,9 +19,9 @@ from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotati
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import AlignmentReport
 from geodrift.linalg import SVDTriplets
-from geodrift.scanner.api import open_model
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.distributed import check_backend, on_ray, svd_workers
+from geodrift.scanner.open import open_model
 from geodrift.scanner.preflight import check_layers, check_plan
 from geodrift.scanner.readers import weightset
 from geodrift.scanner.scan import heads_of, ov_composite_hook

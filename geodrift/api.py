@@ -1,14 +1,15 @@
 """The Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport``, for notebooks and scripts.
 
-``geodrift.scan`` is this package made callable (see ``geodrift/scanner/__init__.py``): it takes what a
+``geodrift.scan`` (reached as ``geodrift.scan`` through ``geodrift/__init__.py``) takes what a
 researcher holds - a path (GGUF, safetensors, a Hugging Face folder, a PyTorch pickle), an
 ``nn.Module`` (its ``state_dict()``; a Hugging Face model's ``config`` gives the head counts for the
 OV composite) or a state dict, bare or wrapped (``{"model": ...}``, ``{"state_dict": ...}``) - and
-runs the same scan as ``geodrift scan``. ``report.summary()`` is the table of verdicts (one row per
+builds the :class:`~geodrift.jobs.scan.ScanRequest` that ``geodrift scan`` builds and runs the same job,
+:func:`~geodrift.jobs.scan.run_scan`: the defaults, checks, errors and numbers of the two faces are one. ``report.summary()`` is the table of verdicts (one row per
 projection and space), ``report.to_frame()`` the tidy per-pair DataFrame, ``report.plot()`` the
 ``--plot`` figure. Errors name the keyword argument (``layers=``), not the command-line option.
 
-This module is a face of the package, like the CLI: it sits above ``render`` (tests/test_layering.py).
+This module is a face of the package, like the CLI: it sits above ``render`` and ``jobs`` (tests/test_layering.py).
 
 Example::
 
@@ -27,26 +28,21 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from geodrift.continuity import MeasureSpec, Report
+from geodrift.continuity import Report
 from geodrift.errors import GeodriftError
-from geodrift.io.provenance import report_provenance
-from geodrift.scanner.arguments import check_memory, check_scan_arguments, claim_figure
-from geodrift.scanner.checkpoint import Checkpoint
-from geodrift.scanner.fingerprint import checkpoint_fingerprint
-from geodrift.scanner.mapping import NameRule, load_name_mapping
-from geodrift.scanner.preflight import check_k, plan_shapes
-from geodrift.scanner.readers import VIEWS, open_checkpoint, weightset
-from geodrift.scanner.safetensors_reader import StateDictCheckpoint
-from geodrift.scanner.scan import heads_of, parse_layers, parse_roles
-from geodrift.scanner.scan import scan as scan_weights
-from geodrift.scanner.state_dict import module_config, unwrap_state_dict
+from geodrift.jobs.request import check_integer, kind_of, shown, usable_path
+from geodrift.jobs.scan import DEFAULT_MAX_MEMORY, ScanRequest, run_scan
+from geodrift.scanner.mapping import NameRule
 
 # The options of geodrift.scan named as the CLI names them in messages -> their keyword argument.
 KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-draws": "null_draws=",
-            "--seed": "seed=", "--view": "view=", "--names": "names="}
+            "--seed": "seed=", "--view": "view=", "--names": "names=", "--ov": "ov=", "--full-spectrum": "full_spectrum=",
+            "--device": "device=", "--skip-nonfinite": "skip_nonfinite=", "--max-memory": "max_memory=",
+            "--dpi": "dpi="}
 _FLAG = re.compile("|".join(re.escape(flag) + r"\b(?!-)" for flag in sorted(KEYWORDS, key=len, reverse=True)))
-# An option followed by a number ("use --k 32 or less") reads as a keyword with its value ("use k=32 or less").
-_FLAG_VALUE = re.compile(f"(?:{_FLAG.pattern}) (?=\\d)")
+# An option followed by a number or a device ("use --k 32 or less", "use --device cpu") reads as a keyword with
+# its value ("use k=32 or less", "use device=cpu").
+_FLAG_VALUE = re.compile(f"(?:{_FLAG.pattern}) (?=\\d|cuda|cpu)")
 FIGURE_KINDS = ("continuity", "trajectory", "experts")
 
 
@@ -122,75 +118,24 @@ def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
         first = _FLAG.match(text)
         if first and text[first.end():first.end() + 1] == ":" and KEYWORDS[first.group(0)][:-1] in given:
             name = KEYWORDS[first.group(0)]
-            text = f"{name}{_shown(given[name[:-1]])}{text[first.end():]}"
+            text = f"{name}{shown(given[name[:-1]])}{text[first.end():]}"
         text = _FLAG_VALUE.sub(lambda m: KEYWORDS[m.group(0)[:-1]], text)
         raise GeodriftError(_FLAG.sub(lambda m: KEYWORDS[m.group(0)], text)) from None
 
 
-def _shown(value: Any) -> str:
-    # An argument as a call shows it; long lists elided.
-    if isinstance(value, (list, tuple)) and len(value) > 6:
-        return f"[{', '.join(map(repr, value[:3]))}, ... ({len(value)} in all)]"
-    if value is None or isinstance(value, (str, int, float, bool, Path, list, tuple)):
-        return repr(str(value) if isinstance(value, Path) else value)
-    return f"<{type(value).__name__}>"
-
-
-def _layer_list(layers: str | list[int] | None) -> list[int] | None:
-    if layers is None or isinstance(layers, str):
-        return parse_layers(layers)
-    bad = [x for x in layers if not isinstance(x, int) or isinstance(x, bool) or x < 0]
-    if bad:
-        raise GeodriftError(f"--layers: {_shown(bad)} are not layer indices (integers >= 0); "
-                            "pass e.g. [0, 1, 2] or \"0-9,20\"")
-    return sorted(set(layers))
-
-
-def open_model(model: Any = None, names: str | Path | list[NameRule] | None = None,
-               architecture: str | None = None, config: dict[str, Any] | None = None) -> Checkpoint:
-    """Open anything :func:`scan` accepts as a Checkpoint (headers only for files; no copy for tensors).
-
-    Args:
-        model: None (the embedded SmolLM2-135M), a path, an ``nn.Module`` or a (wrapped) state dict.
-        names: a ``--names`` JSON mapping (path or rules) for unknown tensor names.
-        architecture: override the detected architecture (e.g. ``"gemma"``).
-        config: for an in-memory state dict or module, config.json-style hyperparameters (e.g.
-            ``json.load(open("config.json"))``): the head counts enable the OV composite.
-
-    Returns:
-        The Checkpoint.
-
-    Raises:
-        GeodriftError: an unreadable path, an object that is none of these, a state dict without tensors.
-    """
-    rules = load_name_mapping(names) if isinstance(names, (str, Path)) else names
-    if model is None or isinstance(model, (str, Path)):
-        return open_checkpoint(model, names=rules, architecture=architecture)
-    import torch
-
-    if isinstance(model, torch.nn.Module):
-        label = f"{type(model).__name__} (in memory)"
-        return StateDictCheckpoint(unwrap_state_dict(model.state_dict(), label), label,
-                                   config if config is not None else module_config(model), rules, architecture)
-    if isinstance(model, Mapping):
-        label = "state dict (in memory)"
-        return StateDictCheckpoint(unwrap_state_dict(model, label), label, config, rules, architecture)
-    raise GeodriftError(
-        f"geodrift.scan: cannot scan a {type(model).__name__}; pass a path (.gguf, .safetensors, a Hugging Face "
-        "folder, a .pt/.bin pickle), an nn.Module or a state dict"
-    )
-
-
 def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
-         k: int = 8, null_draws: int = 100, seed: int = 0, view: str | None = None,
+         k: int = ScanRequest.k,
+         null_draws: int = ScanRequest.null_draws, seed: int = ScanRequest.seed, view: str | None = ScanRequest.view,
          names: str | Path | list[NameRule] | None = None, architecture: str | None = None,
-         config: dict[str, Any] | None = None, ov: bool = True, full_spectrum: bool = False,
+         config: dict[str, Any] | None = None, ov: bool = ScanRequest.ov,
+         full_spectrum: bool = ScanRequest.full_spectrum, device: str = ScanRequest.device,
+         skip_nonfinite: bool = ScanRequest.skip_nonfinite, max_memory: str | int = DEFAULT_MAX_MEMORY,
          progress: Callable[[str], None] | None = None) -> ScanReport:
     """Scan a model: per-projection continuity with noise floors, verdicts and trajectory shape.
 
-    The same measurement as ``geodrift scan`` (one code path): the top-k singular triplets of every
-    projection, Eq. 1-3 with the permutation null and the random floor ``sqrt(2/(pi d))``, the
-    theory's verdicts with their criteria, and App. A.2's trajectory shape.
+    The same job as ``geodrift scan`` (:func:`geodrift.jobs.scan.run_scan`, one code path, the same defaults
+    and checks): the top-k singular triplets of every projection, Eq. 1-3 with the permutation null and the
+    random floor ``sqrt(2/(pi d))``, the theory's verdicts with their criteria, and App. A.2's trajectory shape.
 
     Args:
         model: None (the embedded SmolLM2-135M-Instruct), a path, an ``nn.Module`` or a state dict
@@ -198,7 +143,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         roles: ``"q,k,gate"``, ``["q", "attn_k"]``, ``"router,experts"`` (the ``--roles`` names,
             ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
-        k, null_draws, seed, full_spectrum: as :class:`geodrift.continuity.MeasureSpec`.
+        k, null_draws, seed, full_spectrum, device: as :class:`geodrift.continuity.MeasureSpec`.
         view: ``"raw"`` (the paper's metric), ``"folded"`` (norm gains folded into the projections) or
             ``"canonical"`` (folded, then each layer at the canonical point of its gauge orbit: numbers and
             verdicts that exact reparametrisations leave unchanged; docs/verdicts.md); None (the default):
@@ -206,6 +151,8 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         names: a ``--names`` mapping for unknown tensor names; architecture: override the detected one.
         config: config.json-style hyperparameters for an in-memory state dict (head counts for OV).
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
+        skip_nonfinite: skip (and list in ``.notes``) matrices holding NaN/Inf instead of refusing the model.
+        max_memory: refuse a scan whose memory estimate exceeds this (``"8G"``, ``"512M"`` or bytes).
         progress: called with ``"role[layer]"`` after each matrix.
 
     Returns:
@@ -224,23 +171,46 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         >>> k.verdict, k.path_verdict  # shared frame; depth path: 4 layers are too few to judge  # doctest: +SKIP
         ('holds', 'n/a')
     """
-    given = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
-             "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum}
-    check_scan_arguments(model=model, names=names, config=config, progress=progress, **given)  # types, up front
-    defaults = {"roles": None, "layers": None, "k": 8, "null_draws": 100, "seed": 0, "view": None,
-                "architecture": None, "ov": True, "full_spectrum": False}
-    call = "geodrift.scan(" + ", ".join([_shown(model)] * (model is not None) + [
-        f"{name}={_shown(value)}" for name, value in given.items() if value != defaults[name]]) + ")"
-    with keyword_errors(given):
-        spec = MeasureSpec(k=k, null_draws=null_draws, seed=seed, full_spectrum=full_spectrum)
-        role_list = parse_roles(roles if isinstance(roles, str) or roles is None else ",".join(roles))
-        layer_list = _layer_list(layers)
-        if view is not None and view not in VIEWS:
-            raise GeodriftError(f"--view: {view!r} is not a view; use raw, folded or canonical")
-        ckpt = open_model(model, names, architecture, config)
-        ws = weightset(ckpt, view=view).select(role_list, layer_list)
-        check_k(plan_shapes(ws, heads_of(ckpt) if ov else None), spec, ws.origin)  # the CLI's rule for k
-        check_memory(ws, spec, heads_of(ckpt) if ov else None)  # the CLI's estimate, before any matrix is read
-        report = ScanReport.of(scan_weights(ws, spec, progress=progress, heads=heads_of(ckpt) if ov else None))
-    report.provenance = report_provenance(call, checkpoint_fingerprint(ckpt))
-    return report
+    given: dict[str, Any] = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
+             "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum, "device": device,
+             "skip_nonfinite": skip_nonfinite, "max_memory": max_memory}
+    defaults = {f.name: f.default for f in fields(ScanRequest)}
+    call = "geodrift.scan(" + ", ".join([shown(model)] * (model is not None) + [
+        f"{name}={shown(value)}" for name, value in given.items() if _differs(value, defaults[name])]) + ")"
+    request = ScanRequest(model=model, names=names, config=config, call=call, **given)
+    with keyword_errors({**given, "names": names, "config": config, "progress": progress}):
+        return ScanReport.of(run_scan(request, progress).report)
+
+
+def _differs(value: Any, default: Any) -> bool:
+    # Whether a keyword was given a value other than its default; any object (a tensor's == is elementwise).
+    return not (type(value) is type(default) and value == default)
+
+
+def claim_figure(path: str | Path | None, dpi: Any, overwrite: Any) -> None:
+    """``ScanReport.plot``'s arguments, and the output-file policy of the CLI (:func:`geodrift.io.outdir.claim_outputs`):
+    a file geodrift did not write is replaced only with ``overwrite=True``.
+
+    Raises:
+        GeodriftError: ``path``, ``dpi`` or ``overwrite`` of the wrong type; an unsupported suffix or dpi; a
+            file at ``path`` that geodrift did not write.
+    """
+    from geodrift.io.checks import check_dpi, figure_format
+    from geodrift.io.outdir import claim_outputs
+
+    if not isinstance(overwrite, bool):
+        raise GeodriftError(f"overwrite={shown(overwrite)}: must be True or False, got {kind_of(overwrite)}")
+    with keyword_errors({"dpi": dpi}):
+        check_integer("dpi", dpi)
+    if path is None:
+        return
+    if not isinstance(path, (str, Path)):
+        raise GeodriftError(f"path={shown(path)}: must be a file name (.png, .pdf or .svg), got {kind_of(path)}")
+    named = f"plot(path={shown(path)})"
+    with keyword_errors({"path": path}):
+        usable_path("path", path)
+    figure_format(path, named.removesuffix(")") + ", ...):")
+    with keyword_errors({"dpi": dpi}):
+        check_dpi(int(dpi))
+    claim_outputs([(named, Path(path))], overwrite=overwrite,
+                  fix="pass overwrite=True to replace it, or choose another name (nothing was written)")
