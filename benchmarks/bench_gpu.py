@@ -80,7 +80,7 @@ def scan_rows() -> list[str]:
     from geodrift.scanner.scan import load_weights, ov_composite_hook
 
     rows = []
-    ws, heads = load_weights(None)
+    ws, heads = load_weights(None, "raw")
     assert heads is not None
     resident = {key: ws[key] for key in ws}
     from geodrift.weights import WeightSet

@@ -132,7 +132,7 @@ def main() -> None:
                   ("planted", lambda seed: planted_folder(seed, False, root / f"planted-{seed}"))]
         for kind, make in kinds:
             for seed in range(args.seeds):
-                report = geodrift.scan(make(seed), null_draws=args.null_draws, seed=seed)
+                report = geodrift.scan(make(seed), view="raw", null_draws=args.null_draws, seed=seed)
                 for group, (held, judged) in tally(report).items():
                     rows[(kind, group)][0] += held
                     rows[(kind, group)][1] += judged

@@ -121,7 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     from geodrift.scanner.scan import load_weights
 
-    ws, _ = load_weights(None)
+    ws, _ = load_weights(None, "raw")
     rows = ["| matrices (30 of each) | Gram side | arpack (ms) | eigh (ms) | eigh batched (ms) | block batched (ms) | "
             "arpack / eigh |", "|---|---:|---:|---:|---:|---|---:|"]
     for role in ("attn_k", "attn_q", "mlp_up"):

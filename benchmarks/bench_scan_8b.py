@@ -7,8 +7,8 @@ temporary folder, and a second one with the first ``--ww-layers`` layers only (t
 generator, layer by layer; no embedding shard), then times, each in a fresh child process with its
 peak RSS from ``os.wait4``:
 
-  1. ``geodrift scan DIR`` (all L layers);
-  2. ``geodrift scan SMALL`` and WeightWatcher's default ``WeightWatcher(model=SMALL).analyze()`` on
+  1. ``geodrift scan DIR --view raw`` (all L layers);
+  2. ``geodrift scan SMALL --view raw`` and WeightWatcher's default ``WeightWatcher(model=SMALL).analyze()`` on
      the same ``--ww-layers`` layers (the same projection matrices): the ratio a user would see;
      seconds per layer = (T(L) - T(SMALL)) / (L - ww_layers), so start-up and fixed costs cancel
      (with ``--ww-layers 0``: ``geodrift scan DIR --layers 0-(L/2-1)`` is the shallow point instead).
@@ -101,16 +101,16 @@ def main() -> None:
         uptime = os.getloadavg()
         load_before = uptime
         with bench_lock(args.lock):
-            rows["full"] = run_child([geodrift, "scan", str(deep), "--brief", "--json-out", str(work / "full.json")],
+            rows["full"] = run_child([geodrift, "scan", str(deep), "--view", "raw", "--brief", "--json-out", str(work / "full.json")],
                                      f"scan {args.layers} layers", args.timeout)
             if args.ww_layers:  # the WW set's scan is also the shallow point of the per-layer slope
-                rows["half"] = run_child([geodrift, "scan", str(small), "--brief", "--json-out",
+                rows["half"] = run_child([geodrift, "scan", str(small), "--view", "raw", "--brief", "--json-out",
                                           str(work / "small.json")], f"scan {args.ww_layers} layers (WW set)",
                                          args.timeout)
                 rows["ww"] = run_child([sys.executable, "-c", _CHILD_WW, str(small)],
                                        f"weightwatcher {args.ww_layers} layers", args.timeout)
             else:
-                rows["half"] = run_child([geodrift, "scan", str(deep), "--layers", f"0-{half - 1}", "--brief",
+                rows["half"] = run_child([geodrift, "scan", str(deep), "--view", "raw", "--layers", f"0-{half - 1}", "--brief",
                                           "--json-out", str(work / "half.json")], f"scan {half} layers", args.timeout)
         uptime_after = os.getloadavg()
         report = json.loads((work / "full.json").read_text())

@@ -5,7 +5,7 @@ Llama-3.1-8B's shapes: 32 decoder layers, hidden 4096, 32 query / 8 key-value he
 d_ff 14336, vocabulary 128256 (the embedding shard is written, though the scan reads projections
 only), bf16, sharded (``--layers-per-shard`` decoder layers per shard, plus the embedding shard, with
 model.safetensors.index.json): about 16 GB. Then, as root, ``sync; echo 3 > /proc/sys/vm/drop_caches``
-so that every byte comes from the disk, and ``geodrift scan DIR --brief --json-out ...`` runs in a fresh
+so that every byte comes from the disk, and ``geodrift scan DIR --view raw --brief --json-out ...`` runs in a fresh
 child process (OMP_NUM_THREADS=1 in its environment; geodrift sets its own thread layout) whose
 stage functions are wrapped by ``bench_scan_speed``'s StageClock (exclusive seconds per stage: the
 read, Gram products, Lanczos, block Krylov, the acceptance rule, the exact fallback, the trajectory,
@@ -66,7 +66,7 @@ if sys.argv[5:] == ["no-warm"]:  # the comparison: large matrices read on the ma
 clock = StageClock()
 start = time.perf_counter()
 with stage_patches(clock, serial=False):
-    sys.argv = ["geodrift", "scan", model, "--brief", "--json-out", report]
+    sys.argv = ["geodrift", "scan", model, "--view", "raw", "--brief", "--json-out", report]
     try:
         main()
     except SystemExit as exit:
@@ -158,7 +158,7 @@ def section(result: dict[str, object], per_shard: int) -> list[str]:
              f"Checkpoint: synthetic, {result['layers']} layers, hidden {D_MODEL}, d_ff {D_FF}, {N_HEADS} query / {N_KV} key-value "
              f"heads, vocabulary {VOCAB_31}, bf16, {per_shard} layers per shard + the embedding shard: "
              f"{float(result['size']) / 1e9:.2f} GB ({spectrum} spectrum: see the script's docstring). "  # type: ignore[arg-type]
-             f"{result['dropped']}; the scan is a fresh child process (`geodrift scan DIR --brief --json-out`), "
+             f"{result['dropped']}; the scan is a fresh child process (`geodrift scan DIR --view raw --brief --json-out`), "
              "its peak RSS `ru_maxrss`.", "",
              "| child | peak RSS (GB) | wall (s) | CPU, user + system (s) | exit |", "|---|---:|---:|---:|---:|",
              *[f"| {r['label']} | {float(r['peak_rss_gb']):.3f} | {float(r['wall_s']):.1f} | {float(r['cpu_s']):.1f} | "

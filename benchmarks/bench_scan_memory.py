@@ -11,7 +11,7 @@ side with a child that only imports geodrift (the interpreter + torch floor):
    with its shape and NaN/Inf checks), one at a time;
 3. ``read raw``: the same through ``WeightSet[key]`` (which checks the tensor again);
 4. ``read folded``: ``WeightSet[key]`` of the folded view (each load also reads its norm gain);
-5. ``scan``: ``geodrift scan PATH --json-out out.json --brief`` (the real job), unless ``--no-scan``.
+5. ``scan``: ``geodrift scan PATH --view raw --json-out out.json --brief`` (the real job), unless ``--no-scan``.
 
 Side by side (unless ``--no-baseline``), rows 2 and 5 run again with the previous safetensors reader
 (``byte ranges``: the tensor's byte range located from the header and read with plain file reads,
@@ -226,12 +226,12 @@ def main() -> None:
         rows.append(run_child([py, "-c", _CHILD_READ, str(folder), "folded"], "read folded", 1800))
         if not args.no_scan:
             geodrift = shutil.which("geodrift") or str(Path(py).parent / "geodrift")
-            rows.append(run_child([geodrift, "scan", str(folder), "--json-out", str(work / "out.json"), "--brief"],
+            rows.append(run_child([geodrift, "scan", str(folder), "--view", "raw", "--json-out", str(work / "out.json"), "--brief"],
                                   "scan", args.scan_timeout))
             if rows[-1]["exit"] == 0:
                 json.loads((work / "out.json").read_text())  # the report parses
             if not args.no_baseline:
-                rows.append(run_child([py, "-c", _BYTE_RANGE_READER + _CHILD_SCAN, "scan", str(folder),
+                rows.append(run_child([py, "-c", _BYTE_RANGE_READER + _CHILD_SCAN, "scan", str(folder), "--view", "raw",
                                        "--json-out", str(work / "out_bytes.json"), "--brief"],
                                       "scan (byte ranges)", args.scan_timeout))
     finally:
@@ -265,7 +265,7 @@ def write_results(path: Path, size: int, n_layers: int, rows: list[dict[str, obj
             "read entries (byte ranges)": "same, with the previous reader (plain reads of the header's byte range)",
             "read raw": "same through WeightSet[key] (adds WeightSet.__getitem__'s own checks)",
             "read folded": "same, folded view (weight x norm gain)",
-            "scan": "`geodrift scan PATH --json-out out.json --brief` (full job)",
+            "scan": "`geodrift scan PATH --view raw --json-out out.json --brief` (full job)",
             "scan (byte ranges)": "same, with the previous reader"}
     for row in rows:
         peak = float(row["peak_rss_gb"])  # type: ignore[arg-type]

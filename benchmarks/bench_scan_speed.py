@@ -4,7 +4,7 @@ Measures, each as the median of --repeats runs, in this order:
   floor       read + dequantize every projection tensor once through geodrift's reader, with the
               scan's own thread settings (1 torch / 1 BLAS thread, as the scan's reader runs)
   gguf floor  the same with the `gguf` package's own reader and dequantizer (GGUFReader + dequantize)
-  scan        the default scan end to end (k = 8, 100 null draws, every metric, both floors, OV
+  scan        the raw-view scan end to end (k = 8, 100 null draws, every metric, both floors, OV
               composite), SVDs on os.cpu_count() worker threads beside the reader thread
   scan 1 core the same with one SVD worker (the previous schedule), to show what the second core buys
   top-k       the singular-vector stage alone (continuity.decompose on matrices already in memory,
@@ -140,7 +140,7 @@ def stage_profile(k: int) -> tuple[float, StageClock]:
     clock = StageClock()
     with stage_patches(clock):
         start = time.perf_counter()
-        ws, heads = load_weights(None)
+        ws, heads = load_weights(None, "raw")
         scan(ws, MeasureSpec(k=k), heads=heads)
         wall = time.perf_counter() - start
     return wall, clock
@@ -162,7 +162,7 @@ def main() -> None:
 
     def read_all() -> None:
         with single_threaded_blas():
-            ws, _ = load_weights(None)
+            ws, _ = load_weights(None, "raw")
             for key in ws:
                 ws[key]
 
@@ -179,13 +179,13 @@ def main() -> None:
         def run() -> None:
             schedule.SVD_WORKERS = workers
             try:
-                ws, heads = load_weights(None)
+                ws, heads = load_weights(None, "raw")
                 scan(ws, spec, heads=heads)
             finally:
                 schedule.SVD_WORKERS = None
         return run
 
-    ws, heads = load_weights(None)
+    ws, heads = load_weights(None, "raw")
     assert heads is not None
     resident = WeightSet.from_tensors({key: ws[key] for key in ws}, origin="resident")
     hook_args = heads

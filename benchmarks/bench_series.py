@@ -63,18 +63,18 @@ def main() -> None:
         paths = [str(write_checkpoint(Path(tmp) / f"step-{i:03d}", i)) for i in range(max(counts))]
         seen: list[str] = []
         t0 = time.perf_counter()
-        decompose_checkpoint(paths[0], spec, progress=seen.append)
+        decompose_checkpoint(paths[0], spec, view="raw", progress=seen.append)
         one = time.perf_counter() - t0
         per_ckpt = len(seen)
         rows.append(("scan of 1 checkpoint (decompose + report)", 1, one, len(seen)))
         for n in counts:
             seen = []
             t0 = time.perf_counter()
-            drift(paths[:n], spec, progress=seen.append)
+            drift(paths[:n], spec, view="raw", progress=seen.append)
             rows.append((f"drift of {n} checkpoints", n, time.perf_counter() - t0, len(seen)))
         seen = []
         t0 = time.perf_counter()
-        compare(paths[0], paths[1], spec, progress=seen.append)
+        compare(paths[0], paths[1], spec, view="raw", progress=seen.append)
         rows.append(("compare of 2 checkpoints", 2, time.perf_counter() - t0, len(seen)))
     lines = [f"1 torch thread; checkpoints: {SHAPE['layers']} layers, width {SHAPE['hidden']}, d_ff {SHAPE['ff']}, "
              f"GQA {SHAPE['heads']}/{SHAPE['kv']}, bf16 safetensors; k = 4, {args.null_draws} null draws.", "",

@@ -138,12 +138,12 @@ def main() -> None:
         for arch in args.archs.split(","):
             for seed in range(args.seeds):
                 folder = random_init_folder(arch, seed, Path(tmp) / f"{arch}-{seed}")
-                got = outcome(geodrift.scan(folder, null_draws=args.null_draws, seed=seed))
+                got = outcome(geodrift.scan(folder, view="raw", null_draws=args.null_draws, seed=seed))
                 results["random_init"][arch].append(got)
                 _log(f"{arch} seed {seed}", got)
     base, config, n_layers = smollm2()
     for seed in range(args.shuffles):
-        got = outcome(geodrift.scan(shuffled_state_dict(depth_order(seed, n_layers), base), config=config,
+        got = outcome(geodrift.scan(shuffled_state_dict(depth_order(seed, n_layers), base), view="raw", config=config,
                                     null_draws=args.null_draws, seed=seed))
         results["shuffled"].append(got)
         _log(f"shuffle {seed}", got)

@@ -2,8 +2,8 @@
 
 Writes the embedded model's 210 projection matrices (7 per layer x 30 layers, dequantized from the Q4_1 GGUF
 to float32) as a Hugging Face safetensors folder with its config.json, so both tools read the same matrices
-from the same files. Then ``--pairs`` alternating pairs of fresh child processes: ``geodrift scan DIR --brief
--q`` (the default scan: k = 8, 100 null draws, every metric and floor, the OV composite, the trajectory) and
+from the same files. Then ``--pairs`` alternating pairs of fresh child processes: ``geodrift scan DIR --view raw --brief
+-q`` (the raw view, the paper's metric, as before the canonical default: k = 8, 100 null draws, every metric and floor, the OV composite, the trajectory) and
 WeightWatcher's default ``WeightWatcher(model=DIR).analyze()`` (install it with pip into the venv; it is no
 dependency of geodrift). Reports each side's median wall time and peak RSS and their ratio (target: geodrift
 >= 4x faster). The folder is deleted afterwards.
@@ -42,7 +42,7 @@ def export_embedded(folder: Path) -> int:
     from geodrift.scanner.readers import open_checkpoint
     from geodrift.scanner.scan import heads_of, load_weights
 
-    ws, _ = load_weights(None)
+    ws, _ = load_weights(None, "raw")
     ckpt = open_checkpoint(None)
     n_heads, n_kv = heads_of(ckpt) or (9, 3)
     state = {f"model.layers.{layer}.{HF_NAMES[role]}.weight": ws[(role, layer)].float().contiguous()
@@ -73,7 +73,7 @@ def main() -> None:
         load_before = os.getloadavg()
         with bench_lock(args.lock):
             for i in range(args.pairs):
-                runs["geodrift"].append(run_child([geodrift, "scan", str(folder), "--brief", "-q"],
+                runs["geodrift"].append(run_child([geodrift, "scan", str(folder), "--view", "raw", "--brief", "-q"],
                                                   f"geodrift scan ({i + 1})", args.timeout))
                 runs["weightwatcher"].append(run_child([sys.executable, "-c", _CHILD_WW, str(folder)],
                                                        f"weightwatcher ({i + 1})", args.timeout))

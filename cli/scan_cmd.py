@@ -25,8 +25,8 @@ def scan_command(
     layers: Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")] = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space (k = 1..K); clipped, with a note, for a "
                                    "projection of lower rank.")] = 8,
-    view: Annotated[choices.View, typer.Option("--view", help="raw weights, folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers exact reparametrisations leave unchanged).")
-                    ] = choices.View.raw,
+    view: Annotated[choices.View | None, typer.Option("--view", help="raw weights (the paper's metric), folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers and verdicts exact reparametrisations leave unchanged). Default: canonical where geodrift has derived the model's gauge group, else raw with a note.")
+                    ] = None,
     null_draws: Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
     names: Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "
@@ -63,7 +63,7 @@ def scan_command(
     from geodrift.render.files import write_scan_outputs
     from geodrift.render.results import announce_written, show_scan, working
 
-    request = ScanRequest(model=model, roles=roles, layers=layers, k=k, view=view.value, null_draws=null_draws,
+    request = ScanRequest(model=model, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws,
                           seed=seed, names=names, ov=ov, full_spectrum=full_spectrum, device=device,
                           skip_nonfinite=skip_nonfinite, backend=backend.value, address=address,
                           max_memory=max_memory, full=full, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi,

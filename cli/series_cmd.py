@@ -21,7 +21,7 @@ app = typer.Typer()
 Roles = Annotated[str | None, typer.Option("--roles", help="Projections, e.g. q,k,v,o,gate,up,down; in a mixture "
                                             "of experts also router, expert_gate, experts (default all).")]
 Layers = Annotated[str | None, typer.Option("--layers", help="Layers, e.g. 0-9,20 (default all).")]
-View = Annotated[choices.View, typer.Option("--view", help="raw weights, folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers exact reparametrisations leave unchanged).")]
+View = Annotated[choices.View | None, typer.Option("--view", help="raw weights (the paper's metric), folded (norm gains folded in), or canonical (folded, each layer at the canonical point of its gauge orbit: numbers and verdicts exact reparametrisations leave unchanged). Default: canonical where geodrift has derived the model's gauge group, else raw with a note.")]
 NullDraws = Annotated[int, typer.Option("--null-draws", help="Permutation-null draws per statistic.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the permutation nulls.")]
 Names = Annotated[Path | None, typer.Option("--names", help="JSON mapping of tensor-name regex -> role, "
@@ -40,7 +40,7 @@ def drift_command(
                                                      "(.gguf, .safetensors, Hugging Face folders, .pt pickles).")],
     roles: Roles = None, layers: Layers = None,
     k: Annotated[int, typer.Option("--k", help="Singular vectors per space kept per checkpoint.")] = 4,
-    view: View = choices.View.raw, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
+    view: View = None, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
     as_json: Json = False, json_out: JsonOut = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write continuity per checkpoint here and the "
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
@@ -55,7 +55,7 @@ def drift_command(
     from geodrift.render.files import write_drift_outputs
     from geodrift.render.results import announce_written, show_drift, working
 
-    request = DriftRequest(checkpoints, roles=roles, layers=layers, k=k, view=view.value, null_draws=null_draws,
+    request = DriftRequest(checkpoints, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws,
                            seed=seed, names=names, ov=ov, align=align, backend=backend.value, address=address,
                            max_memory=max_memory, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi)
     with working(f"reading {len(checkpoints)} checkpoints", "matrices", quiet=quiet) as bar:
@@ -71,7 +71,7 @@ def compare_command(
     b: Annotated[str, typer.Argument(help="The second model (e.g. its fine-tune or compressed copy).")],
     roles: Roles = None, layers: Layers = None,
     k: Annotated[int, typer.Option("--k", help="Dimension of the top-k subspaces compared.")] = 8,
-    view: View = choices.View.raw, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
+    view: View = None, null_draws: NullDraws = 100, seed: Seed = 0, names: Names = None,
     as_json: Json = False, json_out: JsonOut = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one row per projection, space and layer "
                                                  "here.")] = None,
@@ -86,7 +86,7 @@ def compare_command(
     from geodrift.render.files import write_compare_outputs
     from geodrift.render.results import announce_written, show_compare, working
 
-    request = CompareRequest(a, b, roles=roles, layers=layers, k=k, view=view.value, null_draws=null_draws, seed=seed,
+    request = CompareRequest(a, b, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws, seed=seed,
                              names=names, ov=ov, align=align, backend=backend.value, address=address,
                              max_memory=max_memory, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi)
     with working("reading 2 models", "matrices", quiet=quiet) as bar:

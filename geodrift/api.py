@@ -125,7 +125,7 @@ def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
 
 def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
          k: int = ScanRequest.k,
-         null_draws: int = ScanRequest.null_draws, seed: int = ScanRequest.seed, view: str = ScanRequest.view,
+         null_draws: int = ScanRequest.null_draws, seed: int = ScanRequest.seed, view: str | None = ScanRequest.view,
          names: str | Path | list[NameRule] | None = None, architecture: str | None = None,
          config: dict[str, Any] | None = None, ov: bool = ScanRequest.ov,
          full_spectrum: bool = ScanRequest.full_spectrum, device: str = ScanRequest.device,
@@ -144,9 +144,10 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
             ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
         k, null_draws, seed, full_spectrum, device: as :class:`geodrift.continuity.MeasureSpec`.
-        view: ``"raw"``, ``"folded"`` (norm gains folded into the projections) or ``"canonical"`` (folded,
-            then each layer at the canonical point of its gauge orbit: numbers and verdicts that exact
-            reparametrisations leave unchanged; docs/verdicts.md).
+        view: ``"raw"`` (the paper's metric), ``"folded"`` (norm gains folded into the projections) or
+            ``"canonical"`` (folded, then each layer at the canonical point of its gauge orbit: numbers and
+            verdicts that exact reparametrisations leave unchanged; docs/verdicts.md); None (the default):
+            canonical where geodrift has derived the model's gauge group, else raw with a note saying why.
         names: a ``--names`` mapping for unknown tensor names; architecture: override the detected one.
         config: config.json-style hyperparameters for an in-memory state dict (head counts for OV).
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).

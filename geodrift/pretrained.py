@@ -17,7 +17,7 @@ checkpoints only through here.
 - :func:`smollm2_tokenizer`: the embedded model's own tokenizer, built from the GGUF metadata
   (``tokenizer.ggml.tokens``/``merges``/``pre``/``token_type``) with SmolLM2's pre-tokenizer;
 - :func:`smollm2_perplexity`: its held-out perplexity on a text;
-- :func:`smollm2_reference`: its scan report (the same table as ``geodrift scan``), cached.
+- :func:`smollm2_reference`: its scan report (the same table as ``geodrift scan --view raw``, the paper's metric), cached.
 """
 
 from __future__ import annotations
@@ -382,7 +382,7 @@ def smollm2_perplexity(text: str, seq_len: int = 128, max_windows: int = 32) -> 
 
 def smollm2_reference(out: str | Path | None, spec: MeasureSpec,
                       progress: Callable[[int, int, str], None] | None = None) -> Report:
-    """The embedded SmolLM2-135M-Instruct's scan (the same table as ``geodrift scan``), cached in ``out``.
+    """The embedded SmolLM2-135M-Instruct's scan (the same table as ``geodrift scan --view raw``, the paper's metric), cached in ``out``.
 
     Args:
         out: folder of the cache file ``smollm2-135m_scan_k{k}_n{null_draws}_s{seed}.json``; None: scan in
@@ -396,7 +396,7 @@ def smollm2_reference(out: str | Path | None, spec: MeasureSpec,
             return Report.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (json.JSONDecodeError, GeodriftError):
             pass  # a stale cache from another version: scan again
-    weights, heads = load_weights(None)
+    weights, heads = load_weights(None, "raw")  # the paper's metric, whatever the scan's default view
     done = [0]
 
     def step(label: str) -> None:

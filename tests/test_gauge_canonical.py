@@ -52,7 +52,8 @@ class Model:
         with torch.no_grad():
             return float((rebuild(sd, self.model)(self.ids) - self.logits).abs().max() / self.logits.abs().max())
 
-    def scan(self, sd: dict[str, torch.Tensor], view: str = "canonical", **options: object) -> geodrift.ScanReport:
+    def scan(self, sd: dict[str, torch.Tensor], view: str | None = None, **options: object) -> geodrift.ScanReport:
+        # view None: geodrift.scan's default, the canonical view for these (llama, config given) models
         return geodrift.scan({k: v.to(torch.float32) for k, v in sd.items()}, view=view, config=self.config,
                              **options)  # type: ignore[arg-type]
 
@@ -108,6 +109,7 @@ def test_a_random_exact_gauge_of_smollm2_leaves_its_canonical_report_unchanged(
 
 
 def test_the_report_labels_every_space_with_its_gauge_status(smollm2_report: geodrift.ScanReport) -> None:
+    assert smollm2_report.view == "canonical" and smollm2_report.notes == []  # the default view
     status = {(r.label, s): space.gauge for r in smollm2_report.roles for s, space in r.spaces.items()}
     assert {status[(label, "v")] for label in ("Q", "K", "V", "Gate", "Up")} == {"invariant"}
     assert {status[(label, "u")] for label in ("Q", "K", "V", "Gate", "Up")} == {"aligned"}
@@ -150,6 +152,15 @@ def test_canonical_view_refuses_an_architecture_whose_gauge_group_is_not_derived
     assert len(proc.stderr.strip().splitlines()) <= 3
     with pytest.raises(GeodriftError, match="not derived"):
         geodrift.scan(folder, view="canonical")
+    # The default view there is raw, with one note naming the symmetry not derived (item 3)
+    default = geodrift.scan(folder, null_draws=4, roles="q,k")
+    assert default.view == "raw" and len(default.notes) == 1
+    assert "q/k norm" in default.notes[0] and "can move under an exact reparametrisation" in default.notes[0]
+    proc = _geodrift("scan", str(folder), "--null-draws", "4", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # wrapped at 80 columns
+    assert "note: view: raw, the default where geodrift has not derived the gauge group" in text
+    assert "raw weights" in text and "(gauge-invariant)" not in text
 
 
 def _geodrift(*args: str) -> subprocess.CompletedProcess[str]:
@@ -158,9 +169,10 @@ def _geodrift(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-def _scan_json(model: str | None, view: str, out: Path, *options: str) -> tuple[dict, str]:
-    proc = _geodrift("scan", *([model] if model else []), "--view", view, "--layers", "0-7", "--null-draws", "20",
-                     "--json-out", str(out), *options)
+def _scan_json(model: str | None, view: str | None, out: Path, *options: str) -> tuple[dict, str]:
+    # view None: the default view (no --view option)
+    proc = _geodrift("scan", *([model] if model else []), *(["--view", view] if view else []), "--layers", "0-7",
+                     "--null-draws", "20", "--json-out", str(out), *options)
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text()), proc.stdout
 
@@ -168,20 +180,41 @@ def _scan_json(model: str | None, view: str, out: Path, *options: str) -> tuple[
 def test_done_when_the_cli_prints_the_same_canonical_numbers_for_an_exactly_reparametrised_copy(
         smollm2: Model, tmp_path: Path) -> None:
     """Issue 31's first Done-when: the embedded GGUF against an exactly reparametrised safetensors copy (all
-    generators at once, folded gains, a residual rotation)."""
+    generators at once, folded gains, a residual rotation). Item 3: the *default* scan (no --view) is the
+    canonical view here, so its numbers and verdicts are the same for both; an explicit --view canonical reads
+    the same weights (the library route: test_the_default_view_is_canonical_for_a_derived_model)."""
     moved = random_gauge(smollm2.sd, smollm2.shape, torch.Generator().manual_seed(2026), condition=100.0, sigma=1.0)
     copy = str(write_copy(moved, smollm2.model, tmp_path / "gauged"))
-    base, base_text = _scan_json(None, "canonical", tmp_path / "a.json")
-    other, other_text = _scan_json(copy, "canonical", tmp_path / "b.json")
+    base, base_text = _scan_json(None, None, tmp_path / "a.json")
+    other, other_text = _scan_json(copy, None, tmp_path / "b.json")
+    assert base["view"] == other["view"] == "canonical" and base["notes"] == other["notes"] == []
     report_a, report_b = Report.from_dict(base), Report.from_dict(other)
     assert differences(report_a, report_b, SAME) == []
+    verdicts = [(r.label, r.verdict, r.path_verdict) for r in report_a.roles]
+    assert verdicts == [(r.label, r.verdict, r.path_verdict) for r in report_b.roles]
     table = [line for line in base_text.splitlines() if "│" in line or "|" in line]
     assert table == [line for line in other_text.splitlines() if "│" in line or "|" in line]
+    (counts_a, _, verdicts_a), (counts_b, _, verdicts_b) = _summary(base_text), _summary(other_text)
+    assert (counts_a, verdicts_a) == (counts_b, verdicts_b)  # the summary line but its model's name
+    assert "canonical weights (gauge-invariant)" in verdicts_a
+    text = " ".join(base_text.split())  # the gauge line (wrapped): the view, invariant, the paper's metric
+    assert "gauge: canonical view" in text and "is invariant under the network's exact reparametrisations" in text
+    assert "the paper's metric is --view raw" in text
     raw_a, _ = _scan_json(None, "raw", tmp_path / "c.json", "--roles", "o,up")
     raw_b, _ = _scan_json(copy, "raw", tmp_path / "d.json", "--roles", "o,up")
     moved_numbers = differences(Report.from_dict(raw_a), Report.from_dict(raw_b), 0.01)
     assert any("'attn_o', 'u', 'mean1'" in d for d in moved_numbers), moved_numbers  # O u1: V/O gauge
     assert any("'mlp_up', 'v', 'mean1'" in d for d in moved_numbers), moved_numbers  # Up v1: Up/Down scaling
+
+
+def _summary(text: str) -> tuple[str, str, str]:
+    # The summary line of a canonical scan (wrapped at 80 columns) as (counts, model, the rest from its view on).
+    lines = text.strip().splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("frame ") and "predictions hold" in line)
+    line = " ".join(" ".join(lines[start:]).split())
+    counts, rest = line.split(" predictions hold on ", 1)
+    model, after = rest.split(", canonical weights", 1)
+    return counts, model, "canonical weights" + after
 
 
 def test_compare_in_the_canonical_view_finds_a_gauged_copy_identical_and_the_raw_view_does_not(

@@ -98,7 +98,7 @@ def check_names(path: list[str], params: dict[str, Any]) -> None:
     if path[0] == "scan":
         parse_roles(params.get("roles"))
         parse_layers(params.get("layers"))
-        assert params["view"] in ("raw", "folded")
+        assert params["view"] in (None, "raw", "folded", "canonical")  # None: the default (canonical where derived)
     if path[0] == "prove" and params.get("claims"):
         from geodrift.prove.runner import select
 

@@ -1,4 +1,4 @@
-"""The default scan output fits the eye: the embedded model's scan fits 60 rows at 80 columns, each projection's
+"""The default scan output fits the eye: the embedded model's scan (the canonical view, its default) fits 60 rows at 80 columns, each projection's
 frame and path verdicts on the row of its numbers, every |cos| beside its z and permutation-null mean, the
 criteria stated once; ``--full`` (and its older name ``--detail``) prints every table.
 
@@ -53,16 +53,24 @@ def test_the_default_scan_of_the_embedded_model_fits_60_rows_with_each_verdict_b
     assert len(report.roles) == 8  # Q, K, V, O, Gate, Up, Down, OV
     table = [line for line in text.splitlines() if line.startswith("│")]
     assert len(table) == len(report.roles)  # one row per projection
+    # the default view is canonical (SmolLM2's gauge group is derived): head/hidden-side spaces read "aligned"
+    assert report.view == "canonical" and report.notes == []
     for role, line in zip(report.roles, table, strict=True):
         cells = [c.strip() for c in line.strip("│").split("│")]
-        v1, u1 = role.spaces["v"].vectors[0], role.spaces["u"].vectors[0]
+        v1, u1 = (("aligned" if role.spaces[x].gauge == "aligned" else _cell(role.spaces[x].vectors[0]))
+                  for x in ("v", "u"))
         found = {"holds": "none", "fails": "found"} if role.predicted_space is None else {}  # V: what was found
         assert cells == [role.label, {"v": "v", "u": "u", None: "none"}[role.predicted_space],
-                         _cell(v1), _cell(u1), found.get(role.verdict, role.verdict),
+                         v1, u1, found.get(role.verdict, role.verdict),
                          found.get(role.path_verdict, role.path_verdict)], line
-    # every similarity on screen sits beside its null: two "|cos| z=.. (null)" cells a row, no other decimals
-    for line in table:
-        assert len(re.findall(r"\d\.\d{3}", line)) == 2 * len(re.findall(r"\d\.\d{3} z=-?\d+ \(\d\.\d{3}\)", line)) == 4
+    # every similarity on screen sits beside its null: one "|cos| z=.. (null)" cell per shown space, no other
+    # decimals (two for OV, whose spaces are both residual-side; one for the others)
+    for role, line in zip(report.roles, table, strict=True):
+        shown = sum(space.gauge != "aligned" for space in role.spaces.values())
+        assert len(re.findall(r"\d\.\d{3}", line)) == 2 * len(re.findall(r"\d\.\d{3} z=-?\d+ \(\d\.\d{3}\)", line))
+        assert len(re.findall(r"\d\.\d{3} z=-?\d+ \(\d\.\d{3}\)", line)) == shown == (2 if role.label == "OV" else 1)
+    flat = " ".join(text.split())  # the gauge line: the view, invariant, and where the paper's metric is
+    assert "gauge: canonical view" in flat and "the paper's metric is --view raw" in flat
     # the criteria once, not per projection
     assert text.count("path criterion: depth path") == 1
     criteria = {r.criterion for r in report.roles}
@@ -73,7 +81,8 @@ def test_the_default_scan_of_the_embedded_model_fits_60_rows_with_each_verdict_b
     first = [i for i, line in enumerate(lines) if line.startswith("frame 8/8, path ")]
     assert len(first) == 1 and all(cell_len(line) <= WIDTH for line in lines), text
     assert " ".join(line.strip() for line in lines[first[0]:]) == summary_line(report)
-    assert summary_line(report).endswith("V (neither predicted): no frame, no path, as predicted")
+    assert "canonical weights (gauge-invariant)" in summary_line(report)
+    assert "V (neither predicted): no frame, no path, as predicted" in summary_line(report)
 
 
 def test_full_prints_every_table_and_detail_is_its_older_name(monkeypatch):
@@ -95,7 +104,8 @@ def test_a_projection_without_a_prediction_shows_dashes_and_says_why(monkeypatch
     from geodrift.render.scan import brief_grid
 
     monkeypatch.setenv("COLUMNS", str(WIDTH))
-    result = runner.invoke(app, ["scan", "--layers", "0-3", "--roles", "q,k", "--k", "2", "--null-draws", "8", "--json"])
+    result = runner.invoke(app, ["scan", "--view", "raw", "--layers", "0-3", "--roles", "q,k", "--k", "2",
+                                 "--null-draws", "8", "--json"])  # raw: both spaces shown with their numbers
     assert result.exit_code == 0, result.output
     report = Report.from_dict(payload_of(json.loads(result.stdout)))
     assert "no prediction" not in (brief_grid(report).caption or "")

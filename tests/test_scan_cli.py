@@ -47,7 +47,7 @@ def test_scan_writes_csv_json_and_png_for_a_safetensors_folder(tmp_path: Path):
     rows = list(csv.DictReader(out_csv.open()))
     assert {row["role"] for row in rows} == {"attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down",
                                             "attn_ov"}
-    assert json.loads(out_json.read_text())["view"] == "raw"
+    assert json.loads(out_json.read_text())["view"] == "canonical"  # the default for a llama with its config.json
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Geometric continuity" in result.stdout and "null" in result.stdout
 

@@ -143,7 +143,7 @@ def _counted_safetensors_scan(folder: Any, prefetch_max: int) -> tuple[Tally, Co
         patch.setattr(measure_module, "top_k_svd", tally.decomposing(measure_module.top_k_svd))
         patch.setattr(measure_module, "top_k_svd_of_product", tally.decomposing(measure_module.top_k_svd_of_product))
         patch.setattr(metrics, "random_permutations", tally.permuting(metrics.random_permutations))
-        ws, heads = load_weights(folder)
+        ws, heads = load_weights(folder, "raw")  # the raw view's reads (the canonical view reads a layer at once)
         report = scan(ws, MeasureSpec(svd="topk", null_draws=20), heads=heads)
     finally:
         patch.undo()
@@ -186,7 +186,7 @@ def test_a_gguf_warms_its_large_matrices_too(monkeypatch):
 
     monkeypatch.setattr(schedule, "PREFETCH_MAX_NUMEL", 576 * 576)
     monkeypatch.setattr(GGUFCheckpoint, "warm", warm)
-    ws, heads = load_weights(None, layers=[0, 1, 2])
+    ws, heads = load_weights(None, "raw", layers=[0, 1, 2])  # the raw view's reads
     scan(ws, MeasureSpec(null_draws=10), heads=heads)
     assert sorted(warmed) == sorted(f"blk.{layer}.ffn_{kind}.weight" for layer in range(3) for kind in ("gate", "up", "down"))
     assert set(warmed.values()) == {1}

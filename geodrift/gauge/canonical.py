@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -172,15 +173,21 @@ def canonical_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> t
         >>> bool(torch.allclose(up_c.norm(dim=1), down_c.norm(dim=0)))
         True
     """
-    sign = _positive_product(gate, up)
+    sign = _finite(_positive_product, gate, up).to(up.dtype)
     # a sign changes no norm; the column norms as a sum of squares (a strided norm is 2x slower)
-    up_norm, down_norm = up.norm(dim=1), down.pow(2).sum(0).sqrt()
+    up_norm, down_norm = _finite(lambda u: u.norm(dim=1), up), _finite(lambda d: d.pow(2).sum(0).sqrt(), down)
     scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
-    factor = sign * scale  # exact: the sign is +-1, so x * factor and x / factor round as x * sign * scale does
+    factor = sign * scale.to(up.dtype)  # exact: the sign is +-1, so x * factor and x / factor round as x * sign * scale does
     up = up * factor.reshape(-1, 1)
-    order = _descending(gate.norm(dim=1), up.norm(dim=1))
+    order = _descending(_finite(lambda g: g.norm(dim=1), gate), _finite(lambda u: u.norm(dim=1), up))
     return (gate.index_select(0, order), up.index_select(0, order),
             down.index_select(1, order).div_(factor[order].reshape(1, -1)))
+
+
+def _finite(reduce: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
+    # reduce(*xs), again in float64 where squares or products overflow the dtype (weights near float32's limit)
+    out = reduce(*xs)
+    return out if bool(torch.isfinite(out).all()) else reduce(*(x.to(torch.float64) for x in xs))
 
 
 def _positive_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

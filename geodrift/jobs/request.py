@@ -47,7 +47,9 @@ class MeasureOptions:
         roles, layers: the selection: ``"q,k"`` or a list of role names; ``"0-9,20"`` or a list of indices
             (None: all).
         k, null_draws, seed: the measurement (:class:`~geodrift.continuity.MeasureSpec`).
-        view: ``raw``, ``folded`` or ``canonical``.
+        view: ``raw`` (the paper's metric), ``folded`` or ``canonical``; None (the default): canonical where
+            geodrift has derived the model's gauge group, else raw with a note
+            (:func:`geodrift.scanner.canonical_view.resolve_view`).
         names: a ``--names`` JSON mapping (path) or its rules, for tensor names nothing recognises.
         ov: also the OV composite ``W_O W_V`` (needs the head counts).
         backend, address: ``local``, or ``ray`` at ``address``; Ray tasks read the models from their paths.
@@ -58,7 +60,7 @@ class MeasureOptions:
     roles: str | list[str] | tuple[str, ...] | None = None
     layers: str | list[int] | tuple[int, ...] | None = None
     k: int = 8
-    view: str = "raw"
+    view: str | None = None
     null_draws: int = 100
     seed: int = 0
     names: str | Path | list[NameRule] | None = None
@@ -211,14 +213,14 @@ def _text_or_list(field: str, value: Any, what: str, item: type | Any) -> None:
 
 
 def check_view(view: Any) -> None:
-    """One of the views the scanner reads weights in (``geodrift.scanner.readers.VIEWS``).
+    """One of the views the scanner reads weights in (``geodrift.scanner.readers.VIEWS``), or None (the default).
 
     Raises:
         GeodriftError: ``--view: 'cooked' is not a view; use raw, folded or canonical``.
     """
     from geodrift.scanner.readers import VIEWS
 
-    if not isinstance(view, str) or view not in VIEWS:
+    if view is not None and (not isinstance(view, str) or view not in VIEWS):
         raise GeodriftError(f"--view: {view!r} is not a view; use {', '.join(VIEWS[:-1])} or {VIEWS[-1]}")
 
 

@@ -130,11 +130,12 @@ def gauge_line(report: Report) -> str:
         True
     """
     if report.view == "canonical":
-        return ("gauge: every number shown is invariant under the network's exact reparametrisations (canonical "
-                "view); aligned: a head/hidden-side space, aligned by the canonical ordering - not continuity, "
-                "not judged")
+        return ("gauge: canonical view (the default where the gauge group is derived): every number shown is "
+                "invariant under the network's exact reparametrisations; aligned: a head/hidden-side space, aligned "
+                "by the canonical ordering - not continuity, not judged; the paper's metric is --view raw")
     return (f"gauge: {report.view} numbers move under the network's exact reparametrisations (the --json field "
-            "moved_by names them per space); --view canonical gives numbers and verdicts they leave unchanged")
+            "moved_by names them per space); the canonical view (the default where geodrift has derived the "
+            "gauge group) gives numbers and verdicts they leave unchanged")
 
 
 def _brief_cell(vc: VectorContinuity, bold: bool) -> str:
@@ -198,7 +199,7 @@ def summary_line(report: Report) -> str:
     paths = [r for r in judged if r.path_verdict in ("holds", "fails")]
     head = (f"frame {sum(r.verdict == 'holds' for r in judged)}/{len(judged)}, path "
             f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold on {report.origin}, "
-            f"{report.view} weights")
+            f"{report.view} weights" + (" (gauge-invariant)" if report.view == "canonical" else ""))
     groups: dict[str, list[str]] = {}
     for r in judged:
         if is_continuity(r):

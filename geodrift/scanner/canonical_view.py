@@ -18,6 +18,7 @@ the others are refused with the symmetry that is not derived.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,10 +29,13 @@ from geodrift.errors import GeodriftError
 from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis, to_basis
 from geodrift.gauge.orbit import GaugeShape
 from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.fold import INPUT_SIDE
 from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet
 
 # Llama-family attention (RoPE, GQA, no per-head q/k norm), pre-norm RMSNorm, gated MLP.
 CANONICAL_ARCHITECTURES = ("llama", "mistral", "qwen2")
+# The norm gains the canonical view folds (the inputs of Q, K, V, Gate, Up).
+_READ_NORMS = tuple(sorted({INPUT_SIDE[role] for role in TRANSFORMER_ROLES if role in INPUT_SIDE}))
 ROLE_OF: dict[str, str] = dict(zip(PROJECTIONS, TRANSFORMER_ROLES, strict=True))
 NAME_OF: dict[str, str] = {role: name for name, role in ROLE_OF.items()}
 # What keeps an architecture's group underived, by the norms its checkpoint holds.
@@ -43,38 +47,84 @@ _UNDERIVED_NORMS = {
 }
 
 
+def canonical_refusal(ckpt: Checkpoint) -> str | None:
+    """Why the canonical view cannot read ``ckpt`` (the symmetry geodrift has not derived, or what is missing), or
+    None when it can; read from the headers only.
+
+    Example:
+        >>> from geodrift.scanner.readers import open_checkpoint
+        >>> canonical_refusal(open_checkpoint(None)) is None
+        True
+    """
+    kinds = {kind for kind, _ in ckpt.plan}
+    for kind, why in _UNDERIVED_NORMS.items():
+        if kind in kinds:
+            return why
+    if "router" in kinds:
+        return "a mixture of experts (the experts' permutation and each expert's group are not derived for the scan yet)"
+    if ckpt.architecture not in CANONICAL_ARCHITECTURES:
+        return (f"the gauge group of {ckpt.architecture!r} is not derived (known: {', '.join(CANONICAL_ARCHITECTURES)}; "
+                "e.g. LayerNorm's centring and biases in gpt2, fused or partial-rotary attention)")
+    if not ckpt.config.get("n_heads"):
+        return ("the head counts are unknown (the V/O and Q/K gauges act per head); pass the model's config "
+                "(config.json beside the weights, or config= in geodrift.scan)")
+    if ("embed", None) not in ckpt.plan:
+        return "no token embedding, which fixes the canonical residual basis (map it in --names as 'embed')"
+    layers = sorted({layer for (role, layer) in ckpt.plan if layer is not None and role in TRANSFORMER_ROLES})
+    missing = [f"{kind}[{layer}]" for layer in layers
+               for kind in (*TRANSFORMER_ROLES, *_READ_NORMS)
+               if (kind, layer) not in ckpt.plan]
+    if missing:
+        return (f"no tensor for {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} (every layer needs its "
+                "seven projections and both norm gains: a layer's gauges tie them together)")
+    return None
+
+
 def check_canonical(ckpt: Checkpoint) -> GaugeShape:
     """The gauge shape of a checkpoint the canonical view can read, or a one-line refusal.
 
     Raises:
         GeodriftError: an architecture whose gauge group is not derived (naming the symmetry), a mixture
-            of experts, no head counts, or a missing projection/embedding.
+            of experts, no head counts, or a missing projection/norm/embedding (:func:`canonical_refusal`).
 
     Example:
         >>> from geodrift.scanner.readers import open_checkpoint
         >>> check_canonical(open_checkpoint(None))
         GaugeShape(n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64)
     """
-    kinds = {kind for kind, _ in ckpt.plan}
-    where = f"--view canonical: {ckpt.label} ({ckpt.architecture})"
-    for kind, why in _UNDERIVED_NORMS.items():
-        if kind in kinds:
-            raise GeodriftError(f"{where}: {why}; geodrift has not derived this model's gauge group - use --view "
-                                "folded or raw")
-    if "router" in kinds:
-        raise GeodriftError(f"{where}: a mixture of experts (the experts' permutation and each expert's group are "
-                            "not derived for the scan yet); use --view folded or raw")
-    if ckpt.architecture not in CANONICAL_ARCHITECTURES:
-        raise GeodriftError(f"{where}: the gauge group of {ckpt.architecture!r} is not derived (known: "
-                            f"{', '.join(CANONICAL_ARCHITECTURES)}; e.g. LayerNorm's centring and biases in gpt2, "
-                            "fused or partial-rotary attention); use --view folded or raw")
-    if not ckpt.config.get("n_heads"):
-        raise GeodriftError(f"{where}: the head counts are unknown (the V/O and Q/K gauges act per head); pass the "
-                            "model's config (config.json beside the weights, or config= in geodrift.scan)")
-    if ("embed", None) not in ckpt.plan:
-        raise GeodriftError(f"{where}: no token embedding, which fixes the canonical residual basis; include "
-                            "it (or map it in --names as 'embed') or use --view folded")
+    why = canonical_refusal(ckpt)
+    if why is not None:
+        raise GeodriftError(f"--view canonical: {ckpt.label} ({ckpt.architecture}): {why}; geodrift has not derived "
+                            "this model's gauge group for the scan - use --view folded or raw")
     return GaugeShape.from_config(ckpt.config)
+
+
+def resolve_view(ckpt: Checkpoint, view: str | None) -> tuple[str, str | None]:
+    """The view a scan of ``ckpt`` reads, and the note its report carries: ``view=None`` is the default,
+    ``canonical`` where geodrift has derived the model's gauge group (numbers and verdicts that exact
+    reparametrisations leave unchanged), else ``raw`` with a note naming the symmetry not derived.
+    A view named explicitly is returned as it is (``canonical`` is then checked, and refused, by
+    :func:`check_canonical`).
+
+    Args:
+        ckpt: the open checkpoint (headers only are read).
+        view: ``"raw"``, ``"folded"``, ``"canonical"`` or None (the default).
+
+    Returns:
+        ``(view, note)``: the note is None unless the default fell back to ``raw``.
+
+    Example:
+        >>> from geodrift.scanner.readers import open_checkpoint
+        >>> resolve_view(open_checkpoint(None), None), resolve_view(open_checkpoint(None), "raw")
+        (('canonical', None), ('raw', None))
+    """
+    if view is not None:
+        return view, None
+    why = canonical_refusal(ckpt)
+    if why is None:
+        return "canonical", None
+    return "raw", (f"view: raw, the default where geodrift has not derived the gauge group - {ckpt.architecture}: "
+                   f"{why}; these numbers and verdicts can move under an exact reparametrisation of the weights")
 
 
 class CanonicalLayers:
@@ -137,7 +187,10 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
     if missing:
         raise GeodriftError(f"--view canonical: {ckpt.label} lacks {', '.join(missing[:4])}; every layer needs all "
                             "seven projections (a layer's gauges tie them together) - use --view folded")
-    source = CanonicalLayers({key: entry.load for key, entry in folded.entries.items()}, embedding, shape)
+    # Each folded matrix read through the WeightSet's checks (NaN/Inf, a corrupt outlier): balancing would hide an
+    # outlier in its layer's product, so it is refused (or skipped, with its layer) by the name of its tensor.
+    source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries}, embedding,
+                             shape)
     entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
                for key, entry in folded.entries.items()}
     unrotated = {key: WeightEntry(entry.shape, f"{entry.source} (canonical, before the residual rotation)",

@@ -27,13 +27,14 @@ class RaySource:
     """Where the tasks of a scan on Ray read the model: what :func:`geodrift.scanner.scan.load_weights` was given.
 
     Attributes:
-        model, view, names, roles: as ``load_weights``' arguments (the layers come from the WeightSet scanned).
+        model, view, names, roles: as ``load_weights``' arguments (the layers and the view the tasks read come
+            from the WeightSet scanned).
         address: an existing Ray cluster (``auto`` or ``HOST:PORT``), or None for a local one.
         chunks: layer ranges (tasks); None = at least 2.
     """
 
     model: str | Path | None
-    view: str = "raw"
+    view: str | None = None
     names: str | Path | list[Any] | None = None  # a --names path, or its rules (geodrift.scanner.mapping.NameRule)
     roles: list[str] | None = None
     address: str | None = None

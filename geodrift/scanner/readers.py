@@ -29,6 +29,7 @@ stores them; and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ from pathlib import Path
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.scanner.canonical_view import canonical_weightset, check_canonical
+from geodrift.scanner.canonical_view import canonical_weightset, check_canonical, resolve_view
 from geodrift.scanner.checkpoint import Checkpoint, Part
 from geodrift.scanner.embedded import EMBEDDED_LABEL, embedded_model_path
 from geodrift.scanner.fold import INPUT_SIDE, folded_loader
@@ -241,7 +242,7 @@ def norm_gain(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
     return gain + 1.0 if ckpt.architecture in GEMMA_FAMILY else gain
 
 
-def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
+def weightset(ckpt: Checkpoint, view: str | None = "raw") -> WeightSet:
     """The checkpoint's projections as a lazy WeightSet: Q, K, V, O, Gate, Up, Down per layer and, in a
     mixture-of-experts model, the router, each expert's Gate/Up/Down and the shared expert's.
 
@@ -249,10 +250,12 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
         ckpt: an open checkpoint.
         view: ``"raw"`` (stored weights), ``"folded"`` (norm gains folded in, see
             ``geodrift.scanner.fold``) or ``"canonical"`` (folded, then each layer at the canonical point of
-            its gauge orbit, see ``geodrift.scanner.canonical_view``).
+            its gauge orbit, see ``geodrift.scanner.canonical_view``); None: the scan's default,
+            ``canonical`` where geodrift has derived the model's gauge group, else ``raw`` with a note
+            (:func:`geodrift.scanner.canonical_view.resolve_view`).
 
     Returns:
-        A WeightSet with ``view`` set; each entry's loader reads one tensor, whose shape and
+        A WeightSet with ``view`` set (and, where the default fell back to ``raw``, its note in ``notes``); each entry's loader reads one tensor, whose shape and
         finiteness ``WeightSet.__getitem__`` checks.
 
     Raises:
@@ -264,8 +267,11 @@ def weightset(ckpt: Checkpoint, view: str = "raw") -> WeightSet:
         >>> ws.shape("attn_k")
         (192, 576)
     """
-    if view not in VIEWS:
+    if view is not None and view not in VIEWS:
         raise GeodriftError(f"--view: unknown view {view!r}; use raw, folded or canonical")
+    view, note = resolve_view(ckpt, view)
+    if note is not None:
+        return dataclasses.replace(weightset(ckpt, view), notes=(note,))
     if view == "canonical":
         check_canonical(ckpt)  # refuse an underived group before anything is read
         return canonical_weightset(ckpt, weightset(ckpt, "folded"), lambda: load_canonical(ckpt, ("embed", None)))

@@ -131,10 +131,13 @@ def ov_composite_hook(n_heads: int, n_kv_heads: int) -> Derive:
 
 
 def load_weights(
-    model: str | Path | None, view: str = "raw", names: str | Path | list[NameRule] | None = None,
+    model: str | Path | None, view: str | None = None, names: str | Path | list[NameRule] | None = None,
     roles: list[str] | None = None, layers: list[int] | None = None,
 ) -> tuple[WeightSet, tuple[int, int] | None]:
     """The projections of ``model`` (None = the embedded SmolLM2-135M) as a lazy WeightSet.
+
+    ``view`` None is the scan's default: ``canonical`` where geodrift has derived the model's gauge group,
+    else ``raw`` with a note (:func:`geodrift.scanner.canonical_view.resolve_view`); ``"raw"`` is the paper's metric.
 
     Returns:
         ``(weights, heads)``: heads is ``(n_heads, n_kv_heads)`` when the checkpoint states them.
@@ -142,7 +145,7 @@ def load_weights(
     Raises:
         GeodriftError: on any unreadable input or an unknown role/layer selection.
     """
-    if view not in VIEWS:
+    if view is not None and view not in VIEWS:
         raise GeodriftError(f"--view: {view!r} is not a view; use raw, folded or canonical")
     ckpt = open_checkpoint(model, names=names)
     ws = weightset(ckpt, view=view)
@@ -206,7 +209,7 @@ def scan(
     report.trajectory = trajectory_shapes(depth_spectra(spectra), spec.null_draws, spec.seed, bank)
     report.roles = path_verdicts(report.roles, report.trajectory)
     report.across_experts, notes = measure_across_experts(spectra, spec, ws.origin, ws.view)
-    report.notes += notes
+    report.notes += [*ws.notes, *notes]
     return report
 
 
@@ -231,7 +234,7 @@ def _layers_on_ray(ws: WeightSet, spec: MeasureSpec, ray: RaySource, heads: tupl
                 progress(f"{key[0]}[{key[1]}]")
 
     merged: dict[WeightKey, SVDTriplets] = {}
-    args = [(ray.model, spec, ray.view, ray.names, ray.roles, chunk, heads) for chunk in ranges]
+    args = [(ray.model, spec, ws.view, ray.names, ray.roles, chunk, heads) for chunk in ranges]
     for part in on_ray(layers_task, args, ray.address, done):
         merged.update(part)
     return merged

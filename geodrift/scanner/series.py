@@ -95,7 +95,7 @@ class CompareReport:
         return out
 
 
-def plan_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", roles: list[str] | None = None,
+def plan_checkpoint(model: Any, spec: MeasureSpec, *, view: str | None = None, roles: list[str] | None = None,
                     layers: list[int] | None = None, ov: bool = True, names: str | Path | None = None,
                     max_memory: int | None = None) -> tuple[WeightSet, tuple[int, int] | None]:
     """Open one checkpoint's headers: the selected projections and head counts, checked before any tensor is read.
@@ -146,7 +146,7 @@ def _span(layers: list[int]) -> str:
     return f"{layers[0]}..{layers[-1]} ({len(layers)})" if layers else "none"
 
 
-def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", roles: list[str] | None = None,
+def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str | None = None, roles: list[str] | None = None,
                          layers: list[int] | None = None, ov: bool = True, names: str | Path | None = None,
                          progress: Progress | None = None, max_memory: int | None = None) -> tuple[Report, Spectra]:
     """Read one checkpoint once: its continuity Report and its top-``spec.k`` triplets.
@@ -160,6 +160,7 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str = "raw", ro
     derive = ov_composite_hook(*heads) if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None
     spectra = decompose(ws, spec, progress, derive)
     report = assemble(spectra, spec, ws.origin, ws.view, trajectory=True)
+    report.notes += ws.notes
     kept = {key: SVDTriplets(t.U[:, :spec.k].clone(), t.S[:spec.k].clone(), t.Vh[:spec.k].clone(), t.frobenius_sq,
                              t.residual, t.method) for key, t in spectra.items()}
     return report, kept
@@ -178,7 +179,8 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
         address: an existing Ray cluster (``ray`` only).
         align: bring every checkpoint into the first one's gauge first (:mod:`geodrift.scanner.aligned`).
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
-            ``max_memory``.
+            ``max_memory`` (``view`` None, the default: canonical where every model's gauge group is derived,
+            else raw with a note).
 
     Returns:
         DriftReport.
@@ -192,14 +194,15 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
     alignment = _align(models, align, options)
     if align:
         models = alignment[0]
-    plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
+    plans, options, view_notes = _plans_in_one_view(models, spec, options)
     check_same_shapes(plans, "drift", same_layers=True)
     if not any(len(plans[0].layers(role)) >= 2 for role in plans[0].roles()):
         raise GeodriftError(f"drift: no projection of {plans[0].origin} has 2 or more selected layers; continuity "
                             "compares adjacent layers - select at least 2 (--layers)")
     decomposed = _decompose_all(models, spec, progress, backend, address, options)
     reports, series = [report for report, _ in decomposed], [spectra for _, spectra in decomposed]
-    notes = _shape_notes(series) + [f"checkpoint {t}: {rep.summary()}" for t, rep in enumerate(alignment[1], 1)]
+    notes = view_notes + _shape_notes(series) + [f"checkpoint {t}: {rep.summary()}"
+                                                 for t, rep in enumerate(alignment[1], 1)]
     return DriftReport([r.origin for r in reports], spec.k, spec.null_draws, spec.seed, reports[0].view, reports,
                        rotation_drift(series, spec.null_draws, spec.seed), notes, alignment[1])
 
@@ -215,7 +218,8 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         backend, address: as :func:`drift`'s (one Ray task per model).
         align: bring B into A's gauge first (:mod:`geodrift.scanner.aligned`): compare in the aligned frame.
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
-            ``max_memory``.
+            ``max_memory`` (``view`` None, the default: canonical where every model's gauge group is derived,
+            else raw with a note).
 
     Returns:
         CompareReport.
@@ -227,15 +231,28 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
     aligned, reports = _align([a, b], align, options)
     if align:
         a, b = aligned
-    check_same_shapes([plan_checkpoint(m, spec, **options)[0] for m in (a, b)], "compare", same_layers=False)
+    plans, options, view_notes = _plans_in_one_view([a, b], spec, options)
+    check_same_shapes(plans, "compare", same_layers=False)
     (report_a, spectra_a), (report_b, spectra_b) = _decompose_all([a, b], spec, progress, backend, address, options)
     rows = subspace_comparison(spectra_a, spectra_b, spec.k, spec.null_draws, spec.seed)
     if not rows:
         raise GeodriftError(f"compare: {report_a.origin} and {report_b.origin} share no projection of the same shape "
                             "and layers; compare checkpoints of one architecture")
     return CompareReport(report_a.origin, report_b.origin, spec.k, spec.null_draws, spec.seed, report_a.view,
-                         [report_a, report_b], rows, _shape_notes([spectra_a, spectra_b])
+                         [report_a, report_b], rows, view_notes + _shape_notes([spectra_a, spectra_b])
                          + [r.summary() for r in reports], reports[0] if reports else None)
+
+
+def _plans_in_one_view(models: list[Any], spec: MeasureSpec, options: dict[str, Any]
+                       ) -> tuple[list[WeightSet], dict[str, Any], list[str]]:
+    # Every model's plan in one view. The default (view None) is canonical only where every model's gauge group
+    # is derived; else all are read raw, and the reports carry the note saying why (once).
+    plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
+    notes = list(dict.fromkeys(note for plan in plans for note in plan.notes))
+    if len({plan.view for plan in plans}) > 1:
+        options = {**options, "view": "raw"}
+        plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
+    return plans, options, notes
 
 
 def _align(models: list[Any], align: bool, options: dict[str, Any]) -> tuple[list[Any], list[AlignmentReport]]:
