@@ -38,6 +38,14 @@ class View(Choice):
     canonical = "canonical"
 
 
+class TrackView(Choice):
+    """``simulate transformer --view``: the tracked projections as trained, or at the canonical point of their
+    gauge orbit (``geodrift.sim.canonical``)."""
+
+    raw = "raw"
+    canonical = "canonical"
+
+
 class Backend(Choice):
     """``--backend``: where a sweep's runs execute (``geodrift.sweep.runner.BACKENDS``)."""
 

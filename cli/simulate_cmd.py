@@ -90,6 +90,10 @@ def transformer_command(
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside (cached in --out; without --out scanned in memory, nothing "
                                           "written).")] = True,
+    view: Annotated[choices.TrackView, typer.Option(
+        "--view", help="raw: the projections as trained; canonical: each layer at the canonical point of its gauge "
+        "orbit (the same numbers for every exactly reparametrised model; gradients are then not tracked).")
+                    ] = choices.TrackView.raw,
     save_hf_every: Annotated[int, typer.Option("--save-hf-every", help="Save the weights as a Hugging Face folder "
                                                "(model.safetensors + config.json) under --out, in "
                                                "<run>/hf/step-<n>/, at step 0, every N steps and at the end "
@@ -102,7 +106,8 @@ def transformer_command(
     from geodrift.sim.experiment import Overrides
 
     overrides = Overrides(steps=steps, track_every=track_every, ablations=tuple(ablation or ()), data=data,
-                          tokenizer=tokenizer.value if tokenizer is not None else None, vocab=vocab)
+                          tokenizer=tokenizer.value if tokenizer is not None else None, vocab=vocab,
+                          view=view.value if view is not choices.TrackView.raw else None)
     _simulate("transformer", preset.value, overrides, seeds, device=device.value, out=out, resume=resume,
               reload=reload, plot=plot, as_json=as_json, checkpoint_every=checkpoint_every, threads=threads,
               detail=detail, smollm2=smollm2, save_hf_every=save_hf_every, force=force, dpi=dpi, wide=wide,
