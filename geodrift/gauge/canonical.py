@@ -196,7 +196,10 @@ def canonical_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> t
     up_norm, down_norm = up.norm(dim=1), torch.linalg.vecdot(down, down, dim=0).sqrt()
     scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
     factor = sign * scale  # exact: the sign is +-1, so x * factor and x / factor round as x * sign * scale does
-    order = _descending(gate.norm(dim=1), up_norm * scale)  # the balanced norm sqrt(|Up_j| |Down_j|) breaks ties
+    # the sort key accumulated in float64: a float32 norm's own rounding (~1e-7) is what swapped near-tied units of
+    # gauge-equivalent copies (their keys differ only by the weights' float32 rounding, ~5e-9 on a norm); the
+    # balanced norm sqrt(|Up_j| |Down_j|) breaks what ties remain, then the index (rows identical in both keys)
+    order = _descending(torch.linalg.vector_norm(gate, dim=1, dtype=torch.float64), up_norm * scale)
     kept = factor.index_select(0, order)
     # gather first, then scale in place: one new tensor per matrix (the products round as scale-then-gather)
     return (gate.index_select(0, order), up.index_select(0, order).mul_(kept.reshape(-1, 1)),
