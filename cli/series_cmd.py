@@ -33,6 +33,9 @@ Ov = Annotated[bool, typer.Option("--ov/--no-ov", help="Also measure the OV comp
 Align = Annotated[bool, typer.Option("--align", help="Bring the models into the first one's gauge first (gains "
                                      "folded; residual rotation, hidden permutations and scalings, V/O and Q/K maps "
                                      "recovered); llama/mistral.")]
+HeadMaps = Annotated[choices.HeadMaps, typer.Option(
+    "--head-maps", help="--align's per-head V/O and Q/K maps: orthogonal (default: never distorts two unrelated "
+    "models), general (least squares: recovers any exact reparametrisation, e.g. AWQ's V/O scales) or none.")]
 
 
 @app.command("drift")
@@ -47,7 +50,8 @@ def drift_command(
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figures NAME_rotation.EXT and NAME_continuity.EXT "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, align: Align = False, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    ov: Ov = True, align: Align = False, head_maps: HeadMaps = choices.HeadMaps.orthogonal,
+    backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
@@ -75,7 +79,7 @@ def drift_command(
                     if plot else []))
     with JobProgress(f"reading {len(checkpoints)} checkpoints", 0, "matrices", quiet=quiet) as bar:
         rep = drift(list(checkpoints), spec, progress=lambda label: bar.update(advance=1, description=label),
-                    backend=backend.value, address=address, align=align, **options)
+                    backend=backend.value, address=address, align=align, head_maps=head_maps.value, **options)
     written: list[Path] = []
     with output_set():  # the files replace the previous run's together, or not at all
         if json_out:
@@ -111,7 +115,8 @@ def compare_command(
                                                  "here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figure of the subspace overlap across layers "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, align: Align = False, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    ov: Ov = True, align: Align = False, head_maps: HeadMaps = choices.HeadMaps.orthogonal,
+    backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
@@ -136,7 +141,7 @@ def compare_command(
     check_outputs({"--json-out": json_out, "--csv": csv_out, "--plot": plot})
     with JobProgress("reading 2 models", 0, "matrices", quiet=quiet) as bar:
         rep = compare(a, b, spec, progress=lambda label: bar.update(advance=1, description=label),
-                      backend=backend.value, address=address, align=align, **options)
+                      backend=backend.value, address=address, align=align, head_maps=head_maps.value, **options)
     written: list[Path] = []
     with output_set():  # the files replace the previous run's together, or not at all
         if json_out:

@@ -130,6 +130,14 @@ def shape_of(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> Gaug
 
 
 HEAD_MAPS = ("general", "orthogonal", "none")
+# The per-head maps ``compare``/``drift --align`` fit unless told (``--head-maps``): orthogonal. Between two
+# independently trained models a general least-squares map per head distorts them (benchmarks/RESULTS_barriers.md,
+# 3 seed pairs of the tiny simulator Llama: loss barrier 0.616 without head maps, 0.441 with orthogonal ones,
+# 2.102 with general ones, above the naive 1.165; seeds 1, 2: weight distance 1.513 -> 0.278 orthogonal, 4.751
+# general), while an isometry per head never does. ``general`` is for an exactly reparametrised copy whose V/O or
+# Q/K maps are not orthogonal (AWQ's V/O scales, a random gauge): it recovers every exact gauge (and stays the
+# default of :func:`align` itself).
+DEFAULT_HEAD_MAPS = "orthogonal"
 
 
 def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, head_maps: str = "general"

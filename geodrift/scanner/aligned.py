@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.gauge.align import AlignmentReport, align, check_same_shape, shape_of
+from geodrift.gauge.align import DEFAULT_HEAD_MAPS, AlignmentReport, align, check_same_shape, shape_of
 from geodrift.gauge.orbit import GaugeShape, StateDict
 from geodrift.scanner.api import open_model
 from geodrift.scanner.checkpoint import Checkpoint
@@ -93,7 +93,7 @@ COPIES = 5
 
 
 def aligned_series(models: list[Any], names: str | Path | None = None, option: str = "--align",
-                   head_maps: str = "general", max_memory: int | None = None
+                   head_maps: str = DEFAULT_HEAD_MAPS, max_memory: int | None = None
                    ) -> tuple[list[StateDictCheckpoint], list[AlignmentReport]]:
     """Read every model, fold its gains and bring each one after the first into the first one's gauge.
 
@@ -101,7 +101,8 @@ def aligned_series(models: list[Any], names: str | Path | None = None, option: s
         models: paths (or anything :func:`geodrift.scanner.api.open_model` takes), at least 2.
         names: a ``--names`` mapping for unknown tensor names.
         option: the option named in errors (``--align``).
-        head_maps: as :func:`geodrift.gauge.align.align`'s.
+        head_maps: as :func:`geodrift.gauge.align.align`'s (default: ``orthogonal``,
+            :data:`geodrift.gauge.align.DEFAULT_HEAD_MAPS` says why).
         max_memory: refuse (before reading any tensor) when the float64 copies alignment holds would
             exceed this many bytes (the CLI's ``--max-memory``).
 
