@@ -59,6 +59,8 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 WRITERS = ("o_proj", "down_proj")  # write the residual stream (its basis acts on their rows); the others read it
 _TINY = 1e-300
 _TOKEN_BLOCK = 1024  # tokens per block of the residual basis's third moments
+_NEAR_TIE = 4e-6  # relative gap of float32 row norms (their error: <= 2.4e-7, SmolLM2 and 4096-wide rows) below which
+# the hidden units' order is decided in float64
 
 
 def _positive_third_moment(rows: torch.Tensor) -> torch.Tensor:
@@ -196,14 +198,33 @@ def canonical_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> t
     up_norm, down_norm = up.norm(dim=1), torch.linalg.vecdot(down, down, dim=0).sqrt()
     scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
     factor = sign * scale  # exact: the sign is +-1, so x * factor and x / factor round as x * sign * scale does
-    # the sort key accumulated in float64: a float32 norm's own rounding (~1e-7) is what swapped near-tied units of
-    # gauge-equivalent copies (their keys differ only by the weights' float32 rounding, ~5e-9 on a norm); the
-    # balanced norm sqrt(|Up_j| |Down_j|) breaks what ties remain, then the index (rows identical in both keys)
-    order = _descending(torch.linalg.vector_norm(gate, dim=1, dtype=torch.float64), up_norm * scale)
+    # the balanced norm sqrt(|Up_j| |Down_j|) breaks what ties the (float64-exact) Gate norm leaves, then the index
+    order = _descending(_row_norms_for_order(gate), up_norm * scale)
     kept = factor.index_select(0, order)
     # gather first, then scale in place: one new tensor per matrix (the products round as scale-then-gather)
     return (gate.index_select(0, order), up.index_select(0, order).mul_(kept.reshape(-1, 1)),
             down.index_select(1, order).div_(kept.reshape(1, -1)))
+
+
+def _row_norms_for_order(rows: torch.Tensor) -> torch.Tensor:
+    # Row norms (float64) whose descending order is that of norms accumulated in float64. A float32 norm's own
+    # rounding (~1e-7) is what swapped near-tied hidden units of two gauge-equivalent copies (their exact norms differ
+    # only by the weights' float32 rounding, ~5e-9); a float64 norm of every row costs a float64 copy of the matrix,
+    # so only the rows within _NEAR_TIE of a neighbour's float32 norm are recomputed in float64: the others' order is
+    # decided by gaps far above any float32 error, and is unchanged.
+    norms = rows.norm(dim=1)
+    if norms.dtype == torch.float64 or rows.shape[0] < 2:
+        return norms.to(torch.float64)
+    ranked = torch.sort(norms, descending=True)
+    near = (ranked.values[:-1] - ranked.values[1:]) <= _NEAR_TIE * ranked.values[:-1]
+    involved = torch.zeros(rows.shape[0], dtype=torch.bool)
+    involved[:-1] |= near
+    involved[1:] |= near
+    out = norms.to(torch.float64)
+    if bool(involved.any()):
+        which = ranked.indices[involved]
+        out[which] = torch.linalg.vector_norm(rows.index_select(0, which), dim=1, dtype=torch.float64)
+    return out
 
 
 def _positive_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
