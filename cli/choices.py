@@ -38,6 +38,23 @@ class View(Choice):
     canonical = "canonical"
 
 
+class HeadMaps(Choice):
+    """``compare/drift --head-maps``: the per-head V/O and Q/K maps ``--align`` fits
+    (``geodrift.gauge.align.DEFAULT_HEAD_MAPS`` says why orthogonal is the default)."""
+
+    orthogonal = "orthogonal"
+    general = "general"
+    none = "none"
+
+
+class TrackView(Choice):
+    """``simulate transformer --view``: the tracked projections as trained, or at the canonical point of their
+    gauge orbit (``geodrift.sim.canonical``)."""
+
+    raw = "raw"
+    canonical = "canonical"
+
+
 class Backend(Choice):
     """``--backend``: where a sweep's runs execute (``geodrift.sweep.runner.BACKENDS``)."""
 

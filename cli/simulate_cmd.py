@@ -96,6 +96,10 @@ def transformer_command(
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside (cached in --out; without --out scanned in memory, nothing "
                                           "written).")] = True,
+    view: Annotated[choices.TrackView, typer.Option(
+        "--view", help="raw: the projections as trained; canonical: each layer at the canonical point of its gauge "
+        "orbit (the same numbers for every exactly reparametrised model; gradients are then not tracked).")
+                    ] = choices.TrackView.raw,
     save_hf_every: Annotated[int, typer.Option("--save-hf-every", help="Save the weights as a Hugging Face folder "
                                                "(model.safetensors + config.json) under --out, in "
                                                "<run>/hf/step-<n>/, at step 0, every N steps and at the end "
@@ -112,8 +116,8 @@ def transformer_command(
     request = SimulateRequest(
         sim="transformer", preset=preset.value, seeds=_parse_seeds(seeds), steps=steps, track_every=track_every,
         ablations=tuple(ablation or ()), data=data, tokenizer=None if tokenizer is None else tokenizer.value,
-        vocab=vocab, device=device.value, out=out, resume=resume, reload=reload, plot=plot, dpi=dpi,
-        checkpoint_every=checkpoint_every, threads=threads, smollm2=smollm2, save_hf_every=save_hf_every,
+        vocab=vocab, view=view.value, device=device.value, out=out, resume=resume, reload=reload, plot=plot,
+        dpi=dpi, checkpoint_every=checkpoint_every, threads=threads, smollm2=smollm2, save_hf_every=save_hf_every,
         backend=None if backend is None else backend.value, workers=workers, address=address,
         gpus_per_run=gpus_per_run, force=force, resume_command=resume_command(sys.argv))
     with ConsoleEvents(quiet=quiet, reserve_stdout=as_json) as events:

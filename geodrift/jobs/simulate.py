@@ -43,6 +43,7 @@ class SimulateRequest:
     data: str | None = None
     tokenizer: str | None = None
     vocab: int | None = None
+    view: str = "raw"  # the tracker's view: raw, or canonical (the transformer; geodrift.sim.canonical)
     device: str = "auto"
     out: Path | None = None
     resume: bool = False
@@ -117,7 +118,7 @@ def run_simulate(request: SimulateRequest, events: Events = SILENT) -> Simulatio
     if r.threads:
         torch.set_num_threads(r.threads)
     overrides = Overrides(steps=r.steps, track_every=r.track_every, ablations=r.ablations, data=r.data,
-                          tokenizer=r.tokenizer, vocab=r.vocab)
+                          tokenizer=r.tokenizer, vocab=r.vocab, view=r.view)
     if r.reload:
         assert r.out is not None
         prepare_out(r.out, resume=r.resume, reload=r.reload, force=r.force, plot=r.plot)
