@@ -19,9 +19,9 @@ import torch
 
 from geodrift import metrics
 
-# Composed per-layer permutations (int64) are kept for reuse by later stacks up to this size per entry
-# (SmolLM2: 14 MB for its 576-wide stacks; an 8B's 4096-wide ones, 105 MB, are recomposed instead).
-LAYER_MEMO_BYTES = 32 << 20
+# Composed per-layer permutations (int64) are kept for reuse by later stacks up to this size in all
+# (SmolLM2's three widths: 55 MB; an 8B's would be 0.5 GB - its 14336-wide ones are recomposed instead).
+LAYER_MEMO_BYTES = 64 << 20
 
 
 class PermutationBank:
@@ -84,8 +84,8 @@ class PermutationBank:
             start, stop: the draws wanted (chunks bound memory at large ``d``).
 
         Returns:
-            ``(stop - start, L, d)`` int64, composed once per shape and range when it holds at most
-            ``LAYER_MEMO_BYTES`` (the v and u stacks of a shape, and every role's, share it; do not modify it).
+            ``(stop - start, L, d)`` int64, kept for the next stack of the shape (the v and u stacks, and every
+            role's, share it; do not modify it) while the kept ones hold at most ``LAYER_MEMO_BYTES`` in all.
         """
         stop = draws if stop is None else stop
         pairs = self.get(draws, n_layers - 1, dim)[start:stop]  # (n, L-1, d)
@@ -96,7 +96,8 @@ class PermutationBank:
         for layer in range(n_layers - 1):
             layers.append(torch.gather(pairs[:, layer], 1, layers[-1]))
         composed = torch.stack(layers, 1)
-        if composed.numel() * composed.element_size() <= LAYER_MEMO_BYTES:
+        size = composed.numel() * composed.element_size()
+        if sum(t.numel() * t.element_size() for t in self._layer_perms.values()) + size <= LAYER_MEMO_BYTES:
             self._layer_perms[key] = composed
         return composed
 
