@@ -1,7 +1,7 @@
 """The simulators' Llama in the canonical view: the tracker's weights at the canonical point of their gauge orbit.
 
 ``TrackConfig(view="canonical")`` (``geodrift simulate transformer --view canonical``; refused for the
-residual MLP and for ablations that change the group, :func:`geodrift.sim.config.check_canonical_spec`) makes the
+residual MLP and for ablations that change the group: ``Simulator.check_track_view``) makes the
 training-time tracker and the final report measure :func:`canonical_weightset` instead of the raw
 projections: the norm gains folded, the residual basis and every layer brought to the canonical point of
 :mod:`geodrift.gauge.canonical` (the convention docs/verdicts.md states), so that every tracked number
@@ -29,7 +29,7 @@ import torch
 from geodrift.gauge.canonical import PROJECTIONS, canonicalise
 from geodrift.gauge.orbit import GaugeShape, layer_key
 from geodrift.lm.llama import LlamaLM
-from geodrift.sim.config import check_canonical_spec
+from geodrift.sim.config import check_canonical_llama
 from geodrift.weights import TRANSFORMER_ROLES, WeightSet
 
 NAME_OF = dict(zip(TRANSFORMER_ROLES, PROJECTIONS, strict=True))
@@ -45,7 +45,7 @@ def check_canonical_model(model: LlamaLM) -> GaugeShape:
         >>> check_canonical_model(LlamaLM(vocab_size=20, d_model=8, n_layers=2, n_heads=2, d_ff=12))
         GaugeShape(n_layers=2, n_heads=2, n_kv_heads=2, head_dim=4)
     """
-    check_canonical_spec("transformer", SimpleNamespace(**model.switches))
+    check_canonical_llama(SimpleNamespace(**model.switches))
     return GaugeShape.from_model(model)
 
 

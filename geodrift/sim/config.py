@@ -232,23 +232,15 @@ CANONICAL_SWITCHES: dict[str, Any] = {"activation": "silu", "residual": True, "n
                                       "v_activation": "none"}
 
 
-def check_canonical_spec(sim: str, model: Any) -> None:
-    """Refuse ``view="canonical"`` where the canonical view does not know the group, in one line.
-
-    The residual MLP: its group (the activation's commutant on the shared residual stream, e.g. positive
-    diagonal x permutations for ReLU) has one element for the whole network, which geodrift does not
-    canonicalise. The Llama: any switch that changes its group (:data:`CANONICAL_SWITCHES`).
+def check_canonical_llama(model: Any) -> None:
+    """Refuse ``view="canonical"`` for a Llama whose switches change its gauge group, in one line.
 
     Raises:
-        GeodriftError: naming the simulator or the switch.
+        GeodriftError: naming the switch (:data:`CANONICAL_SWITCHES`).
 
     Example:
-        >>> check_canonical_spec("transformer", LlamaConfig())
+        >>> check_canonical_llama(LlamaConfig())
     """
-    if sim == "mlp":
-        raise GeodriftError("--view canonical: the residual MLP's gauge group (the activation's commutant acting on "
-                            "the shared residual stream, e.g. ReLU: positive diagonal x permutations) has one element "
-                            "for the whole network, which geodrift does not canonicalise; track it with --view raw")
     changed = {k: getattr(model, k) for k, v in CANONICAL_SWITCHES.items() if getattr(model, k, v) != v}
     if changed:
         what = ", ".join(f"{k}={v}" for k, v in changed.items())
@@ -272,10 +264,6 @@ class RunSpec:
     data: Data
     train: TrainConfig
     track: TrackConfig = field(default_factory=TrackConfig)
-
-    def __post_init__(self) -> None:
-        if self.track.view == "canonical":
-            check_canonical_spec(self.sim, self.model)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (tuples become lists)."""

@@ -62,7 +62,9 @@ class Overrides:
         if self.ablations:
             model = ablate(model, list(self.ablations))
             label = simulator(spec.sim).ablated_label(spec, model, list(self.ablations))
-        return RunSpec(spec.sim, label, model, data, train, track)
+        out = RunSpec(spec.sim, label, model, data, train, track)
+        simulator(spec.sim).check_track_view(out)  # before any training
+        return out
 
 
 def build_specs(sim: str, name: str, overrides: Overrides | None = None) -> list[RunSpec]:

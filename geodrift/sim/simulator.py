@@ -44,6 +44,7 @@ from geodrift.sim.config import (
     TextData,
     TrackConfig,
     TrainConfig,
+    check_canonical_llama,
 )
 from geodrift.sim.data import Dataset, ShuffledBatches, check_dataset, load_dataset
 from geodrift.sim.mlp import ResidualMLP, build_mlp, ensemble_loss
@@ -99,6 +100,8 @@ class Simulator(ABC):
         ensembles: several seeds can train as one batched ensemble (members never interact).
         exports_hf: its weights can be saved as Hugging Face folders during training.
         throughput: the timing key of a record (``steps_per_second``, ``tokens_per_second``).
+        no_canonical_view: why its tracker cannot record the canonical view (empty: it can,
+            :mod:`geodrift.sim.canonical`).
     """
 
     name: ClassVar[str]
@@ -106,6 +109,19 @@ class Simulator(ABC):
     ensembles: ClassVar[bool]
     exports_hf: ClassVar[bool]
     throughput: ClassVar[str]
+    no_canonical_view: ClassVar[str] = ""
+
+    def check_track_view(self, spec: RunSpec) -> None:
+        """Refuse ``spec.track.view == "canonical"`` where the canonical view does not know the group.
+
+        Raises:
+            GeodriftError: one line naming the simulator's group or the ablation that changes it.
+        """
+        if spec.track.view != "canonical":
+            return
+        if self.no_canonical_view:
+            raise GeodriftError(f"--view canonical: {self.no_canonical_view}; track it with --view raw")
+        check_canonical_llama(spec.model)
 
     @abstractmethod
     def parts(self, spec: RunSpec, seeds: list[int], device: torch.device, track: bool,
@@ -175,10 +191,14 @@ class MLPSimulator(Simulator):
     ensembles = True
     exports_hf = False
     throughput = "steps_per_second"
+    no_canonical_view = ("the residual MLP's gauge group (the activation's commutant acting on the shared residual "
+                         "stream, e.g. ReLU: positive diagonal x permutations) has one element for the whole network, "
+                         "which geodrift does not canonicalise")
 
     def parts(self, spec: RunSpec, seeds: list[int], device: torch.device, track: bool,
               on_stage: Stage = silent) -> Parts:
         assert isinstance(spec.model, MLPConfig) and isinstance(spec.data, ImageData)
+        self.check_track_view(spec)
         if spec.train.grad_clip > 0 and len(seeds) > 1:
             raise GeodriftError("grad_clip: a global norm would couple the ensemble's members; train seeds one by one")
         data = image_data(spec.data.name, on_stage).to(device)
@@ -269,6 +289,7 @@ class TransformerSimulator(Simulator):
     def parts(self, spec: RunSpec, seeds: list[int], device: torch.device, track: bool,
               on_stage: Stage = silent) -> Parts:
         assert isinstance(spec.model, LlamaConfig) and isinstance(spec.data, TextData)
+        self.check_track_view(spec)
         seed = seeds[0]  # one per run (``ensembles`` is False)
         text = prepare_text(spec.data, on_stage)
         model = build_llama(spec.model, text.tokenizer.vocab_size, seed).to(device)
