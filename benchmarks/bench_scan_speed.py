@@ -103,6 +103,7 @@ def stage_patches(clock: StageClock, serial: bool = True) -> Iterator[None]:
         (linalg, "_top_eigenpairs", "Lanczos (ARPACK eigsh)"),
         (linalg, "_next_eigenvalue_bound", "gap bound (deflated ARPACK)"),
         (linalg, "_gram_eigenpairs", "Gram eigh (small side)"),
+        (linalg, "_gram_subset_eigenpairs", "Gram eigh, top k + 1 (syevr, after ARPACK)"),
         (linalg, "certify", "acceptance rule (certificate products)"),
         (linalg, "block_krylov", "block Krylov"),
         (linalg, "_exact", "exact route / fallback (float64 LAPACK)"),

@@ -25,22 +25,6 @@ def check_outputs(outputs: dict[str, Path | None], *more: tuple[str, Path]) -> N
     claim_outputs([(option, path) for option, path in [*outputs.items(), *more] if path is not None])
 
 
-def check_simulate_options(*, steps: int | None, track_every: int | None, checkpoint_every: int,
-                           threads: int | None, vocab: int | None) -> None:
-    """The simulators' counts: each named as its option when out of range.
-
-    Raises:
-        GeodriftError: e.g. ``--track-every: must be >= 0 (0 = off), got -1``.
-    """
-    from geodrift.io.checks import check_count
-
-    check_count(steps, "--steps", 1)
-    check_count(track_every, "--track-every", 0, "0 = off")
-    check_count(checkpoint_every, "--checkpoint-every", 0, "0 = none")
-    check_count(threads, "--threads", 1)
-    check_count(vocab, "--vocab", 256, "the 256 byte ids at least")
-
-
 def resume_command(argv: list[str]) -> str:
     """The command line that continues an interrupted run: ``argv`` with ``--resume`` instead of ``--force``.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from geodrift.compress.table import METHODS, RANKINGS, enum_member, names
+from geodrift.compress.table import DEFAULT_PRUNE_SAVE, DEFAULT_SAVE, METHODS, RANKINGS, enum_member, names
 
 
 class Choice(str, Enum):
@@ -35,6 +35,23 @@ class View(Choice):
 
     raw = "raw"
     folded = "folded"
+    canonical = "canonical"
+
+
+class HeadMaps(Choice):
+    """``compare/drift --head-maps``: the per-head V/O and Q/K maps ``--align`` fits
+    (``geodrift.gauge.align.DEFAULT_HEAD_MAPS`` says why orthogonal is the default)."""
+
+    orthogonal = "orthogonal"
+    general = "general"
+    none = "none"
+
+
+class TrackView(Choice):
+    """``simulate transformer --view``: the tracked projections as trained, or at the canonical point of their
+    gauge orbit (``geodrift.sim.canonical``)."""
+
+    raw = "raw"
     canonical = "canonical"
 
 
@@ -96,6 +113,10 @@ else:
                                  "``compress prune --save-method`` (``geodrift.compress.table.RANKINGS``).")
     ShareMethod = _method_choice("ShareMethod", names(METHODS),
                                  "``compress share --save-method`` (``geodrift.compress.table.METHODS``).")
+# The option texts and defaults the compress commands declare, read from the method table here so that the
+# commands' only library entry is their job (tests/test_layering.py).
+RANKING_NAMES, METHOD_NAMES = ", ".join(RANKINGS), ", ".join(METHODS)
+DEFAULT_PRUNE_SAVE_METHOD, DEFAULT_SHARE_SAVE_METHOD = PruneMethod(DEFAULT_PRUNE_SAVE), ShareMethod(DEFAULT_SAVE)
 
 
 class SaveFormat(Choice):

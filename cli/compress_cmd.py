@@ -10,16 +10,18 @@ Every option is checked before the model is loaded.
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from geodrift.cli import choices
 from geodrift.cli.options import Dpi, MaxMemory, Quiet, Wide
-from geodrift.compress.table import DEFAULT_PRUNE_SAVE, DEFAULT_SAVE, METHODS, RANKINGS, SEARCH
+
+if TYPE_CHECKING:
+    from geodrift.compress.prune import PruneResult
+    from geodrift.compress.share_run import ShareResult
 
 app = typer.Typer(help="Layer pruning and calibration-whitened low-rank compression, judged by held-out perplexity.",
                   no_args_is_help=True)
@@ -53,14 +55,8 @@ ShareThreads = Annotated[int | None, typer.Option(
          "(2 threads there ran 2.5-3x slower).")]
 
 
-def share_threads() -> int:
-    """``compress share``'s default ``--threads``: the CPUs this process may use, at most 2."""
-    from geodrift.io.provenance import thread_counts
-
-    return min(2, int(thread_counts()["cpus"] or 1))
-
-
 def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
+    # A comma list option as a tuple (None: not given).
     from geodrift.errors import GeodriftError
 
     if text is None:
@@ -71,76 +67,36 @@ def _csv_list(text: str | None, option: str) -> tuple[str, ...] | None:
     return items
 
 
-def _check_common(seq_len: int, windows: dict[str, int], plot: Path | None, dpi: int, threads: int,
-                  outputs: dict[str, Path | None], max_memory: str) -> int:
-    # Every option and output path, before the model is opened; returns --max-memory in bytes.
-    from geodrift.cli.checks import check_outputs
+def _ratio_list(text: str) -> tuple[float, ...]:
     from geodrift.errors import GeodriftError
-    from geodrift.io.checks import parse_size
-    from geodrift.render.figures import check_dpi, figure_format
 
-    if seq_len < 2:
-        raise GeodriftError(f"--seq-len: must be at least 2, got {seq_len}")
-    for option, value in windows.items():
-        if value < 1:
-            raise GeodriftError(f"{option}: must be at least 1, got {value}")
-    if plot is not None:
-        figure_format(plot)
-        check_dpi(dpi)
-    if threads < 1:
-        raise GeodriftError(f"--threads: must be at least 1, got {threads}")
-    limit = parse_size(max_memory)
-    check_outputs({**outputs, "--plot": plot})
-    import torch
-
-    torch.set_num_threads(threads)
-    return limit
+    try:
+        return tuple(float(r) for r in _csv_list(text, "--ratios") or ())
+    except ValueError:
+        raise GeodriftError(f"--ratios: {text!r} is not a comma list of numbers, e.g. 0.2,0.3,0.4") from None
 
 
-def _inputs(model: str | None, corpus: Path | None) -> list[Path]:
-    from geodrift.pretrained import embedded_model_path
+def _show(result: PruneResult | ShareResult, doc: dict[str, Any], figure: Callable[[], Path] | None, *,
+          json_out: Path | None, csv_out: Path | None, as_json: bool, quiet: bool, render: Callable[[], None]) -> None:
+    # After the job: the files asked for (their paths were claimed by the job), stdout, and what was written.
+    from geodrift.render.files import print_document, write_result_files
+    from geodrift.render.progress import announce
 
-    return [Path(model) if model is not None else embedded_model_path(), *([corpus] if corpus else [])]
-
-
-def _check_save(save: Path | None, force: bool, model: str | None, corpus: Path | None) -> None:
-    # The output-folder policy (geodrift.io.outdir), checked before the model is loaded.
-    if save is not None:
-        from geodrift.io.outdir import check_replace_folder
-
-        check_replace_folder(save, force=force, inputs=_inputs(model, corpus))
-
-
-def _replace(save: Path, force: bool, model: str | None, corpus: Path | None, write: Any) -> Path:
-    from geodrift.io.outdir import replace_folder
-
-    return replace_folder(save, write, force=force, inputs=_inputs(model, corpus))
-
-
-def _write(result: Any, kind: str, json_out: Path | None, csv_out: Path | None,
-           figure: Callable[[], Path] | None = None) -> list[Path]:
-    # The JSON, the CSV and the figure replace the previous run's together, or not at all (atomic.output_set).
-    from geodrift.io.atomic import document, output_set, write_json, write_text
-    from geodrift.render.files import csv_text
-
-    written = []
-    with output_set():
-        if json_out:
-            write_json(json_out, document(kind, result.to_dict()))
-            written.append(json_out)
-        if csv_out:
-            write_text(csv_out, csv_text(result.rows()))
-            written.append(csv_out)
-        if figure is not None:
-            written.append(figure())
-    return written
+    written = [Path(result.saved.folder)] if result.saved is not None else []
+    written += write_result_files(doc, result.rows(), json_out, csv_out, figure)
+    if as_json:
+        print_document(doc)
+    else:
+        render()
+    if written:
+        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
 
 
 @app.command("prune")
 def prune_command(
     model: Model = None, corpus: Corpus = None,
     max_remove: Annotated[int, typer.Option("--max-remove", help="N: evaluate n = 1..N removed layers.")] = 10,
-    methods: Annotated[str | None, typer.Option("--methods", help=f"Comma list of {', '.join(RANKINGS)} (default "
+    methods: Annotated[str | None, typer.Option("--methods", help=f"Comma list of {choices.RANKING_NAMES} (default "
                                                 "all; random always runs).")] = None,
     random_seeds: Annotated[int, typer.Option("--random-seeds", help="Random rankings (seeds 0..R-1); the "
                                               "rank-test verdict needs at least 20.")] = 20,
@@ -152,62 +108,28 @@ def prune_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the permutation null.")] = 0,
     save: Save = None,
     save_method: Annotated[choices.PruneMethod, typer.Option(
-        "--save-method", help="Which method's removal set --save writes.")] = choices.PruneMethod(DEFAULT_PRUNE_SAVE),
+        "--save-method", help="Which method's removal set --save writes.")] = choices.DEFAULT_PRUNE_SAVE_METHOD,
     save_n: Annotated[int | None, typer.Option("--save-n", help="How many layers removed in --save (default N).")] = None,
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
     max_memory: MaxMemory = "8G",
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
-    from geodrift.compress.model import load_setup
-    from geodrift.compress.prune import PruneSpec, run_prune
-    from geodrift.errors import GeodriftError
-    from geodrift.io.atomic import document, to_json
-    from geodrift.pretrained import open_model
-    from geodrift.render.progress import JobProgress, announce
+    from geodrift.jobs.compress import PruneRequest, run_prune
+    from geodrift.render.compress import plot_prune, prune_document, render_prune
+    from geodrift.render.progress import ConsoleEvents
 
-    spec = PruneSpec(max_remove=max_remove, methods=_csv_list(methods, "--methods") or tuple(RANKINGS),
-                     random_seeds=random_seeds, greedy_windows=greedy_windows, k=k, null_draws=null_draws, seed=seed)
-    spec.check()
-    limit = _check_common(seq_len, {"--calib-windows": calib_windows, "--eval-windows": eval_windows,
-                                    "--greedy-windows": greedy_windows}, plot, dpi, threads,
-                          {"--json-out": json_out, "--csv": csv_out}, max_memory)
-    if any(RANKINGS[m].signal == SEARCH for m in spec.methods) and greedy_windows > calib_windows:
-        raise GeodriftError(f"--greedy-windows: {greedy_windows} > --calib-windows {calib_windows}")
-    if save is not None and save_method.value not in spec.methods:
-        raise GeodriftError(f"--save-method: {save_method.value!r} is not among the methods run "
-                            f"({', '.join(spec.methods)})")
-    save_n = max_remove if save_n is None else save_n
-    if save is not None and not 1 <= save_n <= max_remove:
-        raise GeodriftError(f"--save-n: {save_n} is outside 1..--max-remove ({max_remove})")
-    _check_save(save, force, model, corpus)
-    spec.check(int(open_model(model).config["n_layers"]))
-    setup = load_setup(model, corpus, seq_len=seq_len, calib_windows=calib_windows, eval_windows_count=eval_windows,
-                       max_memory=limit, on_stage=lambda text: announce(text, quiet=quiet))
-    with JobProgress("pruning", 1, "evaluations", quiet=quiet) as bar:
-        result = run_prune(setup, spec, progress=lambda stage, done, total: bar.update(
-            completed=done, total=total, description=stage))
-    written: list[Path] = []
-    if save is not None:
-        from geodrift.compress.prune import save_pruned
-
-        save_pruned(setup, result, save_method.value, save_n, save, source=model, force=force,
-                    inputs=_inputs(model, corpus))
-        written.append(save)
-    figure = None
-    if plot:
-        from geodrift.render.compress import plot_prune
-
-        figure = functools.partial(plot_prune, result, plot, dpi)
-    written += _write(result, "compress_prune", json_out, csv_out, figure)
-    if as_json:
-        sys.stdout.write(to_json(document("compress_prune", result.to_dict())) + "\n")
-    else:
-        from geodrift.render.compress import render_prune
-
-        render_prune(result, wide=wide)
-    if written:
-        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
+    request = PruneRequest(
+        model=model, corpus=corpus, max_remove=max_remove, methods=_csv_list(methods, "--methods"),
+        random_seeds=random_seeds, greedy_windows=greedy_windows, seq_len=seq_len, calib_windows=calib_windows,
+        eval_windows=eval_windows, k=k, null_draws=null_draws, seed=seed, save=save, save_method=save_method.value,
+        save_n=save_n, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi, threads=threads, force=force,
+        max_memory=max_memory)
+    with ConsoleEvents(quiet=quiet) as events:
+        result = run_prune(request, events)
+    _show(result, prune_document(result), functools.partial(plot_prune, result, plot, dpi) if plot else None,
+          json_out=json_out, csv_out=csv_out, as_json=as_json, quiet=quiet,
+          render=lambda: render_prune(result, wide=wide))
 
 
 @app.command("share")
@@ -217,7 +139,7 @@ def share_command(
                                               "the pydoc topics (default for the embedded corpus); interleaved: the "
                                               "corpus's training / held-out split (default with --corpus).")] = None,
     ratios: Annotated[str, typer.Option("--ratios", help="Fractions of the projection parameters removed.")] = "0.2,0.3,0.4",
-    methods: Annotated[str | None, typer.Option("--methods", help=f"Comma list (default all): {', '.join(METHODS)}."
+    methods: Annotated[str | None, typer.Option("--methods", help=f"Comma list (default all): {choices.METHOD_NAMES}."
                                                 )] = None,
     group_size: Annotated[int, typer.Option("--group-size", help="g: layers sharing one basis.")] = 2,
     calib_windows: Annotated[int, typer.Option("--calib-windows", help="Calibration windows per draw (their tokens must "
@@ -238,7 +160,7 @@ def share_command(
                                                "tokens).")] = None,
     save: Save = None,
     save_method: Annotated[choices.ShareMethod, typer.Option("--save-method", help="Which method --save writes.")
-                           ] = choices.ShareMethod(DEFAULT_SAVE),
+                           ] = choices.DEFAULT_SHARE_SAVE_METHOD,
     save_ratio: Annotated[float | None, typer.Option("--save-ratio", help="Which ratio --save writes (default the "
                                                      "first).")] = None,
     save_format: Annotated[choices.SaveFormat, typer.Option(
@@ -255,69 +177,19 @@ def share_command(
                                        "verdict's criterion and the cost (default: perplexities and verdicts).")] = False,
 ) -> None:
     """Calibration-whitened low-rank compression at equal parameters: SVD-LLM, Basis Sharing, pruning, and continuity's methods."""
-    from geodrift.compress.share_run import ShareSpec, run_share
-    from geodrift.compress.sources import load_compress_setup
-    from geodrift.errors import GeodriftError
-    from geodrift.io.atomic import document, to_json
-    from geodrift.pretrained import open_llama, tokenizer_for
-    from geodrift.render.progress import JobProgress, announce
+    from geodrift.jobs.compress import ShareRequest, run_share
+    from geodrift.render.compress_share import plot_share, render_share, share_document
+    from geodrift.render.progress import ConsoleEvents
 
-    try:
-        ratio_list = tuple(float(r) for r in _csv_list(ratios, "--ratios") or ())
-    except ValueError:
-        raise GeodriftError(f"--ratios: {ratios!r} is not a comma list of numbers, e.g. 0.2,0.3,0.4") from None
-    spec = ShareSpec(ratios=ratio_list, methods=_csv_list(methods, "--methods") or tuple(METHODS), group_size=group_size,
-                     calib_draws=calib_draws, first_draw=first_draw, greedy_windows=greedy_windows,
-                     select_windows=select_windows,
-                     verdict_ratio=verdict_ratio if verdict_ratio != 0 else None)
-    spec.check()
-    split = split or ("sources" if corpus is None else "interleaved")
-    limit = _check_common(seq_len, {"--eval-windows": eval_windows, "--calib-windows": calib_windows}, plot, dpi,
-                          share_threads() if threads is None else threads, {"--json-out": json_out, "--csv": csv_out},
-                          max_memory)
-    save_ratio = ratio_list[0] if save_ratio is None else save_ratio
-    if save is not None and (save_method.value not in spec.methods or save_ratio not in ratio_list):
-        raise GeodriftError(f"--save-method/--save-ratio: {save_method.value} at {save_ratio} is not among the runs "
-                            f"(methods {', '.join(spec.methods)}; ratios {ratios})")
-    _check_save(save, force, model, corpus)
-    ckpt = open_llama(model)
-    spec.check(int(ckpt.config["n_layers"]))
-    widest = max(int(ckpt.config.get("d_model") or 0), int(ckpt.config.get("d_ff") or 0))
-    if calib_windows * seq_len < widest:
-        raise GeodriftError(f"--calib-windows {calib_windows}: {calib_windows * seq_len} calibration tokens are fewer "
-                            f"than the widest projection input ({widest}), so its second moment is singular; use at "
-                            f"least {-(-widest // seq_len)} windows of {seq_len} tokens")
-    for option, value in (("--greedy-windows", greedy_windows), ("--select-windows", select_windows)):
-        if value > calib_windows:
-            raise GeodriftError(f"{option}: {value} > --calib-windows {calib_windows}")
-    tokenizer_for(model)  # a missing tokenizer.json fails here, before the model is loaded
-    setup, texts = load_compress_setup(model, corpus, split=split, seq_len=seq_len, calib_windows=calib_windows,
-                                       eval_count=eval_windows, draws=first_draw + calib_draws, max_memory=limit,
-                                       on_stage=lambda text: announce(text, quiet=quiet))
-    with JobProgress("compressing", 1, "steps", quiet=quiet) as bar:
-        result, kept = run_share(setup, spec, texts.draws, progress=lambda stage, done, total: bar.update(
-            completed=done, total=total, description=stage), cache=str(cache) if cache else None,
-            keep=(save_method.value, save_ratio) if save is not None else None)
-    written: list[Path] = []
-    if save is not None and kept is not None:
-        from geodrift.compress.factorized import save_dense, save_factored
-
-        writer = save_factored if save_format == choices.SaveFormat.factored else save_dense
-        written.append(writer(setup, kept, save, save_dtype.value, force=force, inputs=_inputs(model, corpus)))
-        result.saved = {"folder": str(save), "method": save_method.value, "ratio": save_ratio, "format": save_format.value,
-                        "dtype": save_dtype.value, "bytes": {f.name: f.stat().st_size for f in sorted(save.iterdir())},
-                        "dense_bytes": 4 * sum(t.numel() for t in setup.model.state_dict().values())}
-    figure = None
-    if plot:
-        from geodrift.render.compress_share import plot_share
-
-        figure = functools.partial(plot_share, result, plot, dpi)
-    written += _write(result, "compress_share", json_out, csv_out, figure)
-    if as_json:
-        sys.stdout.write(to_json(document("compress_share", result.to_dict())) + "\n")
-    else:
-        from geodrift.render.compress_share import render_share
-
-        render_share(result, wide=wide, full=full)
-    if written:
-        announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
+    request = ShareRequest(
+        model=model, corpus=corpus, split=split, ratios=_ratio_list(ratios), methods=_csv_list(methods, "--methods"),
+        group_size=group_size, calib_windows=calib_windows, calib_draws=calib_draws, first_draw=first_draw,
+        greedy_windows=greedy_windows, select_windows=select_windows, verdict_ratio=verdict_ratio, seq_len=seq_len,
+        eval_windows=eval_windows, cache=cache, save=save, save_method=save_method.value, save_ratio=save_ratio,
+        save_format=save_format.value, save_dtype=save_dtype.value, json_out=json_out, csv_out=csv_out, plot=plot,
+        dpi=dpi, threads=threads, force=force, max_memory=max_memory)
+    with ConsoleEvents(quiet=quiet) as events:
+        result = run_share(request, events)
+    _show(result, share_document(result), functools.partial(plot_share, result, plot, dpi) if plot else None,
+          json_out=json_out, csv_out=csv_out, as_json=as_json, quiet=quiet,
+          render=lambda: render_share(result, wide=wide, full=full))

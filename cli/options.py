@@ -26,3 +26,12 @@ ScanBackend = Annotated[Backend, typer.Option(
 RayAddress = Annotated[str | None, typer.Option(
     "--address", help="With --backend ray: an existing Ray cluster (auto or HOST:PORT); every node must read the "
     "checkpoints at the same paths. Default: a local cluster of this machine's CPUs.")]
+SweepBackend = Annotated[Backend | None, typer.Option(
+    "--backend", help="local: a process pool (the default of a sweep); ray: the optional extra geodrift[sweep]. "
+    "With simulate, giving --backend or --workers runs the preset as a sweep.")]
+Workers = Annotated[int | None, typer.Option("--workers", help="Runs at a time (local pool size; Ray: the CPUs of the "
+                                             "local cluster it starts, times --threads). Default 1.")]
+SweepAddress = Annotated[str | None, typer.Option("--address", help="An existing Ray cluster (auto or HOST:PORT); "
+                                                  "--out must then be a folder every node can reach.")]
+GpusPerRun = Annotated[float, typer.Option("--gpus-per-run", help="GPUs each run requests (Ray resource; 0.5 = two "
+                                           "runs share one GPU).")]

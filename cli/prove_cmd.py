@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -28,40 +27,17 @@ def prove(
 ) -> None:
     """Verify each claim with sympy, then cross-check it numerically in torch (the simulator's models, the
     embedded SmolLM2, small transformers models); list the gauge group of each architecture family."""
-    from geodrift.cli.checks import check_outputs
-    from geodrift.io.atomic import document, to_json, write_text
-    from geodrift.io.checks import check_seed
-    from geodrift.io.stdio import report_only_stdout
-    from geodrift.prove import run_claims
-    from geodrift.prove.runner import select
-    from geodrift.render.figures import check_dpi, figure_format
-    from geodrift.render.progress import JobProgress, announce
-    from geodrift.render.proofs import proofs_markdown, render_proofs
+    from geodrift.jobs.prove import ProveRequest, run_prove
+    from geodrift.render.files import print_document
+    from geodrift.render.progress import ConsoleEvents, announce
+    from geodrift.render.proofs import proofs_document, render_proofs, write_proof_files
 
-    check_seed(seed)
-    if plot is not None:  # fail before the work, not after it
-        figure_format(plot)
-        check_dpi(dpi)
-    check_outputs({"--markdown": markdown, "--plot": plot})
-    with JobProgress("proving", len(select(claims or None)), "claims", quiet=quiet) as bar, \
-            report_only_stdout(as_json):
-        report = run_claims(claims or None, seed=seed,
-                            on_claim=lambda name, i, n: bar.update(completed=i, description=name))
-        bar.update(completed=len(report.results))
-    written: list[Path] = []
-    if markdown is not None:
-        write_text(markdown, proofs_markdown(report, f"geodrift prove --markdown {markdown}"))
-        written.append(markdown)
-    if plot is not None:
-        from geodrift.render.proofs import write_proofs_plot
-
-        figure = write_proofs_plot(report, plot, dpi)
-        if figure is None:
-            announce(f"--plot {plot}: no claim reached its numeric cross-check; no figure written", quiet=quiet)
-        else:
-            written.append(figure)
+    request = ProveRequest(claims=tuple(claims) if claims else None, seed=seed, markdown=markdown, plot=plot, dpi=dpi)
+    with ConsoleEvents(quiet=quiet, reserve_stdout=as_json) as events:
+        report = run_prove(request, events)
+    written = write_proof_files(report, markdown, plot, dpi, quiet=quiet)
     if as_json:
-        sys.stdout.write(to_json(document("proofs", report.to_dict()), indent=2) + "\n")
+        print_document(proofs_document(report), indent=2)
     else:
         render_proofs(report, wide=wide)
     if written:

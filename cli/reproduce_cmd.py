@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from geodrift.cli import choices
 from geodrift.cli.options import Dpi, Force, Quiet
-from geodrift.cli.sweep_cmd import Address, Backend
+from geodrift.cli.options import SweepAddress as Address
+from geodrift.cli.options import SweepBackend as Backend
 
 app = typer.Typer()
 
@@ -33,51 +32,15 @@ def reproduce_command(
 ) -> None:
     """Proofs, the embedded scan, the MLP tables, drift, App. F, the data-size experiment, the transformer
     ablations and the compression experiments, every claim with its verdict, criterion and command."""
-    from geodrift.errors import GeodriftError
-    from geodrift.io.outdir import prepare_out
-    from geodrift.render.figures import check_dpi
-    from geodrift.render.paper_report import write_report
-    from geodrift.render.progress import JobProgress, announce, sweep_reporter
-    from geodrift.reproduction import reproduce_paper
-    from geodrift.sweep.runner import check_options
+    from geodrift.jobs.reproduce import ReproduceRequest, run_reproduce
+    from geodrift.render.paper_report import reproduce_summary, write_report
+    from geodrift.render.progress import ConsoleEvents, announce
 
-    if quick and smoke:
-        raise GeodriftError("--quick and --smoke: pass one of them")
-    mode = "smoke" if smoke else "quick" if quick else "full"
-    backend_name = (backend or choices.Backend.local).value
-    check_options(backend_name, workers, threads, 0.0)
-    check_dpi(dpi)
-    prepare_out(out, resume=resume, reload=False, force=force)
-    t0 = time.perf_counter()
-    with JobProgress("reproduce", 0, "runs", quiet=quiet) as bar:
-        rep = reproduce_paper(mode, out, backend=backend_name, workers=workers, address=address,
-                              threads=threads, on_stage=bar.note, on_status=sweep_reporter(bar))
+    request = ReproduceRequest(quick=quick, smoke=smoke, out=out, resume=resume,
+                               backend=None if backend is None else backend.value, workers=workers, address=address,
+                               threads=threads, force=force, dpi=dpi)
+    with ConsoleEvents(quiet=quiet) as events:
+        rep = run_reproduce(request, events)
     written = write_report(rep, out, dpi)
-    sims = [s for s in rep.sections if s.kind == "sim"]
     announce(f"wrote {written[0]} ({len(written)} files)", quiet=quiet)
-    typer.echo(f"geodrift reproduce ({mode}): {_scan_holding(rep.sections)}{_holding(rep.sections, 'sim')} simulator "
-               f"claims hold, {_holding(rep.sections, 'compress')} compression claims; {len(sims)} simulator sections in "
-               f"{(time.perf_counter() - t0) / 60:.1f} min; report {written[0]}")
-
-
-def _scan_holding(sections: list[Any]) -> str:
-    # The embedded scan's two verdicts per projection: shared frame (Eq. 1) and depth path.
-    roles = [r for s in sections if s.kind == "scan" and s.result is not None for r in s.result.roles
-             if r.verdict in ("holds", "fails")]
-    if not roles:
-        return ""
-    paths = [r for r in roles if r.path_verdict in ("holds", "fails")]
-    # the gauge-invariant verdicts: the views section's canonical column
-    cells = [c for s in sections if s.kind == "views" and s.result is not None for row in s.result.rows
-             if (c := row.cells.get("canonical")) is not None]
-    frames = [c for c in cells if c.verdict in ("holds", "fails")]
-    walks = [c for c in cells if c.path_verdict in ("holds", "fails")]
-    canonical = (f" (canonical, gauge-invariant: frame {sum(c.verdict == 'holds' for c in frames)}/{len(frames)}, "
-                 f"path {sum(c.path_verdict == 'holds' for c in walks)}/{len(walks)})") if cells else ""
-    return (f"scan: frame {sum(r.verdict == 'holds' for r in roles)}/{len(roles)}, path "
-            f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold{canonical}; ")
-
-
-def _holding(sections: list[Any], kind: str) -> str:
-    verdicts = [v for s in sections if s.kind == kind and s.result is not None for v in s.result.verdicts]
-    return f"{sum(v.verdict == 'holds' for v in verdicts)}/{len(verdicts)}"
+    typer.echo(reproduce_summary(rep, written[0]))

@@ -32,6 +32,9 @@ Ov = Annotated[bool, typer.Option("--ov/--no-ov", help="Also measure the OV comp
 Align = Annotated[bool, typer.Option("--align", help="Bring the models into the first one's gauge first (gains "
                                      "folded; residual rotation, hidden permutations and scalings, V/O and Q/K maps "
                                      "recovered); llama/mistral.")]
+HeadMaps = Annotated[choices.HeadMaps, typer.Option(
+    "--head-maps", help="--align's per-head V/O and Q/K maps: orthogonal (default: never distorts two unrelated "
+    "models), general (least squares: recovers any exact reparametrisation, e.g. AWQ's V/O scales) or none.")]
 
 
 @app.command("drift")
@@ -46,7 +49,8 @@ def drift_command(
                                                  "per-layer rotation to NAME.rotation.csv beside it.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figures NAME_rotation.EXT and NAME_continuity.EXT "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, align: Align = False, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    ov: Ov = True, align: Align = False, head_maps: HeadMaps = choices.HeadMaps.orthogonal,
+    backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """A training series: each layer's v1/u1 rotation from the first checkpoint and continuity per checkpoint,
@@ -56,7 +60,7 @@ def drift_command(
     from geodrift.render.results import announce_written, show_drift, working
 
     request = DriftRequest(checkpoints, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws,
-                           seed=seed, names=names, ov=ov, align=align, backend=backend.value, address=address,
+                           seed=seed, names=names, ov=ov, align=align, head_maps=head_maps.value, backend=backend.value, address=address,
                            max_memory=max_memory, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi)
     with working(f"reading {len(checkpoints)} checkpoints", "matrices", quiet=quiet) as bar:
         rep = run_drift(request, bar.advance)
@@ -77,7 +81,8 @@ def compare_command(
                                                  "here.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Figure of the subspace overlap across layers "
                                               "(.png, .pdf or .svg).")] = None,
-    ov: Ov = True, align: Align = False, backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
+    ov: Ov = True, align: Align = False, head_maps: HeadMaps = choices.HeadMaps.orthogonal,
+    backend: ScanBackend = choices.Backend.local, address: RayAddress = None,
     dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, max_memory: MaxMemory = "8G",
 ) -> None:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces, with a
@@ -87,7 +92,7 @@ def compare_command(
     from geodrift.render.results import announce_written, show_compare, working
 
     request = CompareRequest(a, b, roles=roles, layers=layers, k=k, view=view.value if view else None, null_draws=null_draws, seed=seed,
-                             names=names, ov=ov, align=align, backend=backend.value, address=address,
+                             names=names, ov=ov, align=align, head_maps=head_maps.value, backend=backend.value, address=address,
                              max_memory=max_memory, json_out=json_out, csv_out=csv_out, plot=plot, dpi=dpi)
     with working("reading 2 models", "matrices", quiet=quiet) as bar:
         rep = run_compare(request, bar.advance)

@@ -8,18 +8,18 @@ are specific: ``--batch-seeds`` (the MLP's batched ensembles), ``--tokenizer``/`
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from geodrift.cli import choices
-from geodrift.cli.options import Dpi, Force, Quiet, Wide
-from geodrift.cli.sweep_cmd import Address, Backend, GpusPerRun, Workers
+from geodrift.cli.options import Dpi, Force, GpusPerRun, Quiet, Wide, Workers
+from geodrift.cli.options import SweepAddress as Address
+from geodrift.cli.options import SweepBackend as Backend
 
 if TYPE_CHECKING:
-    from geodrift.sim.experiment import Overrides
+    from geodrift.jobs.simulate import Simulation
 
 app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.", no_args_is_help=True)
 
@@ -64,13 +64,19 @@ def mlp_command(
 ) -> None:
     """The toy residual MLP (paper section 4). Named ablations: nores, ln, ln_post, ln_branch, relu, gelu, silu,
     tanh, none, radial, radial_rms."""
-    from geodrift.sim.experiment import Overrides
+    from geodrift.cli.checks import resume_command
+    from geodrift.jobs.simulate import SimulateRequest, run_simulate
+    from geodrift.render.progress import ConsoleEvents
 
-    overrides = Overrides(steps=steps, track_every=track_every, ablations=tuple(ablation or ()), data=data)
-    _simulate("mlp", preset.value, overrides, seeds, device=device.value, out=out, resume=resume, reload=reload,
-              plot=plot, as_json=as_json, checkpoint_every=checkpoint_every, threads=threads, detail=detail,
-              batched=batch_seeds, force=force, dpi=dpi, wide=wide, quiet=quiet,
-              sweep=_Sweep(backend, workers, address, gpus_per_run))
+    request = SimulateRequest(
+        sim="mlp", preset=preset.value, seeds=_parse_seeds(seeds), steps=steps, track_every=track_every,
+        ablations=tuple(ablation or ()), data=data, device=device.value, out=out, resume=resume, reload=reload,
+        plot=plot, dpi=dpi, checkpoint_every=checkpoint_every, threads=threads, batched=batch_seeds,
+        backend=None if backend is None else backend.value, workers=workers, address=address,
+        gpus_per_run=gpus_per_run, force=force, resume_command=resume_command(sys.argv))
+    with ConsoleEvents(quiet=quiet, reserve_stdout=as_json) as events:
+        simulation = run_simulate(request, events)
+    _show(simulation, plot=plot, dpi=dpi, as_json=as_json, detail=detail, wide=wide, quiet=quiet)
 
 
 @app.command("transformer")
@@ -90,6 +96,10 @@ def transformer_command(
     smollm2: Annotated[bool, typer.Option("--smollm2/--no-smollm2", help="Scan the embedded SmolLM2-135M "
                                           "beside (cached in --out; without --out scanned in memory, nothing "
                                           "written).")] = True,
+    view: Annotated[choices.TrackView, typer.Option(
+        "--view", help="raw: the projections as trained; canonical: each layer at the canonical point of its gauge "
+        "orbit (the same numbers for every exactly reparametrised model; gradients are then not tracked).")
+                    ] = choices.TrackView.raw,
     save_hf_every: Annotated[int, typer.Option("--save-hf-every", help="Save the weights as a Hugging Face folder "
                                                "(model.safetensors + config.json) under --out, in "
                                                "<run>/hf/step-<n>/, at step 0, every N steps and at the end "
@@ -99,132 +109,46 @@ def transformer_command(
 ) -> None:
     """A Llama-style transformer on text (paper section 5). Named ablations: silu, relu, gelu, none, radial,
     radial_rms, nores, nonorm, linear_attn, v_silu, v_relu, v_gelu, v_tanh, v_radial, v_radial_rms."""
-    from geodrift.sim.experiment import Overrides
+    from geodrift.cli.checks import resume_command
+    from geodrift.jobs.simulate import SimulateRequest, run_simulate
+    from geodrift.render.progress import ConsoleEvents
 
-    overrides = Overrides(steps=steps, track_every=track_every, ablations=tuple(ablation or ()), data=data,
-                          tokenizer=tokenizer.value if tokenizer is not None else None, vocab=vocab)
-    _simulate("transformer", preset.value, overrides, seeds, device=device.value, out=out, resume=resume,
-              reload=reload, plot=plot, as_json=as_json, checkpoint_every=checkpoint_every, threads=threads,
-              detail=detail, smollm2=smollm2, save_hf_every=save_hf_every, force=force, dpi=dpi, wide=wide,
-              quiet=quiet, sweep=_Sweep(backend, workers, address, gpus_per_run))
-
-
-@dataclass(frozen=True)
-class _Sweep:
-    # --backend/--workers/--address/--gpus-per-run: given a backend or workers, the preset runs as a sweep.
-    backend: choices.Backend | None
-    workers: int | None
-    address: str | None
-    gpus: float
-
-    @property
-    def wanted(self) -> bool:
-        return self.backend is not None or self.workers is not None
+    request = SimulateRequest(
+        sim="transformer", preset=preset.value, seeds=_parse_seeds(seeds), steps=steps, track_every=track_every,
+        ablations=tuple(ablation or ()), data=data, tokenizer=None if tokenizer is None else tokenizer.value,
+        vocab=vocab, view=view.value, device=device.value, out=out, resume=resume, reload=reload, plot=plot,
+        dpi=dpi, checkpoint_every=checkpoint_every, threads=threads, smollm2=smollm2, save_hf_every=save_hf_every,
+        backend=None if backend is None else backend.value, workers=workers, address=address,
+        gpus_per_run=gpus_per_run, force=force, resume_command=resume_command(sys.argv))
+    with ConsoleEvents(quiet=quiet, reserve_stdout=as_json) as events:
+        simulation = run_simulate(request, events)
+    _show(simulation, plot=plot, dpi=dpi, as_json=as_json, detail=detail, wide=wide, quiet=quiet)
 
 
-def _simulate(sim: str, preset: str, overrides: Overrides, seeds: str | None, *, device: str, out: Path | None,
-              resume: bool, reload: bool, plot: Path | None, as_json: bool, checkpoint_every: int,
-              threads: int | None, detail: bool, force: bool, dpi: int, wide: bool, quiet: bool, sweep: _Sweep,
-              batched: bool | None = None, smollm2: bool = False, save_hf_every: int = 0) -> None:
-    # Check -> build the experiment once -> one library call (reproduce, a sweep, or reload) -> render.
-    import torch
+def _show(simulation: Simulation, *, plot: Path | None, dpi: int, as_json: bool, detail: bool, wide: bool,
+          quiet: bool) -> None:
+    # The figures, then the reproduction as JSON on stdout or as tables.
+    from geodrift.render.files import print_document
+    from geodrift.render.progress import announce
+    from geodrift.render.sim import render_reproduction, reproduction_document
+    from geodrift.render.sim_plots import write_plots
 
-    from geodrift.cli.checks import check_outputs, check_simulate_options, resume_command
-    from geodrift.errors import GeodriftError
-    from geodrift.io.atomic import document, to_json
-    from geodrift.io.outdir import prepare_out
-    from geodrift.io.signals import resume_hint
-    from geodrift.io.stdio import report_only_stdout
-    from geodrift.render.figures import check_dpi, figure_format
-    from geodrift.render.progress import JobProgress, announce, training_reporter
-    from geodrift.sim.experiment import Experiment
-    from geodrift.sim.reproduce import reload_reproduction, reproduce
-
-    if (resume or reload) and out is None:
-        raise GeodriftError("--resume/--reload need --out DIR (where the records and checkpoints are)")
-    check_simulate_options(steps=overrides.steps, track_every=overrides.track_every,
-                           checkpoint_every=checkpoint_every, threads=threads, vocab=overrides.vocab)
-    if save_hf_every < 0 or (save_hf_every and out is None):
-        raise GeodriftError(f"--save-hf-every {save_hf_every}: needs a value >= 1 (0 = never) and --out DIR, "
-                            "where the Hugging Face folders go")
-    if plot is not None:  # fail before training, not after it
-        check_dpi(dpi)
-        if plot.suffix:
-            figure_format(plot)
-            check_outputs({"--plot": plot})
-    seed_list = _parse_seeds(seeds)
-    if sweep.wanted and (reload or batched):
-        raise GeodriftError("--backend/--workers run one seed per run; drop --reload or --batch-seeds")
-    if sweep.wanted and save_hf_every:
-        raise GeodriftError("--save-hf-every runs in this process; drop --backend/--workers to save Hugging Face "
-                            "folders during training")
-    if out is not None and not reload:
-        resume_hint(resume_command(sys.argv))
-    if threads:
-        torch.set_num_threads(threads)
-    if reload:
-        assert out is not None
-        prepare_out(out, resume=resume, reload=reload, force=force, plot=plot)
-        rep = reload_reproduction(sim, out)
-    elif sweep.wanted:
-        from geodrift.cli.sweep_cmd import run_grid
-        from geodrift.sweep.grid import preset_grid
-
-        grid = preset_grid(Experiment.of(sim, preset, seed_list, overrides))
-        rep = run_grid(grid, backend=(sweep.backend or choices.Backend.local).value,
-                       workers=1 if sweep.workers is None else sweep.workers, address=sweep.address, gpus=sweep.gpus,
-                       out=out, resume=resume, force=force, threads=threads or 1, device=device,
-                       checkpoint_every=checkpoint_every, quiet=quiet, plot=plot)
-    else:
-        experiment = Experiment.of(sim, preset, seed_list, overrides)
-        removed = prepare_out(out, resume=resume, reload=reload, force=force, plot=plot)
-        if removed:
-            announce(f"--force: deleted {len(removed)} earlier result file(s) under {out or plot}", quiet=quiet)
-        with JobProgress("training", experiment.total_steps(bool(batched)), "steps", quiet=quiet) as bar, \
-                report_only_stdout(as_json):
-            rep = reproduce(experiment, batched=batched, device=device, out=str(out) if out else None, resume=resume,
-                            checkpoint_every=checkpoint_every, save_hf_every=save_hf_every,
-                            on_step=training_reporter(bar), on_stage=bar.note)
-    reference = None
-    if smollm2:  # the transformer's reference column: the embedded pretrained Llama, scanned the same way
-        from geodrift.continuity import MeasureSpec
-        from geodrift.pretrained import smollm2_reference
-
-        track = rep.specs[0].track
-        if out is None:
-            announce("scanning SmolLM2-135M (the reference column) in memory, not cached: no --out, nothing written",
-                     quiet=quiet)
-        with JobProgress("scanning SmolLM2-135M (reference column)", 0, "matrices", quiet=quiet) as bar:
-            def on_matrix(done: int, total: int, label: str) -> None:
-                bar.update(completed=done, description=label, total=total)
-
-            reference = smollm2_reference(out,
-                                          MeasureSpec(k=track.final_k, null_draws=track.final_null_draws), on_matrix)
+    rep, reference = simulation.reproduction, simulation.reference
     if plot is not None:
-        from geodrift.render.sim_plots import write_plots
-
-        paths = write_plots(rep, plot, dpi)
-        announce("wrote " + ", ".join(str(p) for p in paths), quiet=quiet)
+        announce("wrote " + ", ".join(str(p) for p in write_plots(rep, plot, dpi)), quiet=quiet)
     if as_json:
-        payload = rep.to_dict()
-        if reference is not None:
-            payload["smollm2"] = reference.to_dict()
-        sys.stdout.write(to_json(document("reproduction", payload)) + "\n")
+        print_document(reproduction_document(rep, reference))
     else:
-        from geodrift.render.sim import render_reproduction
-
         render_reproduction(rep, reference, detail=detail, wide=wide)
 
 
-def _parse_seeds(text: str | None) -> list[int] | None:
+def _parse_seeds(text: str | None) -> tuple[int, ...] | None:
+    # --seeds as integers (their range is the job's to check).
     from geodrift.errors import GeodriftError
 
     if not text:
         return None
-    from geodrift.io.checks import check_seed
-
     try:
-        values = [int(s) for s in text.replace(" ", "").split(",") if s]
+        return tuple(int(s) for s in text.replace(" ", "").split(",") if s)
     except ValueError:
         raise GeodriftError(f"--seeds {text!r}: expected comma-separated integers, e.g. 42,123,777") from None
-    return [check_seed(value, "--seeds") for value in values]

@@ -13,7 +13,10 @@ Three routes:
   ``k``, and on the same matrix deflated by them for a bound of the next eigenvalue (the gap below the
   ``k``-th); for a Gram side up to ``EIGH_MAX_SIDE``, first every eigenpair from one LAPACK ``eigh`` of
   it (method ``"eigh"``, faster there than ARPACK's Python-driven iteration, measured), ARPACK only if
-  the acceptance rule rejects that.
+  the acceptance rule rejects that; beyond that side, when ARPACK's result is rejected (a random-like
+  spectrum whose top eigenvalues lie within 0.1 %: the gap bound is first recomputed tightly), the top
+  ``k + 1`` eigenpairs from LAPACK's ``syevr`` on the same Gram matrix (method ``"eigh-subset"``: the
+  tridiagonal reduction, then those pairs only), before the exact route.
 
 Every iterative result must pass the acceptance rule of :func:`geodrift.krylov.certify` (a residual
 and gap bound that certifies each reported vector's ``|cos|`` with the exact one to be at least 0.999,
@@ -28,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 import torch
 from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh
 
@@ -48,6 +52,10 @@ EIGH_MAX_SIDE = 128
 # Block Krylov stops (for the Lanczos route) once its passes would exceed this share of the Gram
 # product's work (n / (2 b) passes): a hard spectrum then costs at most 1.4x the Gram route.
 KRYLOV_BUDGET = 0.4
+# The deflated ARPACK run that bounds the gap below the k-th eigenvalue: first at this multiple of the
+# vectors' tolerance (about 28 products per SmolLM2 matrix instead of 36), then, if the acceptance rule
+# rejects that bound, once more at a tighter one (random spectra: the k-th gap is below the loose residual).
+BOUND_LOOSENESS = (1000.0, 10.0)
 # Largest entries outside this range are decomposed rescaled: their squares (the Gram route) would
 # leave float32's range (about 1e-38 .. 3e38).
 SAFE_MIN, SAFE_MAX = 1e-15, 1e15
@@ -64,7 +72,8 @@ class SVDTriplets:
         frobenius_sq: ``||W||_F^2 = sum of all sigma^2`` (also when ``k < rank``).
         residual: ``max_j max(||W v_j - s_j u_j||, ||W^T u_j - s_j v_j||) / s_1``.
         method: ``"exact"``, ``"krylov"``, ``"eigh"`` (the Gram matrix's LAPACK eigendecomposition, a small
-            side), ``"lanczos"`` or ``"exact-fallback"``.
+            side), ``"lanczos"``, ``"eigh-subset"`` (LAPACK's top ``k + 1`` eigenpairs of the Gram matrix,
+            after ARPACK's were rejected) or ``"exact-fallback"``.
         passes: products with the whole matrix behind the result (a Gram product, a block product, a
             residual product or an SVD each count one); the structural guard watches it.
     """
@@ -129,7 +138,8 @@ def top_k_svd(W: torch.Tensor, k: int, *, tol: float = 1e-4, method: str = "auto
         if triplets is not None:
             return triplets
     W = W.cpu()
-    triplets = _lanczos(W, k, tol, frobenius_sq, passes, eigh_first=method == "auto")
+    # After a rejected block Krylov run the spectrum is known to be hard: no loose gap bound (see _lanczos).
+    triplets = _lanczos(W, k, tol, frobenius_sq, passes, eigh_first=method == "auto", loose_bound=passes == 0)
     if triplets is not None:
         return triplets
     return _exact(W, k, frobenius_sq, "exact-fallback")
@@ -373,8 +383,6 @@ def robust_svd(W64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
         return torch.linalg.svd(W64, full_matrices=False)
     except torch.linalg.LinAlgError:
         pass
-    import scipy.linalg
-
     try:
         stack = W64.reshape(-1, *W64.shape[-2:]).numpy()
         parts = [scipy.linalg.svd(m, full_matrices=False, lapack_driver="gesvd") for m in stack]
@@ -398,7 +406,7 @@ def _exact(W: torch.Tensor, k: int, frobenius_sq: float, method: str) -> SVDTrip
 
 
 def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: int = 0,
-             eigh_first: bool = False) -> SVDTriplets | None:
+             eigh_first: bool = False, loose_bound: bool = True) -> SVDTriplets | None:
     # Lanczos (ARPACK eigsh) on the Gram matrix of the smaller side: one BLAS-3 product, then cheap
     # matrix-vector products of size min(m, n). (Lanczos on W itself was 3x slower on a random
     # 14336 x 4096 matrix: its clustered top spectrum needs hundreds of memory-bound products.) Squaring
@@ -407,23 +415,48 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: i
     A = W.detach().float()
     gram = _gram(A.numpy())
     forward = products(A) if A.shape[0] >= A.shape[1] else products(A)[::-1]
+    transposed = A.shape[0] < A.shape[1]
+    spent = passes + 1  # the Gram product; each certificate below adds two
     if eigh_first and k + 1 < gram.shape[0] <= EIGH_MAX_SIDE:
         # A small side: every eigenpair of the Gram matrix from one LAPACK call (which releases the GIL),
         # certified like block Krylov's (the (k+1)-th pair bounds the gap); ARPACK if the rule rejects it.
         X1 = _gram_eigenpairs(gram, k + 1)
-        triplets = _accepted(certify(*forward, X1), X1, k, tol, frobenius_sq, transposed=A.shape[0] < A.shape[1],
-                             passes=passes + 3, method="eigh")
+        spent += 2
+        triplets = _accepted(certify(*forward, X1), X1, k, tol, frobenius_sq, transposed, passes=spent, method="eigh")
         if triplets is not None:
             return triplets
-    pairs = _top_eigenpairs(gram, k, tol)
-    if pairs is None:
+    if not loose_bound and k + 2 < gram.shape[0]:
+        # A hard spectrum (block Krylov rejected it): ARPACK for k + 1 pairs at once, the last bounding the gap
+        # below the k-th as in block Krylov's certificate, instead of a second (deflated) ARPACK run.
+        pairs = _top_eigenpairs(gram, k + 1, tol)
+        if pairs is not None:
+            spent += 2
+            triplets = _accepted(certify(*forward, pairs[1]), pairs[1], k, tol, frobenius_sq, transposed, passes=spent)
+            if triplets is not None:
+                return triplets
+        pairs = None
+    else:
+        pairs = _top_eigenpairs(gram, k, tol)
+    if pairs is not None:
+        X = pairs[1]  # (min(m, n), k)
+        # The gap bound, loose first (cheap); a random-like spectrum's k-th gap (0.03-0.1 % of s_1^2) can be
+        # below the loose bound's residual, so it is then recomputed tightly once (and certified again).
+        for looseness in BOUND_LOOSENESS:
+            bound = _next_eigenvalue_bound(gram, pairs, tol, looseness)
+            if bound is None:
+                break
+            spent += 2
+            triplets = _accepted(certify(*forward, X, bound), X, k, tol, frobenius_sq, transposed, passes=spent)
+            if triplets is not None:
+                return triplets
+    if not eigh_first or gram.shape[0] <= EIGH_MAX_SIDE or k + 1 >= gram.shape[0]:  # ARPACK only, or eigh had its try
         return None
-    X = pairs[1]  # (min(m, n), k)
-    bound = _next_eigenvalue_bound(gram, pairs, tol)
-    if bound is None:
-        return None
-    certificate = certify(*forward, X, bound)
-    return _accepted(certificate, X, k, tol, frobenius_sq, transposed=A.shape[0] < A.shape[1], passes=passes + 3)
+    # The top k + 1 eigenpairs of the Gram matrix from LAPACK (tridiagonal reduction, then MRRR for the
+    # k + 1 wanted only), certified like the eigh route: on a random 4096-sided Gram 2.4 s against 12 s
+    # for the float64 exact fallback (benchmarks/RESULTS_routes.md).
+    X1 = _gram_subset_eigenpairs(gram, k + 1)
+    return _accepted(certify(*forward, X1), X1, k, tol, frobenius_sq, transposed, passes=spent + 2,
+                     method="eigh-subset")
 
 
 def _gram_eigenpairs(gram: np.ndarray, c: int) -> torch.Tensor:
@@ -432,8 +465,16 @@ def _gram_eigenpairs(gram: np.ndarray, c: int) -> torch.Tensor:
     return vectors[:, -c:].flip(-1).contiguous()
 
 
+def _gram_subset_eigenpairs(gram: np.ndarray, c: int) -> torch.Tensor:
+    # The top c unit eigenvectors (r, c) of a float32 Gram matrix, descending: LAPACK ssyevr for those c only
+    # (scipy.linalg.eigh(subset_by_index), which releases the GIL); its cost is the tridiagonal reduction.
+    side = gram.shape[0]
+    _, vectors = scipy.linalg.eigh(gram, subset_by_index=[side - c, side - 1], driver="evr", check_finite=False)
+    return torch.from_numpy(np.ascontiguousarray(vectors[:, ::-1], dtype=np.float32))
+
+
 def _next_eigenvalue_bound(gram: np.ndarray | LinearOperator, pairs: tuple[torch.Tensor, torch.Tensor],
-                           tol: float) -> float | None:
+                           tol: float, looseness: float = 1000.0) -> float | None:
     # An upper bound of lambda_(k+1) of the Gram operator for the acceptance rule: G - X diag(S^2) X^T has
     # lambda_1 >= lambda_(k+1)(G) (G is it plus a rank-k PSD term), bounded by its top Ritz value plus
     # residual. (Asking ARPACK for k + 1 pairs instead changes the k reported vectors' iterates.)
@@ -447,7 +488,7 @@ def _next_eigenvalue_bound(gram: np.ndarray | LinearOperator, pairs: tuple[torch
     operator = LinearOperator(gram.shape, matvec=deflated, dtype=np.float32)
     # A looser ARPACK tolerance than the vectors' and a short basis: the bound adds the residual it leaves
     # (on SmolLM2 about 28 products per matrix instead of 36, the bound within 0.4 % of theta_k).
-    top = _top_eigenpairs(operator, 1, 1000 * tol, ncv=12)
+    top = _top_eigenpairs(operator, 1, looseness * tol, ncv=12)
     if top is None:
         return None
     value, vector = float(top[0][0]) ** 2, top[1][:, 0].numpy()

@@ -73,22 +73,31 @@ def test_compare_align_finds_a_gauged_copy_identical_where_plain_compare_does_no
     spec = MeasureSpec(k=2, null_draws=8)
     plain = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v"], view="folded")
     assert min(r.overlap for r in plain.subspaces) < 0.9
-    aligned = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v", "attn_k"], align=True)
+    aligned = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v", "attn_k"], align=True,
+                      head_maps="general")
     assert all(r.overlap == pytest.approx(1.0, abs=1e-5) for r in aligned.subspaces)
     assert aligned.alignment is not None and aligned.alignment.aligned_weight_error < 1e-5
     assert "aligned to" in aligned.b and any("rotation fit residual" in n for n in aligned.notes)
+    # the default head maps are orthogonal: they cannot undo this copy's V/O maps of condition number 10, but the
+    # MLP (permutations, scalings) and the residual rotation are undone all the same
+    default = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v"], align=True)
+    assert default.alignment is not None and max(x.vo_residual for x in default.alignment.layers) > 1e-3
+    assert all(r.overlap == pytest.approx(1.0, abs=1e-5) for r in default.subspaces if r.role == "mlp_up")
+    with pytest.raises(GeodriftError, match="--head-maps general: chooses the maps of --align"):
+        compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up"], head_maps="general")
 
 
 def test_compare_and_drift_align_commands_report_what_was_recovered(pair: tuple[Path, Path], tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]):
     out = tmp_path / "c.json"
     with pytest.raises(SystemExit) as done:
-        main(["compare", str(pair[0]), str(pair[1]), "--align", "--k", "2", "--null-draws", "4", "--quiet",
-              "--roles", "up,down", "--json-out", str(out)])
+        main(["compare", str(pair[0]), str(pair[1]), "--align", "--head-maps", "general", "--k", "2", "--null-draws",
+              "4", "--quiet", "--roles", "up,down", "--json-out", str(out)])
     assert done.value.code == 0 and "rotation fit residual" in capsys.readouterr().out
     doc = json.loads(out.read_text())
     assert doc["kind"] == "compare_report" and doc["alignment"]["aligned_weight_error"] < 1e-5
     assert len(doc["alignment"]["layers"]) == 3 and doc["alignment"]["layers"][0]["mutual_best_share"] == 1.0
+    assert "V/O map per key-value head (general)" in doc["alignment"]["steps"]
     with pytest.raises(SystemExit) as done:
         main(["drift", str(pair[0]), str(pair[1]), "--align", "--k", "1", "--null-draws", "4", "--quiet",
               "--roles", "gate"])
@@ -124,6 +133,11 @@ def test_align_on_models_of_different_shapes_or_families_is_a_one_line_error(pai
 def test_align_past_max_memory_is_refused_before_reading(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]):
     err = _refused(["compare", str(pair[0]), str(pair[1]), "--align", "--max-memory", "100K", "--quiet"], capsys)
     assert "--align" in err and "--max-memory" in err and str(pair[0]) in err
+
+
+def test_head_maps_without_align_is_a_one_line_error(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]):
+    err = _refused(["drift", str(pair[0]), str(pair[1]), "--head-maps", "none", "--quiet"], capsys)
+    assert "--head-maps none" in err and "--align" in err
 
 
 def test_align_refuses_state_dicts_of_different_shapes_naming_the_tensor():

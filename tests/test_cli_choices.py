@@ -43,6 +43,14 @@ def test_each_choice_lists_exactly_the_names_the_library_accepts(tmp_path: Path)
     folder = write_hf_folder(tmp_path / "model", llama_state(n_layers=2), hf_config(n_layers=2))
     assert [load_weights(folder, v)[0].view for v in _values(choices.View)] == list(VIEWS) == ["raw", "folded", "canonical"]
     assert set(_values(choices.Device)) == {"auto", "cpu", "cuda"}
+    from geodrift.gauge.align import DEFAULT_HEAD_MAPS, HEAD_MAPS
+    from geodrift.sim.config import TrackConfig
+
+    assert sorted(_values(choices.HeadMaps)) == sorted(HEAD_MAPS) and DEFAULT_HEAD_MAPS == choices.HeadMaps.orthogonal
+
+    assert [TrackConfig(view=v).view for v in _values(choices.TrackView)] == ["raw", "canonical"]
+    with pytest.raises(GeodriftError, match="--view"):
+        TrackConfig(view="folded")
     assert resolve_device("cpu").type == "cpu" and resolve_device("auto").type in ("cpu", "cuda")  # cuda: if present
     for refused in ("cooked", "Raw"):  # the library refuses what the Enum refuses
         with pytest.raises(GeodriftError):
@@ -62,11 +70,14 @@ def test_a_choice_is_its_plain_name_wherever_the_library_uses_it():
     (["scan"], "--view", choices.View),
     (["drift"], "--view", choices.View),
     (["compare"], "--view", choices.View),
+    (["compare"], "--head-maps", choices.HeadMaps),
+    (["drift"], "--head-maps", choices.HeadMaps),
     (["simulate", "mlp"], "--preset", choices.MLPPreset),
     (["simulate", "mlp"], "--device", choices.Device),
     (["simulate", "mlp"], "--backend", choices.Backend),
     (["simulate", "transformer"], "--preset", choices.TransformerPreset),
     (["simulate", "transformer"], "--tokenizer", choices.Tokenizer),
+    (["simulate", "transformer"], "--view", choices.TrackView),
     (["sweep"], "--backend", choices.Backend),
     (["sweep"], "--device", choices.Device),
     (["reproduce"], "--backend", choices.Backend),

@@ -254,11 +254,6 @@ MAX_BODY_LINES = 40
 COMMANDS = {"scan_cmd:scan", "series_cmd:drift", "series_cmd:compare", "inspect_cmd:inspect", "prove_cmd:prove",
             "simulate_cmd:mlp", "simulate_cmd:transformer", "compress_cmd:prune", "compress_cmd:share",
             "sweep_cmd:sweep", "reproduce_cmd:reproduce"}
-# Commands another branch (jobs-run) is moving onto their jobs in parallel: expected to fail here until it is
-# merged (strict: each starts failing the suite as "unexpectedly passing" once it complies - then delete it).
-PENDING_JOB = {"prove_cmd:prove", "simulate_cmd:mlp", "simulate_cmd:transformer", "compress_cmd:prune",
-               "compress_cmd:share", "sweep_cmd:sweep", "reproduce_cmd:reproduce"}
-PENDING_LENGTH = {"simulate_cmd:mlp", "simulate_cmd:transformer", "compress_cmd:prune", "compress_cmd:share"}
 
 
 def _library(module: str) -> bool:
@@ -370,17 +365,12 @@ def test_every_command_is_found():
     assert set(CLI.commands()) == COMMANDS
 
 
-def _command_params(pending: set[str]) -> list[object]:
-    return [pytest.param(label, marks=pytest.mark.xfail(strict=True, reason="jobs-run branch: moving onto its job"))
-            if label in pending else label for label in sorted(COMMANDS)]
-
-
-@pytest.mark.parametrize("label", _command_params(PENDING_JOB))
+@pytest.mark.parametrize("label", sorted(COMMANDS))
 def test_each_command_imports_library_entries_from_one_job_and_calls_one_run(label: str):
     assert CLI.problems(label) == []
 
 
-@pytest.mark.parametrize("label", _command_params(PENDING_LENGTH))
+@pytest.mark.parametrize("label", sorted(COMMANDS))
 def test_each_command_body_is_at_most_40_lines(label: str):
     assert CLI.long_bodies(label) == []
 

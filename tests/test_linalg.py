@@ -144,3 +144,45 @@ def test_the_gram_eigh_route_never_returns_a_pair_the_rule_cannot_certify():
     W = ((U * torch.cat([torch.tensor([10.0, 10.0]), torch.linspace(4.0, 1.0, 118)])) @ V.T).float()
     t = top_k_svd(W, 2)
     assert t.method == "exact-fallback"
+
+
+def _random_spectrum(n: int, seed: int) -> torch.Tensor:
+    # N(0, 0.02) entries: a Marchenko-Pastur bulk whose top singular values lie within ~0.1 % of each other.
+    return torch.randn(n, n, generator=torch.Generator().manual_seed(seed)) * 0.02
+
+
+def _agrees_with_float64(t, W: torch.Tensor, k: int) -> None:
+    # Against the float64 Gram matrix's top eigenvectors (an SVD of W up to its sign, cheaper than one).
+    import numpy as np
+    import scipy.linalg
+
+    n = W.shape[1]
+    values, vectors = scipy.linalg.eigh((W.double().T @ W.double()).numpy(), subset_by_index=[n - k, n - 1])
+    V = torch.from_numpy(np.ascontiguousarray(vectors[:, ::-1]))
+    assert torch.allclose(t.S.double(), torch.from_numpy(values[::-1].copy()).sqrt(), rtol=1e-5)
+    assert bool(((t.Vh.double() * V.T).sum(-1).abs() > 0.999).all())
+
+
+def test_a_random_spectrum_is_certified_by_the_lanczos_route_not_the_exact_fallback():
+    # Issue 34: side 2048 (block Krylov first). Its top gaps are too small for block Krylov's budget, which now
+    # stops at its first check; ARPACK's k + 1 pairs then pass the acceptance rule. (Before: block Krylov's
+    # whole budget, ARPACK with a loose gap bound that the rule rejected, then the float64 exact route.)
+    W = _random_spectrum(2048, 3)
+    t = top_k_svd(W, 8)
+    assert t.method == "lanczos" and t.residual <= 1e-4
+    assert t.passes == 18 + 1 + 2  # 8 Krylov blocks and one certificate, the Gram product, one certificate
+    _agrees_with_float64(t, W, 8)
+
+
+def test_when_arpack_fails_a_large_side_takes_lapacks_top_pairs_before_the_exact_route(monkeypatch):
+    # ARPACK not converging (simulated: its wrapper answers None): syevr's top k + 1 pairs of the same Gram
+    # matrix, certified by the same rule, instead of the float64 exact route.
+    from geodrift import linalg
+
+    monkeypatch.setattr(linalg, "_top_eigenpairs", lambda *args, **kwargs: None)
+    W = _random_spectrum(512, 4)[:, :300].contiguous()
+    assert W.shape[1] > linalg.EIGH_MAX_SIDE
+    t = top_k_svd(W, 8)
+    assert t.method == "eigh-subset" and t.passes == 1 + 2 and t.residual <= 1e-4
+    _agrees_with_float64(t, W, 8)
+    assert top_k_svd(W, 8, method="lanczos").method == "exact-fallback"  # "lanczos": ARPACK only, as documented

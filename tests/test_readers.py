@@ -70,6 +70,19 @@ def test_embedded_file_mixes_quantization_types_and_all_load(embedded) -> None:
     assert _part(embedded, ("lm_head", None)) == embedded.plan[("embed", None)]
 
 
+def test_the_torch_q8_0_dequantizer_is_bitwise_gguf_s_on_the_embedded_embedding(embedded) -> None:
+    from gguf import quants
+
+    from geodrift.scanner.gguf_reader import dequantize_q8_0
+
+    entry = embedded._tensor("token_embd.weight")
+    assert entry.qtype.name == "Q8_0"
+    stored = np.fromfile(embedded.path, dtype=np.uint8, count=entry.n_bytes, offset=entry.offset)
+    stored = stored.reshape(entry.item_shape)[:4096]  # 4096 of the 49152 tokens: every scale sign and size occurs
+    reference = torch.from_numpy(np.asarray(quants.dequantize(stored, entry.qtype), dtype=np.float32))
+    assert torch.equal(dequantize_q8_0(stored), reference.reshape(-1))
+
+
 def test_embedded_model_is_located_without_importing_its_package() -> None:
     import sys
 

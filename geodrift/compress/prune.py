@@ -23,6 +23,7 @@ from scipy.stats import spearmanr
 
 from geodrift.compress import rank
 from geodrift.compress.model import Setup, kept_layers, layer_states, perplexity_of, spread, window_nll
+from geodrift.compress.saved import PRUNED, Saved, file_sizes, saved_dict
 from geodrift.compress.table import (
     AGREEMENT_REFERENCE,
     ANGULAR,
@@ -131,11 +132,11 @@ class PruneResult:
     notes: list[str] = field(default_factory=list)
     verdicts: list[Verdict] = field(default_factory=list)
     weights: str = ""
-    saved: dict[str, Any] = field(default_factory=dict)
+    saved: Saved | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
+        """JSON-able form (``saved``: :meth:`geodrift.compress.saved.Saved.to_dict`, ``{}`` when nothing was saved)."""
+        return {**asdict(self), "saved": saved_dict(self.saved)}
 
     def rows(self) -> list[dict[str, Any]]:
         """Tidy rows: one per method (random seeds too) and n."""
@@ -366,12 +367,11 @@ def _correlations(scores: dict[str, list[float]], n_layers: int) -> list[dict[st
 
 
 def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method: str, n: int, folder: str | Path, *,
-                source: str | Path | None, force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Path:
+                source: str | Path | None, force: bool = False, inputs: Iterable[str | Path | None] = ()) -> Saved:
     """Write the model without the ``n`` layers ``method`` removed, with the input's tokenizer, as a Hugging Face folder.
 
     The folder is written whole or not at all (:func:`geodrift.io.outdir.replace_folder`); the remaining
-    layers are renumbered ``0..L-n-1``. ``result.saved`` records it: ``folder``, ``method``, ``n``,
-    ``removed`` and ``kept`` (layer indices of the input model) and ``tokenizer`` (the files written).
+    layers are renumbered ``0..L-n-1``.
 
     Args:
         setup, result: the loaded model and its :func:`run_prune` result.
@@ -380,7 +380,8 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
         force, inputs: as :func:`geodrift.io.outdir.replace_folder` (the output-folder policy).
 
     Returns:
-        ``folder``.
+        What was written: the removed and kept layers (indices of the input model), the tokenizer files
+        and every file's size (:class:`geodrift.compress.saved.Saved`).
 
     Raises:
         GeodriftError: ``method`` did not run, ``n`` is outside 1..N, or the folder is refused.
@@ -407,6 +408,5 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
         tokenizer_files.extend(keep_tokenizer(source, tmp))
 
     out = replace_folder(folder, write, force=force, inputs=inputs)
-    result.saved = {"folder": str(folder), "method": method, "n": n, "removed": removed, "kept": kept,
-                    "tokenizer": tokenizer_files}
-    return out
+    return Saved(str(folder), PRUNED, method, file_sizes(out), n=n, removed=tuple(removed), kept=tuple(kept),
+                 tokenizer=tuple(tokenizer_files))

@@ -29,6 +29,7 @@ from geodrift.compress.merge import merge_targets
 from geodrift.compress.methods import Compressor
 from geodrift.compress.model import Setup, layer_states, nll_from_hidden, perplexity_of, spread
 from geodrift.compress.penalty import ProjectionSharing, sharing_evidence
+from geodrift.compress.saved import Saved, saved_dict
 from geodrift.compress.table import (
     AGAINST_BEST,
     BASELINE,
@@ -155,11 +156,11 @@ class ShareResult:
     seconds: dict[str, float]
     eval_seconds: float
     notes: list[str] = field(default_factory=list)
-    saved: dict[str, Any] = field(default_factory=dict)
+    saved: Saved | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
+        """JSON-able form (``saved``: :meth:`geodrift.compress.saved.Saved.to_dict`, ``{}`` when nothing was saved)."""
+        return {**asdict(self), "saved": saved_dict(self.saved)}
 
     def rows(self) -> list[dict[str, Any]]:
         """Tidy CSV rows: one per method, ratio and calibration draw."""

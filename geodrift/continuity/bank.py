@@ -19,6 +19,10 @@ import torch
 
 from geodrift import metrics
 
+# Composed per-layer permutations (int64) are kept for reuse by later stacks up to this size in all
+# (SmolLM2's three widths: 55 MB; an 8B's would be 0.5 GB - its 14336-wide ones are recomposed instead).
+LAYER_MEMO_BYTES = 64 << 20
+
 
 class PermutationBank:
     """Permutations shared by every null statistic of one shape ``(pairs, d)`` within a report.
@@ -42,6 +46,7 @@ class PermutationBank:
         #: random layer orders generated so far by :meth:`order_pairs` (counted by the guard too).
         self.orders_generated = 0
         self._orders: dict[tuple[int, int], list[np.ndarray]] = {}
+        self._layer_perms: dict[tuple[int, int, int, int, int], torch.Tensor] = {}
         self._order_rng: np.random.Generator | None = None
 
     def get(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
@@ -52,6 +57,8 @@ class PermutationBank:
             self.rows_generated += draws * n_pairs
             self._banks[(n_pairs, dim)] = bank
             self._flat.pop((n_pairs, dim), None)
+            for key in [key for key in self._layer_perms if key[:2] == (n_pairs, dim)]:
+                del self._layer_perms[key]  # composed from the replaced bank
         return bank
 
     def index(self, draws: int, n_pairs: int, dim: int) -> torch.Tensor:
@@ -77,16 +84,28 @@ class PermutationBank:
             start, stop: the draws wanted (chunks bound memory at large ``d``).
 
         Returns:
-            ``(stop - start, L, d)`` int64.
+            ``(stop - start, L, d)`` int64, kept for the next stack of the shape (the v and u stacks, and every
+            role's, share it; do not modify it) while the kept ones hold at most ``LAYER_MEMO_BYTES`` in all.
         """
         stop = draws if stop is None else stop
         pairs = self.get(draws, n_layers - 1, dim)[start:stop]  # (n, L-1, d)
+        key = (n_layers - 1, dim, draws, start, stop)
+        if key in self._layer_perms:
+            return self._layer_perms[key]
         layers = [torch.arange(dim, dtype=torch.int64).expand(stop - start, dim)]
         for layer in range(n_layers - 1):
             layers.append(torch.gather(pairs[:, layer], 1, layers[-1]))
-        return torch.stack(layers, 1)
+        composed = torch.stack(layers, 1)
+        size = composed.numel() * composed.element_size()
+        if sum(t.numel() * t.element_size() for t in self._layer_perms.values()) + size <= LAYER_MEMO_BYTES:
+            self._layer_perms[key] = composed
+        return composed
 
     def order_pairs(self, n_layers: int, batch: int, size: int) -> torch.Tensor:
+        """:meth:`order_pairs_array`'s batch as an int64 tensor (for ``torch.take``)."""
+        return torch.from_numpy(self.order_pairs_array(n_layers, batch, size)).long()
+
+    def order_pairs_array(self, n_layers: int, batch: int, size: int) -> np.ndarray:
         """Batch ``batch`` of ``size`` uniformly random layer orders, as their adjacent pairs, shared by every stack.
 
         For an order ``o`` of ``range(L)``, row ``t`` holds ``o[t] * L + o[t + 1]``: the flat index of the
@@ -102,13 +121,13 @@ class PermutationBank:
             size: orders per batch (part of the key: another size is another sequence).
 
         Returns:
-            ``(size, L - 1)`` int64 flat indices.
+            ``(size, L - 1)`` flat indices (int16 when ``L * L`` fits it, else int64), stored by the bank: read only.
 
         Example:
             >>> bank = PermutationBank(torch.Generator().manual_seed(0))
-            >>> pairs = bank.order_pairs(4, 0, 3)
+            >>> pairs = bank.order_pairs_array(4, 0, 3)
             >>> order = [int(pairs[0, 0]) // 4] + [int(i) % 4 for i in pairs[0]]
-            >>> sorted(order), bool((bank.order_pairs(4, 0, 3) == pairs).all()), bank.orders_generated
+            >>> sorted(order), bool((bank.order_pairs_array(4, 0, 3) == pairs).all()), bank.orders_generated
             ([0, 1, 2, 3], True, 3)
         """
         if self._order_rng is None:
@@ -120,7 +139,7 @@ class PermutationBank:
             orders = self._order_rng.permuted(identity, axis=1)
             drawn.append(orders[:, :-1] * dtype(n_layers) + orders[:, 1:])
             self.orders_generated += size
-        return torch.from_numpy(drawn[batch]).long()
+        return drawn[batch]
 
     def memo(self, key: Hashable, make: Callable[[], Any]) -> Any:
         """``make()`` once per key: other per-shape draws the report's stacks share (e.g. a random floor)."""

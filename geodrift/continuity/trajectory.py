@@ -36,6 +36,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from geodrift import metrics
@@ -390,31 +391,31 @@ def order_null(vectors: torch.Tensor, bank: PermutationBank) -> tuple[float, flo
         0.0833
     """
     unit = _unit(vectors)
-    gram = (unit @ unit.T).abs()  # (L, L)
+    gram = (unit @ unit.T).abs().numpy().ravel()  # (L * L,) float64
     n_layers = vectors.shape[0]
-    observed = float(gram.diagonal(1).mean())
+    observed = float(gram[1::n_layers + 1].mean())  # the first superdiagonal: adjacent layers in depth order
 
-    def values(pairs: torch.Tensor) -> torch.Tensor:  # (n, L-1) flat adjacent pairs -> (n,) mean adjacent |cos|
-        return torch.take(gram, pairs).mean(-1)
+    def values(pairs: np.ndarray) -> np.ndarray:  # (n, L-1) flat adjacent pairs -> (n,) mean adjacent |cos|
+        return gram[pairs].mean(-1)  # numpy indexes with the bank's int16 pairs directly (no int64 copy)
 
     if math.factorial(n_layers) <= ORDER_EXACT_MAX:
         orders = _all_orders(n_layers)
-        per_order = values(orders[:, :-1] * n_layers + orders[:, 1:])
+        per_order = values((orders[:, :-1] * n_layers + orders[:, 1:]).numpy())
         hits = int((per_order >= observed - 1e-12).sum())  # the depth order itself (and its reverse) count
-        return float(per_order.mean()), float(per_order.std()), hits / len(per_order)
+        return float(per_order.mean()), float(per_order.std(ddof=1)), hits / len(per_order)
     parts, hits, drawn = [], 0, 0
     while drawn < ORDER_DRAWS:
-        batch = values(bank.order_pairs(n_layers, drawn // _ORDER_BATCH, _ORDER_BATCH))
-        reached = hits + (batch >= observed - 1e-12).long().cumsum(0)  # hits after each order of the batch
+        batch = values(bank.order_pairs_array(n_layers, drawn // _ORDER_BATCH, _ORDER_BATCH))
+        reached = hits + np.cumsum(batch >= observed - 1e-12)  # hits after each order of the batch
         if int(reached[-1]) >= ORDER_HITS:
-            batch = batch[:int((reached >= ORDER_HITS).nonzero()[0]) + 1]  # stop at the ORDER_HITS-th hit
+            batch = batch[:int(np.argmax(reached >= ORDER_HITS)) + 1]  # stop at the ORDER_HITS-th hit
         parts.append(batch)
         hits, drawn = min(int(reached[-1]), ORDER_HITS), drawn + len(batch)
         if hits >= ORDER_HITS:
             break
-    per_order = torch.cat(parts)
+    per_order = np.concatenate(parts)
     p = hits / drawn if hits >= ORDER_HITS else (1 + hits) / (1 + drawn)
-    return float(per_order.mean()), float(per_order.std()), p
+    return float(per_order.mean()), float(per_order.std(ddof=1)), p
 
 
 @functools.lru_cache(maxsize=8)

@@ -130,6 +130,14 @@ def shape_of(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> Gaug
 
 
 HEAD_MAPS = ("general", "orthogonal", "none")
+# The per-head maps ``compare``/``drift --align`` fit unless told (``--head-maps``): orthogonal. Between two
+# independently trained models a general least-squares map per head distorts them (benchmarks/RESULTS_barriers.md,
+# 3 seed pairs of the tiny simulator Llama: loss barrier 0.616 without head maps, 0.441 with orthogonal ones,
+# 2.102 with general ones, above the naive 1.165; seeds 1, 2: weight distance 1.513 -> 0.278 orthogonal, 4.751
+# general), while an isometry per head never does. ``general`` is for an exactly reparametrised copy whose V/O or
+# Q/K maps are not orthogonal (AWQ's V/O scales, a random gauge): it recovers every exact gauge (and stays the
+# default of :func:`align` itself).
+DEFAULT_HEAD_MAPS = "orthogonal"
 
 
 def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, head_maps: str = "general"
@@ -160,14 +168,49 @@ def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, head_maps: str
         >>> rep.naive_weight_error > 0.5, rep.aligned_weight_error < 1e-9
         (True, True)
     """
-    t0 = time.perf_counter()
     if head_maps not in HEAD_MAPS:
         raise GeodriftError(f"align: head_maps {head_maps!r} is not one of {', '.join(HEAD_MAPS)}")
     check_same_shape(sd_a, sd_b, shape)
-    a = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_a.items()}, shape)
-    b = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_b.items()}, shape)
+    a = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_a.items()}, shape, in_place=True)
+    b = fold_gains({k: v.detach().to(torch.float64) for k, v in sd_b.items()}, shape, in_place=True)
+    b, report = align_folded(a, b, shape, head_maps=head_maps)
+    return a, b, report
+
+
+def fold_float64(sd: StateDict, shape: GaugeShape) -> StateDict:
+    """``sd`` in float64 with its gains folded, **emptying** ``sd`` as it goes (one tensor at a time in two
+    precisions, instead of the whole model).
+
+    Example:
+        >>> from geodrift.gauge.orbit import toy_state_dict
+        >>> s = GaugeShape(1, 2, 2, 2); sd = toy_state_dict(s, 4, 6, 5, torch.Generator().manual_seed(1))
+        >>> wide = fold_float64(sd, s)
+        >>> len(sd), wide[EMBED].dtype
+        (0, torch.float64)
+    """
+    wide = {}
+    for key in list(sd):
+        wide[key] = sd.pop(key).detach().to(torch.float64)
+    return fold_gains(wide, shape, in_place=True)
+
+
+def align_folded(a: StateDict, b: StateDict, shape: GaugeShape, *, head_maps: str = "general"
+                 ) -> tuple[StateDict, AlignmentReport]:
+    """:func:`align` on models whose gains are folded, float64 (:func:`fold_float64`): ``b`` is consumed (its
+    tensors replaced in place where the maps allow), ``a`` only read, so a series aligns every model to one
+    folded ``a``.
+
+    Returns:
+        ``(b_aligned, report)``.
+
+    Raises:
+        GeodriftError: an unknown ``head_maps``.
+    """
+    t0 = time.perf_counter()
+    if head_maps not in HEAD_MAPS:
+        raise GeodriftError(f"align: head_maps {head_maps!r} is not one of {', '.join(HEAD_MAPS)}")
     naive = weight_error(a, b, shape)
-    b = rotate_residual(b, shape, _residual_rotation(a, b).T)  # rows x -> x R: B's stream brought to A's
+    b = rotate_residual(b, shape, _residual_rotation(a, b).T, in_place=True)  # rows x -> x R: B's stream to A's
     rot_residual = (sum(float(torch.linalg.vector_norm(b[n] - a[n])) ** 2 for n in (EMBED, LM_HEAD))
                     / sum(float(torch.linalg.vector_norm(a[n])) ** 2 for n in (EMBED, LM_HEAD))) ** 0.5
     layers = []
@@ -188,7 +231,7 @@ def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, head_maps: str
         if head_maps != "none" else []
     steps += ["hidden permutation (linear_sum_assignment on Gate/Up/Down cosines)", "Up/Down scaling"]
     report = AlignmentReport(rot_residual, naive, weight_error(a, b, shape), layers, steps, time.perf_counter() - t0)
-    return a, b, report
+    return b, report
 
 
 def check_same_shape(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, label_a: str = "A",

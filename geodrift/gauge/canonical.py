@@ -23,7 +23,10 @@ per hidden unit a nonzero scale on Up/Down, hidden-unit and head permutations. T
 - **heads**: KV heads sorted by ``||[O_q V]||_F`` (descending), query heads within a group by
   ``||O_q V||_F``.
 
-Everything is computed in float64.
+Precision: the V/O factorisations in float64 (from the heads' Grams, by Cholesky, with the explicit QR for a
+nearly singular head), the Q/K pair Grams accumulated and diagonalised in float64 and their orthogonal 2x2
+maps applied in the weights' dtype, the MLP's signs, scales and order in the weights' dtype; a float64 state
+dict stays float64 throughout. Every KV head, pair and hidden unit is processed at once (batched).
 
 Example:
     >>> from geodrift.gauge.orbit import GaugeShape, random_gauge, toy_state_dict
@@ -57,6 +60,8 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 WRITERS = ("o_proj", "down_proj")  # write the residual stream (its basis acts on their rows); the others read it
 _TINY = 1e-300
 _TOKEN_BLOCK = 1024  # tokens per block of the residual basis's third moments
+_NEAR_TIE = 4e-6  # relative gap of float32 row norms (their error: <= 2.4e-7, SmolLM2 and 4096-wide rows) below which
+# the hidden units' order is decided in float64
 
 
 def _positive_third_moment(rows: torch.Tensor) -> torch.Tensor:
@@ -80,17 +85,27 @@ def residual_basis(embedding: torch.Tensor) -> torch.Tensor:
         True
     """
     # the Gram in the embedding's own precision (a float32 checkpoint's: 4x faster than float64 on a large
-    # vocabulary), decomposed in float64
-    gram = (embedding.T @ embedding).to(torch.float64)
-    _, vectors = torch.linalg.eigh((gram + gram.T) / 2)
+    # vocabulary), decomposed in float64 from its upper triangle
+    _, vectors = torch.linalg.eigh(_upper_gram(embedding).to(torch.float64), UPLO="U")
     vectors = vectors.flip(-1)  # descending eigenvalues
-    # the tokens' coordinates in the embedding's precision too, their cubes summed in float64, a block of
-    # tokens at a time (cache-sized: the whole (vocab, d) product and its float64 copy cost twice as much)
+    # the tokens' coordinates in the embedding's precision too, cubed in place and summed in float64, a block of
+    # tokens at a time (cache-sized: the whole (vocab, d) product costs more)
     basis = vectors.to(embedding.dtype)
     third = torch.zeros(vectors.shape[1], dtype=torch.float64)
     for start in range(0, embedding.shape[0], _TOKEN_BLOCK):
-        third += (embedding[start:start + _TOKEN_BLOCK] @ basis).to(torch.float64).pow(3).sum(0)
+        third += (embedding[start:start + _TOKEN_BLOCK] @ basis).pow_(3).sum(0, dtype=torch.float64)
     return vectors * torch.where(third < 0, -1.0, 1.0).to(torch.float64).reshape(1, -1)
+
+
+def _upper_gram(matrix: torch.Tensor) -> torch.Tensor:
+    # E^T E, only its upper triangle valid: BLAS syrk (half gemm's work) for float32/float64 on the CPU
+    if matrix.device.type != "cpu" or matrix.dtype not in (torch.float32, torch.float64) or matrix.requires_grad:
+        return matrix.T @ matrix
+    from scipy.linalg import blas
+
+    rows = matrix.contiguous().numpy().T  # (d, vocab), Fortran order: no copy
+    syrk = blas.ssyrk if matrix.dtype == torch.float32 else blas.dsyrk
+    return torch.from_numpy(syrk(1.0, rows, trans=0, lower=0))
 
 
 def to_basis(layer: dict[str, torch.Tensor], basis: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -166,6 +181,12 @@ def rotate_residual(spectra: dict[tuple[str, int], SVDTriplets],
 def canonical_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Signed, balanced and sorted ``(gate, up, down)`` (see the module docstring).
 
+    Args:
+        gate, up: ``(d_ff, d)``; down: ``(d, d_ff)`` (``nn.Linear`` layout, any float dtype).
+
+    Returns:
+        ``(gate, up, down)`` canonical, in the same dtype (new tensors; the inputs are not modified).
+
     Example:
         >>> g = torch.Generator().manual_seed(0)
         >>> gate, up, down = (torch.randn(3, 5, generator=g, dtype=torch.float64) for _ in range(3))
@@ -174,14 +195,39 @@ def canonical_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> t
         True
     """
     sign = _finite(_positive_product, gate, up).to(up.dtype)
-    # a sign changes no norm; the column norms as a sum of squares (a strided norm is 2x slower)
-    up_norm, down_norm = _finite(lambda u: u.norm(dim=1), up), _finite(lambda d: d.pow(2).sum(0).sqrt(), down)
+    # a sign changes no norm; the column norms as dot products (a strided norm is 2x slower, pow(2) a temporary);
+    # in float64 where the squares overflow the dtype (weights near float32's limit)
+    up_norm = _finite(lambda u: u.norm(dim=1), up)
+    down_norm = _finite(lambda d: torch.linalg.vecdot(d, d, dim=0).sqrt(), down)
     scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
     factor = sign * scale.to(up.dtype)  # exact: the sign is +-1, so x * factor and x / factor round as x * sign * scale does
-    up = up * factor.reshape(-1, 1)
-    order = _descending(_finite(lambda g: g.norm(dim=1), gate), _finite(lambda u: u.norm(dim=1), up))
-    return (gate.index_select(0, order), up.index_select(0, order),
-            down.index_select(1, order).div_(factor[order].reshape(1, -1)))
+    # the balanced norm sqrt(|Up_j| |Down_j|) breaks what ties the (float64-exact) Gate norm leaves, then the index
+    order = _descending(_row_norms_for_order(gate), up_norm * scale)
+    kept = factor.index_select(0, order)
+    # gather first, then scale in place: one new tensor per matrix (the products round as scale-then-gather)
+    return (gate.index_select(0, order), up.index_select(0, order).mul_(kept.reshape(-1, 1)),
+            down.index_select(1, order).div_(kept.reshape(1, -1)))
+
+
+def _row_norms_for_order(rows: torch.Tensor) -> torch.Tensor:
+    # Row norms (float64) whose descending order is that of norms accumulated in float64. A float32 norm's own
+    # rounding (~1e-7) is what swapped near-tied hidden units of two gauge-equivalent copies (their exact norms differ
+    # only by the weights' float32 rounding, ~5e-9); a float64 norm of every row costs a float64 copy of the matrix,
+    # so only the rows within _NEAR_TIE of a neighbour's float32 norm are recomputed in float64: the others' order is
+    # decided by gaps far above any float32 error, and is unchanged.
+    norms = _finite(lambda r: r.norm(dim=1), rows)
+    if norms.dtype == torch.float64 or rows.shape[0] < 2:
+        return norms.to(torch.float64)
+    ranked = torch.sort(norms, descending=True)
+    near = (ranked.values[:-1] - ranked.values[1:]) <= _NEAR_TIE * ranked.values[:-1]
+    involved = torch.zeros(rows.shape[0], dtype=torch.bool)
+    involved[:-1] |= near
+    involved[1:] |= near
+    out = norms.to(torch.float64)
+    if bool(involved.any()):
+        which = ranked.indices[involved]
+        out[which] = torch.linalg.vector_norm(rows.index_select(0, which), dim=1, dtype=torch.float64)
+    return out
 
 
 def _finite(reduce: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Tensor:
@@ -191,7 +237,7 @@ def _finite(reduce: Callable[..., torch.Tensor], *xs: torch.Tensor) -> torch.Ten
 
 
 def _positive_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.where((a * b).sum(-1) < 0, -1.0, 1.0).to(a.dtype)
+    return torch.where(torch.linalg.vecdot(a, b) < 0, -1.0, 1.0).to(a.dtype)
 
 
 def _descending(key: torch.Tensor, tie: torch.Tensor) -> torch.Tensor:
@@ -210,102 +256,158 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
 
     Returns:
         ``(v, o)`` canonical, the products ``O_q V_h`` unchanged.
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> shape = GaugeShape(1, 4, 2, 4)
+        >>> v, o = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((8, 6), (6, 16)))
+        >>> v_c, o_c = canonical_vo(v, o, shape)
+        >>> bool(torch.allclose(o_c[:, :4] @ v_c[:4], o[:, :4] @ v[:4]))
+        True
     """
-    d, hd, group = o.shape[0], shape.head_dim, shape.group
-    v_blocks, o_blocks = [], []
-    for kv in range(shape.n_kv_heads):
-        # the group's query heads are contiguous columns of O: stacked as (group * d, hd) blocks
-        o_group = o[:, kv * group * hd:(kv + 1) * group * hd]
-        o_stack = o_group.reshape(d, group, hd).transpose(0, 1).reshape(group * d, hd)
-        v_head = v[kv * hd:(kv + 1) * hd]
-        # only the triangular factors: Q_O = O_stack R_O^-1 and Q_V^T = R_V^-T V (the explicit Qs cost twice),
-        # unless a factor is (nearly) singular, e.g. a pruned head: then the explicit QR
-        ro = torch.linalg.qr(o_stack, mode="r").R
-        rv = torch.linalg.qr(v_head.T, mode="r").R  # (hd, hd)
-        if _well_conditioned(ro) and _well_conditioned(rv):
-            a, s, bt = torch.linalg.svd(ro @ rv.T)
-            root = s.sqrt()
-            # V = S^1/2 B^T Q_V^T = S^1/2 (R_V^-1 B)^T V;  O = Q_O A S^1/2 = O_stack (R_O^-1 A) S^1/2
-            right = torch.linalg.solve_triangular(rv, bt.T, upper=True)  # R_V^-1 B
-            v_blocks.append(root.reshape(-1, 1) * (right.T @ v_head))  # (hd, d)
-            o_blocks.append((o_stack @ torch.linalg.solve_triangular(ro, a, upper=True)) * root.reshape(1, -1))
-            continue
-        qo, ro = torch.linalg.qr(o_stack)
-        qv, rv = torch.linalg.qr(v_head.T)  # (d, hd), (hd, hd)
-        a, s, bt = torch.linalg.svd(ro @ rv.T)
+    return _balanced_vo(v, o, *_head_grams(v, o, shape), shape, basis)
+
+
+def _head_grams(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
+    # (O_q^T O_q per query head: (n_heads, hd, hd), V_h V_h^T per KV head: (n_kv, hd, hd))
+    d, hd = o.shape[0], shape.head_dim
+    o_heads = o.reshape(d, shape.n_heads, hd).transpose(0, 1)  # (n_heads, d, hd), a strided view
+    v_heads = v.reshape(shape.n_kv_heads, hd, d)
+    return o_heads.mT @ o_heads, v_heads @ v_heads.mT
+
+
+def _balanced_vo(v: torch.Tensor, o: torch.Tensor, o_gram: torch.Tensor, v_gram: torch.Tensor, shape: GaugeShape,
+                 basis: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    # canonical_vo from the head Grams: every KV head at once. The stacked O_stack = Q_O R_O and V^T = Q_V R_V
+    # need only their triangular factors, the Cholesky factors of the Grams (R^T R = O_stack^T O_stack); then
+    # svd(R_O R_V^T) = A S B^T gives V = S^1/2 (R_V^-1 B)^T V and each O_q -> O_q R_O^-1 A S^1/2: one hd x hd map
+    # per KV head, never the stacked matrix. A (nearly) singular factor (a pruned head) takes the explicit QR.
+    d, hd, group, n_kv = o.shape[0], shape.head_dim, shape.group, shape.n_kv_heads
+    v_heads = v.reshape(n_kv, hd, d)
+    l_o, bad_o = torch.linalg.cholesky_ex(o_gram.reshape(n_kv, group, hd, hd).sum(1))
+    l_v, bad_v = torch.linalg.cholesky_ex(v_gram)
+    if bool((bad_o == 0).all() and (bad_v == 0).all()) and _well_conditioned(l_o) and _well_conditioned(l_v):
+        r_o, r_v = l_o.mT, l_v.mT
+        a, s, bt = torch.linalg.svd(r_o @ r_v.mT)
         root = s.sqrt()
-        v_blocks.append(root.reshape(-1, 1) * (bt @ qv.T))  # (hd, d)
-        o_blocks.append((qo @ a) * root.reshape(1, -1))  # (group * d, hd)
-    v_new = torch.cat(v_blocks)
-    sign = _positive_third_moment(_coordinates(v_new, basis))  # one product for every head's rows
-    o_new = torch.cat([block.reshape(group, d, hd).transpose(0, 1).reshape(d, group * hd)
-                       * sign[kv * hd:(kv + 1) * hd].repeat(group).reshape(1, -1)
-                       for kv, block in enumerate(o_blocks)], 1)
-    return v_new * sign.reshape(-1, 1), o_new
+        v_map = root.unsqueeze(-1) * torch.linalg.solve_triangular(r_v, bt.mT, upper=True).mT  # (n_kv, hd, hd)
+        o_map = torch.linalg.solve_triangular(r_o, a, upper=True) * root.unsqueeze(1)
+        v_new = (v_map @ v_heads).reshape(n_kv * hd, d)
+        sign = _positive_third_moment(_coordinates(v_new, basis)).reshape(n_kv, 1, hd)
+        o_heads = o.reshape(d, shape.n_heads, hd).transpose(0, 1)  # (n_heads, d, hd)
+        o_new = o_heads @ (o_map * sign).repeat_interleave(group, 0)
+        return v_new * sign.reshape(-1, 1), o_new.transpose(0, 1).reshape(d, shape.n_heads * hd)
+    o_stack = o.reshape(d, n_kv, group, hd).permute(1, 2, 0, 3).reshape(n_kv, group * d, hd)
+    qo, r_o = torch.linalg.qr(o_stack)
+    qv, r_v = torch.linalg.qr(v_heads.mT)  # (n_kv, d, hd), (n_kv, hd, hd)
+    a, s, bt = torch.linalg.svd(r_o @ r_v.mT)
+    root = s.sqrt()
+    v_new = (root.unsqueeze(-1) * (bt @ qv.mT)).reshape(n_kv * hd, d)
+    sign = _positive_third_moment(_coordinates(v_new, basis)).reshape(n_kv, 1, 1, hd)
+    o_new = ((qo @ a) * root.unsqueeze(1)).reshape(n_kv, group, d, hd) * sign
+    return v_new * sign.reshape(-1, 1), o_new.permute(2, 0, 1, 3).reshape(d, n_kv * group * hd)
 
 
 def _well_conditioned(triangular: torch.Tensor) -> bool:
-    # a triangular factor whose diagonal spans less than 1e8 (float64: the solves keep ~8 digits to spare)
-    diagonal = triangular.diagonal().abs()
-    return bool(diagonal.min() > 1e-8 * diagonal.max())
+    # every triangular factor's diagonal spans less than 1e4 (a Cholesky factor of a float64 Gram: its error grows
+    # with the square of that span, so ~1e-8 relative at the bound)
+    diagonal = triangular.diagonal(dim1=-2, dim2=-1).abs()
+    return bool((diagonal.amin(-1) > 1e-4 * diagonal.amax(-1)).all())
 
 
 def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape,
                  basis: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per KV head and RoPE pair: balanced scale, Gram-diagonalising rotation, sign (float64 ``q``, ``k``).
+    """Per KV head and RoPE pair: balanced scale, Gram-diagonalising rotation, sign.
+
+    Every KV head and pair at once: the pairs' 2x2 Grams accumulated and diagonalised in float64 (one
+    batched ``eigh``), the orthogonal 2x2 maps and scales then applied in ``q``'s dtype (they amplify no
+    rounding: a float32 checkpoint's rows stay within an ulp or two of the float64 result).
 
     Args:
         q: ``(n_heads * head_dim, d)``; k: ``(n_kv_heads * head_dim, d)`` (HF half-split pairs).
         basis: the residual basis ``P`` when ``q``/``k`` are not yet in it (the signs read rows in ``P``).
 
     Returns:
-        ``(q, k)`` canonical; every RoPE score is unchanged.
+        ``(q, k)`` canonical (new tensors); every RoPE score is unchanged.
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> shape = GaugeShape(1, 2, 1, 4)
+        >>> q, k = torch.randn(8, 6, generator=g, dtype=torch.float64), torch.randn(4, 6, generator=g, dtype=torch.float64)
+        >>> q_c, k_c = canonical_qk(q, k, shape)
+        >>> bool(torch.allclose(q_c[[0, 2]].T @ k_c[[0, 2]], q[[0, 2]].T @ k[[0, 2]]))  # a pair's score form
+        True
     """
-    q, k = q.clone(), k.clone()
-    half = shape.pairs
-    for kv in range(shape.n_kv_heads):
-        heads = range(kv * shape.group, (kv + 1) * shape.group)
-        kb = kv * shape.head_dim
-        k_pairs = torch.stack([k[kb:kb + half], k[kb + half:kb + 2 * half]], 1)  # (pairs, 2, d)
-        q_pairs = torch.stack([torch.stack([q[h * shape.head_dim:h * shape.head_dim + half],
-                                            q[h * shape.head_dim + half:(h + 1) * shape.head_dim]], 1)
-                               for h in heads], 1)  # (pairs, group, 2, d)
-        q_sq = q_pairs.pow(2).sum((1, 2, 3))
-        k_sq = k_pairs.pow(2).sum((1, 2))
-        ok = (q_sq > _TINY) & (k_sq > _TINY)
-        scale = torch.where(ok, (k_sq / q_sq.clamp_min(_TINY)).pow(0.25), 1.0)  # q * scale, k / scale
-        q_pairs = q_pairs * scale.reshape(-1, 1, 1, 1)
-        k_pairs = k_pairs / scale.reshape(-1, 1, 1)
-        gram = torch.einsum("pgad,pgbd->pab", q_pairs, q_pairs) + torch.einsum("pad,pbd->pab", k_pairs, k_pairs)
-        _, vectors = torch.linalg.eigh(gram)  # ascending
-        top = vectors[..., 1]  # (pairs, 2): the larger eigenvalue's eigenvector
-        cos, sin = top[:, 0], top[:, 1]
-        # R(-alpha) with (cos alpha, sin alpha) = top: first row (cos, sin), second (-sin, cos)
-        rot = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], 1)  # (pairs, 2, 2)
-        q_pairs = torch.einsum("pab,pgbd->pgad", rot, q_pairs)
-        k_pairs = torch.einsum("pab,pbd->pad", rot, k_pairs)
-        first = _coordinates(torch.cat([q_pairs[:, :, 0], k_pairs[:, 0:1]], 1), basis)  # (pairs, group + 1, d)
-        sign = torch.where(first.pow(3).sum((1, 2)) < 0, -1.0, 1.0).to(q.dtype)
-        q_pairs, k_pairs = q_pairs * sign.reshape(-1, 1, 1, 1), k_pairs * sign.reshape(-1, 1, 1)
-        k[kb:kb + half], k[kb + half:kb + 2 * half] = k_pairs[:, 0], k_pairs[:, 1]
-        for i, h in enumerate(heads):
-            hb = h * shape.head_dim
-            q[hb:hb + half], q[hb + half:hb + 2 * half] = q_pairs[:, i, 0], q_pairs[:, i, 1]
-    return q, k
+    n_kv, group, half, d = shape.n_kv_heads, shape.group, shape.pairs, q.shape[1]
+    # HF half-split: a head's rows [0, half) are its pairs' first coordinates, [half, head_dim) the second
+    q_first, q_second = q.reshape(n_kv, group, 2, half, d).unbind(2)  # (n_kv, group, pairs, d) each
+    k_first, k_second = k.reshape(n_kv, 2, half, d).unbind(1)  # (n_kv, pairs, d) each
+    # the pairs' 2x2 Grams, Q's summed over the group's query heads: (n_kv, pairs), accumulated in float64
+    wide = torch.float64
+    # (the products in float64 where they overflow the weights' dtype: weights near float32's limit)
+    qaa, qbb, qab = (_finite(lambda x, y: (x * y).sum((1, 3), dtype=wide), a, b)
+                     for a, b in ((q_first, q_first), (q_second, q_second), (q_first, q_second)))
+    kaa, kbb, kab = (_finite(lambda x, y: (x * y).sum(2, dtype=wide), a, b)
+                     for a, b in ((k_first, k_first), (k_second, k_second), (k_first, k_second)))
+    q_sq, k_sq = qaa + qbb, kaa + kbb
+    ok = (q_sq > _TINY) & (k_sq > _TINY)
+    scale = torch.where(ok, (k_sq / q_sq.clamp_min(_TINY)).pow(0.25), 1.0)  # q * scale, k / scale
+    s2 = scale.pow(2)
+    gram = torch.stack([torch.stack([qaa * s2 + kaa / s2, qab * s2 + kab / s2], -1),
+                        torch.stack([qab * s2 + kab / s2, qbb * s2 + kbb / s2], -1)], -2)  # (n_kv, pairs, 2, 2)
+    _, vectors = torch.linalg.eigh(gram)  # ascending
+    # R(-alpha) with (cos alpha, sin alpha) = the larger eigenvalue's eigenvector: rows (cos, sin), (-sin, cos)
+    cos, sin, scale = vectors[..., 0, 1].unsqueeze(-1), vectors[..., 1, 1].unsqueeze(-1), scale.unsqueeze(-1)
+    cq, sq = (cos * scale).to(q.dtype), (sin * scale).to(q.dtype)  # (n_kv, pairs, 1)
+    ck, sk = (cos / scale).to(q.dtype), (sin / scale).to(q.dtype)
+    first_q = (q_first * cq.unsqueeze(1)).addcmul_(q_second, sq.unsqueeze(1))
+    first_k = (k_first * ck).addcmul_(k_second, sk)
+    # the sign of each pair: a positive third moment of its first rows (the group's Q rows and K's) in P
+    rows = torch.cat([first_q.transpose(0, 1).reshape(group, n_kv * half, d), first_k.reshape(1, n_kv * half, d)])
+    third = _coordinates(rows.reshape(-1, d), basis).pow(3).reshape(group + 1, n_kv * half, d).sum((0, 2))
+    sign = torch.where(third < 0, -1.0, 1.0).to(q.dtype).reshape(n_kv, half, 1)
+    # the outputs written in place: first rows * sign, second rows (c x2 - s x1) * sign
+    q_out = torch.empty((n_kv, group, 2, half, d), dtype=q.dtype)
+    torch.mul(first_q, sign.unsqueeze(1), out=q_out[:, :, 0])
+    torch.mul(q_second, (cq * sign).unsqueeze(1), out=q_out[:, :, 1])
+    q_out[:, :, 1].addcmul_(q_first, (-sq * sign).unsqueeze(1))
+    k_out = torch.empty((n_kv, 2, half, d), dtype=k.dtype)
+    torch.mul(first_k, sign, out=k_out[:, 0])
+    torch.mul(k_second, ck * sign, out=k_out[:, 1])
+    k_out[:, 1].addcmul_(k_first, -sk * sign)
+    return q_out.reshape(q.shape), k_out.reshape(k.shape)
 
 
 def head_order(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
     """``(kv_perm, q_perms)`` for :func:`geodrift.gauge.orbit.permute_heads`: KV heads by ``||[O_q V]||_F``,
-    query heads within a group by ``||O_q V||_F`` (both descending; gauge-invariant keys)."""
+    query heads within a group by ``||O_q V||_F`` (both descending; gauge-invariant keys, so the order may
+    be taken before or after the V/O and Q/K canonical maps).
+
+    Example:
+        >>> g = torch.Generator().manual_seed(0)
+        >>> v, o = torch.randn(8, 6, generator=g), torch.randn(6, 16, generator=g)
+        >>> kv_perm, q_perms = head_order(v, o, GaugeShape(1, 4, 2, 4))
+        >>> tuple(kv_perm.shape), tuple(q_perms.shape)
+        ((2,), (2, 2))
+    """
+    return _order_from_grams(*_head_grams(v, o, shape), shape)
+
+
+def _order_from_grams(o_gram: torch.Tensor, v_gram: torch.Tensor, shape: GaugeShape
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     # ||O_q V||_F^2 = <O_q^T O_q, V V^T>: head_dim-sized Grams instead of d x d products
-    q_norms = torch.stack([
-        torch.stack([((o[:, shape.head_rows(q)].T @ o[:, shape.head_rows(q)])
-                      * (v[shape.head_rows(kv)] @ v[shape.head_rows(kv)].T)).sum()
-                     for q in range(kv * shape.group, (kv + 1) * shape.group)])
-        for kv in range(shape.n_kv_heads)])  # (n_kv, group): squared norms
+    q_norms = (o_gram.reshape(shape.n_kv_heads, shape.group, *o_gram.shape[1:]) * v_gram.unsqueeze(1)).sum((2, 3))
     kv_perm = torch.argsort(-q_norms.sum(1), stable=True)
-    q_perms = torch.stack([torch.argsort(-q_norms[int(kv)], stable=True) for kv in kv_perm])
+    q_perms = torch.argsort(-q_norms.index_select(0, kv_perm), dim=1, stable=True)
     return kv_perm, q_perms
+
+
+def _head_rows(kv_perm: torch.Tensor, q_perms: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
+    # the K/V rows and Q rows (= O columns) of :func:`head_order`'s order
+    within = torch.arange(shape.head_dim)
+    q_heads = (kv_perm.reshape(-1, 1) * shape.group + q_perms).reshape(-1)
+    return ((kv_perm.reshape(-1, 1) * shape.head_dim + within).reshape(-1),
+            (q_heads.reshape(-1, 1) * shape.head_dim + within).reshape(-1))
 
 
 def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
@@ -316,6 +418,8 @@ def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
     given *before* the rotation with ``basis`` = ``P``: the result is then the canonical layer before the
     rotation, ``canonical_layer(to_basis(layer, P)) == to_basis(canonical_layer(layer, basis=P), P)`` to
     rounding, and a scan may decompose it and rotate only the singular vectors (:func:`rotate_triplets`).
+    The heads are put in their canonical order first (its keys are invariant) and then canonicalised in
+    place of it, which equals canonicalising and then ordering (each head's maps are its own).
 
     Args:
         layer: ``{"q_proj": ..., ..., "down_proj": ...}`` (``nn.Linear`` layout).
@@ -325,18 +429,28 @@ def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
     Returns:
         The same keys and dtype, canonical (the attention's factorisations are computed in float64, the
         MLP's signs, scales and order in the given dtype).
+
+    Example:
+        >>> from geodrift.gauge.orbit import toy_state_dict
+        >>> shape = GaugeShape(1, 4, 2, 4)
+        >>> sd = toy_state_dict(shape, d_model=8, d_ff=6, vocab=40, generator=torch.Generator().manual_seed(0))
+        >>> out = canonical_layer({n: sd[layer_key(0, n)] for n in PROJECTIONS}, shape)
+        >>> sorted(out) == sorted(PROJECTIONS)
+        True
     """
-    w = {name: layer[name] for name in PROJECTIONS}
-    wide = {name: w[name].to(torch.float64) for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
-    v, o = (t.to(w["v_proj"].dtype) for t in canonical_vo(wide["v_proj"], wide["o_proj"], shape, basis))
-    q, k = (t.to(w["q_proj"].dtype) for t in canonical_qk(wide["q_proj"], wide["k_proj"], shape, basis))
-    kv_perm, q_perms = head_order(v, o, shape)
-    kv_rows = torch.cat([shape.head_rows(int(h)) for h in kv_perm])
-    q_rows = torch.cat([shape.head_rows(int(kv_perm[i]) * shape.group + int(q_perms[i, j]))
-                        for i in range(shape.n_kv_heads) for j in range(shape.group)])
-    gate, up, down = canonical_mlp(w["gate_proj"], w["up_proj"], w["down_proj"])
-    return {"q_proj": q.index_select(0, q_rows), "k_proj": k.index_select(0, kv_rows),
-            "v_proj": v.index_select(0, kv_rows), "o_proj": o.index_select(1, q_rows),
+    dtype = layer["q_proj"].dtype
+    basis = None if basis is None else basis.to(torch.float32)  # the signs' coordinates are float32 products
+    v_wide, o_wide = layer["v_proj"].to(torch.float64), layer["o_proj"].to(torch.float64)
+    o_gram, v_gram = _head_grams(v_wide, o_wide, shape)
+    kv_perm, q_perms = _order_from_grams(o_gram, v_gram, shape)
+    kv_rows, q_rows = _head_rows(kv_perm, q_perms, shape)
+    q_heads = (kv_perm.reshape(-1, 1) * shape.group + q_perms).reshape(-1)
+    v, o = _balanced_vo(v_wide.index_select(0, kv_rows), o_wide.index_select(1, q_rows),
+                        o_gram.index_select(0, q_heads), v_gram.index_select(0, kv_perm), shape, basis)
+    q, k = canonical_qk(layer["q_proj"].index_select(0, q_rows), layer["k_proj"].index_select(0, kv_rows), shape,
+                        basis)
+    gate, up, down = canonical_mlp(layer["gate_proj"], layer["up_proj"], layer["down_proj"])
+    return {"q_proj": q.to(dtype), "k_proj": k.to(dtype), "v_proj": v.to(dtype), "o_proj": o.to(dtype),
             "gate_proj": gate, "up_proj": up, "down_proj": down}
 
 

@@ -128,7 +128,7 @@ def _copy(sd: StateDict) -> StateDict:
     return dict(sd)
 
 
-def fold_gains(sd: StateDict, shape: GaugeShape) -> StateDict:
+def fold_gains(sd: StateDict, shape: GaugeShape, *, in_place: bool = False) -> StateDict:
     """Fold every RMSNorm gain into the projections that read it; gains become 1.
 
     Q, K, V take ``input_layernorm``, Gate and Up ``post_attention_layernorm``, ``lm_head``
@@ -138,14 +138,16 @@ def fold_gains(sd: StateDict, shape: GaugeShape) -> StateDict:
     Args:
         sd: a Llama state dict (HF names).
         shape: its :class:`GaugeShape`.
+        in_place: replace ``sd``'s tensors in ``sd`` itself (each old tensor freed as soon as it is replaced,
+            where nothing else holds it) instead of a new dict.
 
     Returns:
-        A new state dict with ``lm_head.weight`` always present and every gain equal to 1.
+        A new state dict (``sd`` when ``in_place``) with ``lm_head.weight`` always present and every gain equal to 1.
 
     Raises:
         GeodriftError: when a norm or projection is missing.
     """
-    out = _copy(sd)
+    out = sd if in_place else _copy(sd)
     if LM_HEAD not in out:
         out[LM_HEAD] = out[EMBED].clone()
     for layer in range(shape.n_layers):
@@ -173,23 +175,25 @@ def gains_folded(sd: StateDict, shape: GaugeShape) -> bool:
     return all(bool((_get(sd, k) == 1).all()) for k in keys)
 
 
-def rotate_residual(sd: StateDict, shape: GaugeShape, rotation: torch.Tensor) -> StateDict:
+def rotate_residual(sd: StateDict, shape: GaugeShape, rotation: torch.Tensor, *, in_place: bool = False
+                    ) -> StateDict:
     """Rotate the residual stream by an orthogonal ``rotation`` (d_model x d_model).
 
     Args:
         sd: a state dict with folded gains (:func:`fold_gains`) and an ``lm_head.weight``.
         shape: its :class:`GaugeShape`.
         rotation: ``R`` with ``R R^T = I``.
+        in_place: as :func:`fold_gains`'s.
 
     Returns:
-        The new state dict: the stream ``h`` of the new network is ``R h`` of the old.
+        The new state dict (``sd`` when ``in_place``): the stream ``h`` of the new network is ``R h`` of the old.
 
     Raises:
         GeodriftError: when a gain is not 1 (a gain does not commute with a rotation) or the head is tied.
     """
     if not gains_folded(sd, shape) or LM_HEAD not in sd:
         raise GeodriftError("rotate_residual needs folded gains and an untied lm_head: call fold_gains first")
-    out = _copy(sd)
+    out = sd if in_place else _copy(sd)
     rt = rotation.T.to(sd[EMBED].dtype)
     out[EMBED] = out[EMBED] @ rt
     out[LM_HEAD] = out[LM_HEAD] @ rt

@@ -32,7 +32,7 @@ from geodrift.scanner.mapping import NameRule
 OPTIONS = {"roles": "--roles", "layers": "--layers", "k": "--k", "null_draws": "--null-draws", "seed": "--seed",
            "view": "--view", "names": "--names", "ov": "--ov", "full_spectrum": "--full-spectrum",
            "device": "--device", "skip_nonfinite": "--skip-nonfinite", "max_memory": "--max-memory",
-           "backend": "--backend", "address": "--address", "full": "--full", "align": "--align",
+           "backend": "--backend", "address": "--address", "full": "--full", "align": "--align", "head_maps": "--head-maps",
            "json_out": "--json-out", "csv_out": "--csv", "plot": "--plot", "dpi": "--dpi"}
 _EXAMPLES = {"k": "8", "null_draws": "100", "seed": "0", "dpi": "300"}
 Progress = Callable[[str], None]

@@ -28,9 +28,11 @@ from geodrift.scanner.series import CompareReport, DriftReport
 @dataclass(frozen=True, kw_only=True)
 class SeriesOptions(MeasureOptions):
     """What ``drift`` and ``compare`` share: the measuring options (:class:`~geodrift.jobs.request.MeasureOptions`)
-    and ``align``, which brings every model into the first one's gauge first (llama/mistral)."""
+    and ``align``, which brings every model into the first one's gauge first (llama/mistral), with the per-head
+    maps ``head_maps`` (``orthogonal``, ``general`` or ``none``; :data:`geodrift.gauge.align.DEFAULT_HEAD_MAPS`)."""
 
     align: bool = False
+    head_maps: str = "orthogonal"
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = No
     spec, series = _check(request, progress)
     checks.claim(drift_outputs(request.json_out, request.csv_out, request.plot))
     return drift(list(request.checkpoints), spec, progress=progress, backend=request.backend,
-                 address=request.address, align=request.align, **series)
+                 address=request.address, align=request.align, head_maps=request.head_maps, **series)
 
 
 def run_compare(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareReport:
@@ -105,4 +107,4 @@ def run_compare(request: CompareRequest, progress: Callable[[str], None] | None 
     spec, series = _check(request, progress)
     checks.claim(compare_outputs(request.json_out, request.csv_out, request.plot))
     return compare(request.a, request.b, spec, progress=progress, backend=request.backend,
-                   address=request.address, align=request.align, **series)
+                   address=request.address, align=request.align, head_maps=request.head_maps, **series)

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 from geodrift.compress.prune import PruneResult
+from geodrift.compress.saved import Saved
 from geodrift.compress.table import GEOMETRY, RANKINGS
+from geodrift.io.atomic import document
 from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
@@ -73,30 +76,35 @@ def prune_grids(result: PruneResult) -> list[Grid]:
     return grids
 
 
+def prune_document(result: PruneResult) -> dict[str, Any]:
+    """The JSON document of a prune result (``--json``, ``--json-out``)."""
+    return document("compress_prune", result.to_dict())
+
+
 def render_prune(result: PruneResult, wide: bool = False) -> None:
     """Print every prune table, the notes, then a one-line summary."""
     for grid in prune_grids(result):
         print_grid(grid, wide=wide)
     for note in result.notes:
         console.print(lit(f"note: {note}", "dim"), soft_wrap=True)
-    if result.saved:
+    if result.saved is not None:
         console.print(lit(saved_line(result.saved)))
     console.print(lit(prune_summary(result), "bold"), soft_wrap=True)
 
 
-def saved_line(saved: dict[str, object]) -> str:
-    """What ``--save`` wrote: the removed layers, those kept (renumbered) and the tokenizer files.
+def saved_line(saved: Saved) -> str:
+    """What prune's ``--save`` wrote: the removed layers, those kept (renumbered) and the tokenizer files.
 
     Example:
-        >>> saved_line({"folder": "small", "method": "geom-v1", "n": 2, "removed": [3, 7], "kept": [0, 1, 2, 4, 5, 6],
-        ...             "tokenizer": ["tokenizer.json"]})
+        >>> from geodrift.compress.saved import PRUNED
+        >>> saved_line(Saved("small", PRUNED, "geom-v1", n=2, removed=(3, 7), kept=(0, 1, 2, 4, 5, 6),
+        ...                  tokenizer=("tokenizer.json",)))
         'saved small: geom-v1 with 2 layers removed (layers 3, 7 of the input); 6 kept, renumbered 0..5; tokenizer: tokenizer.json'
     """
-    removed, kept, files = saved["removed"], saved["kept"], saved["tokenizer"]
-    assert isinstance(removed, list) and isinstance(kept, list) and isinstance(files, list)
-    return (f"saved {saved['folder']}: {saved['method']} with {saved['n']} layers removed (layers "
-            f"{', '.join(map(str, removed))} of the input); {len(kept)} kept, renumbered 0..{len(kept) - 1}; tokenizer: "
-            + (", ".join(files) or "none found beside the input"))
+    kept = saved.kept
+    return (f"saved {saved.folder}: {saved.method} with {saved.n} layers removed (layers "
+            f"{', '.join(map(str, saved.removed))} of the input); {len(kept)} kept, renumbered 0..{len(kept) - 1}; "
+            "tokenizer: " + (", ".join(saved.tokenizer) or "none found beside the input"))
 
 
 def prune_summary(result: PruneResult) -> str:

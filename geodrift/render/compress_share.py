@@ -11,14 +11,17 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from rich.text import Text
 
 from geodrift.compress.evaluate import paired
+from geodrift.compress.saved import Saved
 from geodrift.compress.share_run import ShareResult, best_baseline
 from geodrift.compress.table import CONTROL_OF, METHODS
 from geodrift.continuity.verdicts import Verdict
+from geodrift.io.atomic import document
 from geodrift.render import console, fmt, lit
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
@@ -215,6 +218,11 @@ def space_grid(result: ShareResult) -> Grid:
     return grid
 
 
+def share_document(result: ShareResult) -> dict[str, Any]:
+    """The JSON document of a share result (``--json``, ``--json-out``)."""
+    return document("compress_share", result.to_dict())
+
+
 def render_share(result: ShareResult, wide: bool = False, full: bool = False) -> None:
     """Print the share result: compact by default (at most about 60 lines at 80 columns), every table with ``full``.
 
@@ -240,12 +248,23 @@ def render_share(result: ShareResult, wide: bool = False, full: bool = False) ->
         notes = [f"whitening: {shown}", FULL_HINT]
     for note in notes:
         console.print(lit(f"note: {note}", "dim"))
-    if result.saved:
-        sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in result.saved["bytes"].items())
-        console.print(lit(f"saved {result.saved['folder']}: {result.saved['method']} at {result.saved['ratio']:.0%}, "
-                          f"{result.saved['format']} {result.saved['dtype']} ({sizes}; the dense model in float32: "
-                          f"{result.saved['dense_bytes'] / 1e6:.1f} MB)"))
+    if result.saved is not None:
+        console.print(lit(saved_share_line(result.saved)))
     console.print(lit(share_summary(result), "bold"))
+
+
+def saved_share_line(saved: Saved) -> str:
+    """What share's ``--save`` wrote: the method and ratio, the format, every file's size and the dense size.
+
+    Example:
+        >>> from geodrift.compress.saved import SHARED
+        >>> saved_share_line(Saved("small", SHARED, "m", {"model.safetensors": 2_500_000}, ratio=0.3,
+        ...                        format="factored", dtype="float32", dense_bytes=5_000_000))
+        'saved small: m at 30%, factored float32 (model.safetensors 2.5 MB; the dense model in float32: 5.0 MB)'
+    """
+    sizes = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in saved.files.items())
+    return (f"saved {saved.folder}: {saved.method} at {saved.ratio or 0:.0%}, {saved.format} {saved.dtype} ({sizes}; "
+            f"the dense model in float32: {(saved.dense_bytes or 0) / 1e6:.1f} MB)")
 
 
 def share_summary(result: ShareResult) -> str:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,13 +58,6 @@ def csv_text(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         writer.writerow({k: ("" if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()})
     return buffer.getvalue()
-
-
-def print_document(kind: str, payload: dict[str, Any]) -> None:
-    """``--json``: the report as one JSON document (``{"kind": ..., ...}``) on stdout."""
-    import sys
-
-    sys.stdout.write(to_json(document(kind, payload)) + "\n")
 
 
 def write_scan_outputs(result: ScanResult, request: ScanRequest) -> list[Path]:
@@ -133,4 +128,38 @@ def write_compare_outputs(rep: CompareReport, request: CompareRequest) -> list[P
             from geodrift.render.series import write_compare_plot
 
             written.append(write_compare_plot(rep, Path(request.plot), request.dpi))
+    return written
+
+
+def print_document(doc: dict[str, Any], indent: int | None = None) -> None:
+    """Print a JSON document (:func:`geodrift.io.atomic.document`) on stdout (``--json``).
+
+    Example:
+        >>> from geodrift.io.atomic import document
+        >>> print_document(document("proofs", {"results": []}))
+        {"schema_version": "1.2", "kind": "proofs", "results": []}
+    """
+    sys.stdout.write(to_json(doc, indent=indent) + "\n")
+
+
+def write_result_files(doc: dict[str, Any], rows: list[dict[str, Any]], json_out: Path | None, csv_out: Path | None,
+                       figure: Callable[[], Path] | None = None) -> list[Path]:
+    """Write the JSON document, the tidy CSV of ``rows`` and the figure that were asked for; return their paths.
+
+    They replace the previous run's together, or not at all (:func:`geodrift.io.atomic.output_set`).
+
+    Args:
+        doc: the JSON document (:func:`geodrift.io.atomic.document`); rows: the CSV's rows.
+        json_out, csv_out: the files (None: not asked for); figure: draws the figure and returns its path.
+    """
+    written = []
+    with output_set():
+        if json_out:
+            write_json(json_out, doc)
+            written.append(json_out)
+        if csv_out:
+            write_text(csv_out, csv_text(rows))
+            written.append(csv_out)
+        if figure is not None:
+            written.append(figure())
     return written

@@ -63,6 +63,39 @@ def write_report(rep: PaperReproduction, folder: str | Path, dpi: int = 150) -> 
     return [md, js, *written]
 
 
+def reproduce_summary(rep: PaperReproduction, report: Path) -> str:
+    """The last line of ``geodrift reproduce``: the scan's predictions that hold (raw, and canonical when the views
+    section ran), the simulator and compression claims that hold, the simulator sections and the wall time."""
+    sims = [s for s in rep.sections if s.kind == "sim"]
+    return (f"geodrift reproduce ({rep.mode}): {_scan_holding(rep.sections)}{_holding(rep.sections, 'sim')} simulator "
+            f"claims hold, {_holding(rep.sections, 'compress')} compression claims; {len(sims)} simulator sections in "
+            f"{rep.seconds / 60:.1f} min; report {report}")
+
+
+def _scan_holding(sections: list[Section]) -> str:
+    # The embedded scan's two verdicts per projection: shared frame (Eq. 1) and depth path.
+    roles = [r for s in sections if s.kind == "scan" and isinstance(s.result, Report) for r in s.result.roles
+             if r.verdict in ("holds", "fails")]
+    if not roles:
+        return ""
+    paths = [r for r in roles if r.path_verdict in ("holds", "fails")]
+    # the gauge-invariant verdicts: the views section's canonical column
+    cells = [c for s in sections if s.kind == "views" and isinstance(s.result, ViewComparison) for row in s.result.rows
+             if (c := row.cells.get("canonical")) is not None]
+    frames = [c for c in cells if c.verdict in ("holds", "fails")]
+    walks = [c for c in cells if c.path_verdict in ("holds", "fails")]
+    canonical = (f" (canonical, gauge-invariant: frame {sum(c.verdict == 'holds' for c in frames)}/{len(frames)}, "
+                 f"path {sum(c.path_verdict == 'holds' for c in walks)}/{len(walks)})") if cells else ""
+    return (f"scan: frame {sum(r.verdict == 'holds' for r in roles)}/{len(roles)}, path "
+            f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold{canonical}; ")
+
+
+def _holding(sections: list[Section], kind: str) -> str:
+    verdicts = [v for s in sections if s.kind == kind and isinstance(s.result, (Reproduction, PruneResult, ShareResult))
+                for v in s.result.verdicts]
+    return f"{sum(v.verdict == 'holds' for v in verdicts)}/{len(verdicts)}"
+
+
 def _listed_files(js: Path) -> set[str]:
     # The files the previous report in this folder wrote (its report.json), or none.
     try:

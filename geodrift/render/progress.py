@@ -41,6 +41,7 @@ from geodrift.render import err_console, lit
 
 if TYPE_CHECKING:
     from geodrift.sim.run import StepStatus
+    from geodrift.sweep.execute import SweepStatus
 
 # Seconds between plain progress lines when stderr is not a terminal.
 PLAIN_EVERY_S = 10.0
@@ -267,3 +268,78 @@ def sweep_reporter(bar: JobProgress) -> Callable[[Any], None]:
                               highlight=False, soft_wrap=True)
 
     return on_status
+
+
+class ConsoleEvents:
+    """The CLI's ``geodrift.jobs.events.Events``: start-up messages and one :class:`JobProgress` at a time on
+    stderr; a context manager (a bar still running when the job raises is closed without its n/n line).
+
+    Args:
+        quiet: print nothing.
+        reserve_stdout: the job's native output goes to stderr (``--json``: stdout holds the document only;
+            :func:`geodrift.io.stdio.report_only_stdout`).
+
+    Example:
+        >>> with ConsoleEvents(quiet=True) as events:
+        ...     events.stage("loading"); events.begin("pruning", 2, "evaluations"); events.advance(2); events.end()
+    """
+
+    def __init__(self, *, quiet: bool = False, reserve_stdout: bool = False) -> None:
+        from contextlib import ExitStack
+
+        self.quiet, self.reserve_stdout = quiet, reserve_stdout
+        self._stack = ExitStack()
+        self._bar: JobProgress | None = None
+        self._on_step: Callable[[StepStatus], None] | None = None
+        self._on_status: Callable[[Any], None] | None = None
+
+    def __enter__(self) -> ConsoleEvents:
+        from geodrift.io.stdio import report_only_stdout
+
+        self._stack.enter_context(report_only_stdout(self.reserve_stdout))
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        try:
+            self._close(kind, error, trace)
+        finally:
+            self._stack.close()
+
+    def stage(self, text: str) -> None:
+        """Above the running bar, or alone."""
+        if self._bar is not None:
+            self._bar.note(text)
+        else:
+            announce(text, quiet=self.quiet)
+
+    def begin(self, title: str, total: int, unit: str) -> None:
+        """A new bar (the previous one ends)."""
+        self.end()
+        self._bar = JobProgress(title, total, unit, quiet=self.quiet).__enter__()
+        self._on_step, self._on_status = training_reporter(self._bar), sweep_reporter(self._bar)
+
+    def advance(self, done: int, total: int | None = None, description: str | None = None) -> None:
+        """Move the bar."""
+        if self._bar is not None:
+            self._bar.update(completed=done, total=total, description=description)
+
+    def training(self, status: StepStatus) -> None:
+        """As :func:`training_reporter`."""
+        if self._on_step is not None:
+            self._on_step(status)
+
+    def sweep(self, status: SweepStatus) -> None:
+        """As :func:`sweep_reporter`."""
+        if self._on_status is not None:
+            self._on_status(status)
+
+    def end(self) -> None:
+        """The bar ends at n/n."""
+        self._close(None, None, None)
+
+    def _close(self, kind: type[BaseException] | None, error: BaseException | None,
+               trace: TracebackType | None) -> None:
+        bar, self._bar, self._on_step, self._on_status = self._bar, None, None, None
+        if bar is not None:
+            bar.__exit__(kind, error, trace)

@@ -61,6 +61,40 @@ def summary_line(report: ProveReport) -> str:
             f"(seed {report.seed}){tail}")
 
 
+def proofs_document(report: ProveReport) -> dict[str, Any]:
+    """The ``--json`` document of a report."""
+    from geodrift.io.atomic import document
+
+    return document("proofs", report.to_dict())
+
+
+def write_proof_files(report: ProveReport, markdown: Path | None, plot: Path | None, dpi: int,
+                      quiet: bool = False) -> list[Path]:
+    """Write the Markdown derivations and the figure of the numeric cross-checks that were asked for.
+
+    Args:
+        report: what to write; markdown, plot: the files (None: not asked for); dpi: the figure's resolution.
+        quiet: no note on stderr when no claim reached its numeric cross-check (and so no figure is drawn).
+
+    Returns:
+        The files written.
+    """
+    from geodrift.io.atomic import write_text
+    from geodrift.render.progress import announce
+
+    written: list[Path] = []
+    if markdown is not None:
+        write_text(markdown, proofs_markdown(report, f"geodrift prove --markdown {markdown}"))
+        written.append(markdown)
+    if plot is not None:
+        figure = write_proofs_plot(report, plot, dpi)
+        if figure is None:
+            announce(f"--plot {plot}: no claim reached its numeric cross-check; no figure written", quiet=quiet)
+        else:
+            written.append(figure)
+    return written
+
+
 def proofs_markdown(report: ProveReport, command: str = "geodrift prove --markdown docs/proofs.md") -> str:
     """The report as a short paper-style appendix: statement, assumptions, derivation, verdict."""
     lines = [

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from geodrift.io.atomic import document
 from geodrift.render.progress import JobProgress, announce
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def show_scan(result: ScanResult, *, as_json: bool, full: bool, wide: bool) -> N
     from geodrift.render.scan import render_scan, summary_line
 
     if as_json:
-        print_document("continuity_report", result.to_dict())
+        print_document(document("continuity_report", result.to_dict()))
         return
     render_scan(result.report, full=full, wide=wide, summary=result.gauge is None)
     if result.gauge is not None:  # the gauge diagnosis, then the scan's summary line, last as always
@@ -62,7 +63,7 @@ def show_drift(rep: DriftReport, *, as_json: bool, wide: bool) -> None:
     from geodrift.render.series import render_drift
 
     if as_json:
-        print_document("drift_report", rep.to_dict())
+        print_document(document("drift_report", rep.to_dict()))
     else:
         render_drift(rep, wide=wide)
 
@@ -73,7 +74,7 @@ def show_compare(rep: CompareReport, *, as_json: bool, wide: bool) -> None:
     from geodrift.render.series import render_compare
 
     if as_json:
-        print_document("compare_report", rep.to_dict())
+        print_document(document("compare_report", rep.to_dict()))
     else:
         render_compare(rep, wide=wide)
 
@@ -84,7 +85,7 @@ def show_inventory(inventory: Inventory, *, as_json: bool, wide: bool) -> None:
     from geodrift.render.inspect import render_inventory
 
     if as_json:
-        print_document("inventory", inventory.to_dict())
+        print_document(document("inventory", inventory.to_dict()))
     else:
         render_inventory(f"Tensors of {inventory.model} ({inventory.format}, {inventory.architecture})",
                          inventory.tensors, inventory.summary, wide=wide)

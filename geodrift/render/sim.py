@@ -186,6 +186,16 @@ def _unseeded(rep: Reproduction) -> Reproduction | Any:
 FULL_HINT = "--full: scan tables, training, the reference's table, each claim's measurement"
 
 
+def reproduction_document(rep: Reproduction, reference: Report | None = None) -> dict[str, Any]:
+    """The ``--json`` document of a simulation or a sweep (``smollm2``: the transformer's reference scan)."""
+    from geodrift.io.atomic import document
+
+    payload = rep.to_dict()
+    if reference is not None:
+        payload["smollm2"] = reference.to_dict()
+    return document("reproduction", payload)
+
+
 def render_reproduction(rep: Reproduction, reference: Report | None = None, detail: bool = False,
                         wide: bool = False) -> None:
     """Print the simulator's result: brief by default (the comparison with the paper, the claims with each

@@ -156,15 +156,24 @@ class CanonicalLayers:
         return to_basis({name: self.load_unrotated(role, layer)}, self.basis())[name]
 
     def load_unrotated(self, role: str, layer: int) -> torch.Tensor:
-        """The canonical ``(role, layer)`` projection before the residual rotation (:meth:`load` rotates it)."""
+        """The canonical ``(role, layer)`` projection before the residual rotation (:meth:`load` rotates it).
+
+        Each projection is handed over once, not copied (the caller owns it); asking for it again computes
+        its layer again.
+        """
+        name = NAME_OF[role]
         with self._lock:
-            if layer not in self._layers:
+            cached = self._layers.get(layer)
+            if cached is None or name not in cached:
                 raw = {NAME_OF[r]: self.loaders[(r, layer)]().to(torch.float32) for r in TRANSFORMER_ROLES}
                 done = canonical_layer(raw, self.shape, basis=self.basis())
-                self._layers[layer] = {name: value.to(torch.float32) for name, value in done.items()}
+                cached = self._layers[layer] = {key: value.to(torch.float32) for key, value in done.items()}
                 while len(self._layers) > self.keep:
                     self._layers.popitem(last=False)
-            return self._layers[layer][NAME_OF[role]].clone()
+            value = cached.pop(name)
+            if not cached:
+                self._layers.pop(layer, None)
+            return value
 
 
 def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable[[], torch.Tensor]) -> WeightSet:

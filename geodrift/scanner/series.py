@@ -17,7 +17,7 @@ from typing import Any
 from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotation_drift, subspace_comparison
 from geodrift.errors import GeodriftError
-from geodrift.gauge.align import AlignmentReport
+from geodrift.gauge.align import DEFAULT_HEAD_MAPS, AlignmentReport
 from geodrift.linalg import SVDTriplets
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.distributed import check_backend, on_ray, svd_workers
@@ -167,7 +167,8 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str | None = No
 
 
 def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
-          address: str | None = None, align: bool = False, **options: Any) -> DriftReport:
+          address: str | None = None, align: bool = False, head_maps: str = DEFAULT_HEAD_MAPS,
+          **options: Any) -> DriftReport:
     """A training series: continuity of each checkpoint and each layer's v1/u1 rotation from the first.
 
     Args:
@@ -178,6 +179,8 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
             ``address`` or on a local cluster; bitwise the local numbers, see :mod:`geodrift.scanner.distributed`).
         address: an existing Ray cluster (``ray`` only).
         align: bring every checkpoint into the first one's gauge first (:mod:`geodrift.scanner.aligned`).
+        head_maps: the per-head V/O and Q/K maps ``align`` fits: ``orthogonal`` (default), ``general`` or
+            ``none`` (:data:`geodrift.gauge.align.DEFAULT_HEAD_MAPS` says why).
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory`` (``view`` None, the default: canonical where every model's gauge group is derived,
             else raw with a note).
@@ -191,7 +194,7 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
     """
     if len(models) < 2:
         raise GeodriftError(f"drift: needs at least 2 checkpoints of one training run, got {len(models)}")
-    alignment = _align(models, align, options)
+    alignment = _align(models, align, options, head_maps)
     if align:
         models = alignment[0]
     plans, options, view_notes = _plans_in_one_view(models, spec, options)
@@ -208,7 +211,8 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
 
 
 def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
-            address: str | None = None, align: bool = False, **options: Any) -> CompareReport:
+            address: str | None = None, align: bool = False, head_maps: str = DEFAULT_HEAD_MAPS,
+            **options: Any) -> CompareReport:
     """Two models (base vs fine-tune, a model vs its compressed copy): principal angles of top-k subspaces.
 
     Args:
@@ -217,6 +221,7 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         progress: called after each matrix.
         backend, address: as :func:`drift`'s (one Ray task per model).
         align: bring B into A's gauge first (:mod:`geodrift.scanner.aligned`): compare in the aligned frame.
+        head_maps: as :func:`drift`'s.
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory`` (``view`` None, the default: canonical where every model's gauge group is derived,
             else raw with a note).
@@ -228,7 +233,7 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         GeodriftError: an unreadable model, shared projections of different shapes (from the headers,
             before any SVD), or no projection in common.
     """
-    aligned, reports = _align([a, b], align, options)
+    aligned, reports = _align([a, b], align, options, head_maps)
     if align:
         a, b = aligned
     plans, options, view_notes = _plans_in_one_view([a, b], spec, options)
@@ -255,13 +260,16 @@ def _plans_in_one_view(models: list[Any], spec: MeasureSpec, options: dict[str, 
     return plans, options, notes
 
 
-def _align(models: list[Any], align: bool, options: dict[str, Any]) -> tuple[list[Any], list[AlignmentReport]]:
+def _align(models: list[Any], align: bool, options: dict[str, Any], head_maps: str
+           ) -> tuple[list[Any], list[AlignmentReport]]:
     # --align: every model after the first brought into the first one's gauge (gains folded).
     if not align:
+        if head_maps != DEFAULT_HEAD_MAPS:
+            raise GeodriftError(f"--head-maps {head_maps}: chooses the maps of --align; add --align or drop it")
         return models, []
     from geodrift.scanner.aligned import aligned_series
 
-    return aligned_series(models, options.get("names"), max_memory=options.get("max_memory"))
+    return aligned_series(models, options.get("names"), head_maps=head_maps, max_memory=options.get("max_memory"))
 
 
 def checkpoint_task(model: Any, spec: MeasureSpec, options: dict[str, Any], threads: int) -> tuple[Report, Spectra]:

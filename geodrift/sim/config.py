@@ -204,6 +204,8 @@ class TrackConfig:
         reference_step: step of the rotation-angle reference; None = one epoch (``epoch_steps``).
         eval_every: steps between held-out evaluations (transformer; 0 = only at the end).
         final_k, final_null_draws: the final report of the trained weights (the scan's table).
+        view: ``raw`` (the projections as trained) or ``canonical`` (transformer only: each layer at the
+            canonical point of its gauge orbit, :mod:`geodrift.sim.canonical`; gradients are then not recorded).
     """
 
     every: int = PAPER_EPOCH_STEPS
@@ -214,12 +216,44 @@ class TrackConfig:
     eval_every: int = 0
     final_k: int = 8
     final_null_draws: int = 50
+    view: str = "raw"
 
     def __post_init__(self) -> None:
         if self.every < 0:
             raise GeodriftError(f"--track-every: must be >= 0 (0 = off), got {self.every}")
         if self.null_draws < 2 or self.final_null_draws < 2:
             raise GeodriftError("null draws must be at least 2")
+        if self.view not in ("raw", "canonical"):
+            raise GeodriftError(f"--view: {self.view!r} is not a tracking view; use raw or canonical")
+
+
+# The simulators' Llama switches whose gauge group the canonical view is for (LlamaLM's defaults: the llama family).
+CANONICAL_SWITCHES: dict[str, Any] = {"activation": "silu", "residual": True, "norm": "pre", "attention": "softmax",
+                                      "v_activation": "none"}
+
+
+def check_canonical_spec(sim: str, model: Any) -> None:
+    """Refuse ``view="canonical"`` where the canonical view does not know the group, in one line.
+
+    The residual MLP: its group (the activation's commutant on the shared residual stream, e.g. positive
+    diagonal x permutations for ReLU) has one element for the whole network, which geodrift does not
+    canonicalise. The Llama: any switch that changes its group (:data:`CANONICAL_SWITCHES`).
+
+    Raises:
+        GeodriftError: naming the simulator or the switch.
+
+    Example:
+        >>> check_canonical_spec("transformer", LlamaConfig())
+    """
+    if sim == "mlp":
+        raise GeodriftError("--view canonical: the residual MLP's gauge group (the activation's commutant acting on "
+                            "the shared residual stream, e.g. ReLU: positive diagonal x permutations) has one element "
+                            "for the whole network, which geodrift does not canonicalise; track it with --view raw")
+    changed = {k: getattr(model, k) for k, v in CANONICAL_SWITCHES.items() if getattr(model, k, v) != v}
+    if changed:
+        what = ", ".join(f"{k}={v}" for k, v in changed.items())
+        raise GeodriftError(f"--view canonical: the ablation {what} changes the Llama's gauge group (geodrift prove "
+                            "lists it), and the canonical convention is the llama family's; track it with --view raw")
 
 
 Model = MLPConfig | LlamaConfig
@@ -238,6 +272,10 @@ class RunSpec:
     data: Data
     train: TrainConfig
     track: TrackConfig = field(default_factory=TrackConfig)
+
+    def __post_init__(self) -> None:
+        if self.track.view == "canonical":
+            check_canonical_spec(self.sim, self.model)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (tuples become lists)."""

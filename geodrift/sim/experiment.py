@@ -32,6 +32,7 @@ class Overrides:
         ablations: applied to every configuration's model, in order (``geodrift.sim.config.ablate``).
         data: the MLP's data set name or path, or the transformer's corpus path.
         tokenizer, vocab: the transformer's tokenizer (``bpe`` or ``bytes``) and BPE vocabulary size.
+        view: the tracking view (``raw`` or ``canonical``; ``geodrift.sim.config.TrackConfig.view``).
     """
 
     steps: int | None = None
@@ -40,6 +41,7 @@ class Overrides:
     data: str | None = None
     tokenizer: str | None = None
     vocab: int | None = None
+    view: str | None = None
 
     def apply(self, spec: RunSpec) -> RunSpec:
         """``spec`` with these overrides; an ablated spec is relabelled (``Simulator.ablated_label``).
@@ -49,6 +51,7 @@ class Overrides:
         """
         train = replace(spec.train, steps=self.steps) if self.steps is not None else spec.train
         track = replace(spec.track, every=self.track_every) if self.track_every is not None else spec.track
+        track = replace(track, view=self.view) if self.view is not None else track
         data: ImageData | TextData = spec.data
         if self.data is not None:
             data = ImageData(self.data) if isinstance(data, ImageData) else replace(data, corpus=self.data)

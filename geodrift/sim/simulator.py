@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from geodrift.lm.hf import hf_step_dir, save_hf
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import Corpus, TokenBatches, encode_ids, eval_windows, lm_loss, load_corpus, perplexity
 from geodrift.lm.tokenizer import Tokenizer, make_tokenizer
+from geodrift.sim.canonical import canonical_weightset
 from geodrift.sim.config import (
     ImageData,
     LlamaConfig,
@@ -285,8 +287,11 @@ class TransformerSimulator(Simulator):
                     for name in ("nll", "ppl", "bits_per_byte")]
 
         tracker = LlamaTracker(model, spec.track, spec.train.steps, steps_per_epoch, seed, evaluate) if track else None
+        # the final report in the tracker's view
+        final_weights = functools.partial(canonical_weightset, model) if spec.track.view == "canonical" \
+            else model.weightset
         return Parts(model, TokenBatches(text.train, spec.train.batch_size, spec.data.seq_len, seed, device), lm_loss,
-                     tracker, note, lambda e: model.weightset(origin=f"simulated {spec.label} seed {seed}"),
+                     tracker, note, lambda e: final_weights(origin=f"simulated {spec.label} seed {seed}"),
                      untracked_rows, {"tokenizer.json": ("tokenizer", {"tokenizer": text.tokenizer.to_dict()})})
 
     def columns(self, preset_name: str) -> tuple[str, ...]:

@@ -29,7 +29,9 @@ MLP extras (``MLPTracker``):
 Only v1 is needed for ``Gcum`` and the EMAs: it comes from warm-started power iteration
 (``geodrift.linalg.top_right_vectors``). Transformer extras (``LlamaTracker``): ``train`` loss
 (mean of every ``min(every, 50)`` steps) and the held-out ``eval`` perplexity every ``eval_every``
-steps and at the end.
+steps and at the end. With ``TrackConfig.view == "canonical"`` the Llama's weights are measured at the
+canonical point of their gauge orbit (:mod:`geodrift.sim.canonical`: the same numbers for every exactly
+reparametrised copy) and its gradients are not recorded.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from geodrift import metrics
 from geodrift.continuity import MeasureSpec, PermutationBank, assemble, decompose, vector_continuity
 from geodrift.linalg import top_right_vectors
 from geodrift.lm.llama import LlamaLM
+from geodrift.sim.canonical import canonical_weightset
 from geodrift.sim.config import TrackConfig
 from geodrift.sim.data import Dataset
 from geodrift.sim.mlp import ResidualMLP
@@ -298,8 +301,11 @@ class LlamaTracker:
         start = time.perf_counter()
         epoch = step / self.steps_per_epoch
         spec = MeasureSpec(k=self.cfg.k, null_draws=self.cfg.null_draws, seed=track_seed(self.seed, step))
-        self.series[0].measure(step, epoch, "W", self.model.weightset(), spec)
-        self.series[0].measure(step, epoch, "G", self.model.gradset(), spec)
+        if self.cfg.view == "canonical":  # the weights at their canonical point; no gradients (geodrift.sim.canonical)
+            self.series[0].measure(step, epoch, "W", canonical_weightset(self.model), spec)
+        else:
+            self.series[0].measure(step, epoch, "W", self.model.weightset(), spec)
+            self.series[0].measure(step, epoch, "G", self.model.gradset(), spec)
         self.latest = latest_continuity(self.series[0].rows, step, PAPER_TABLE2_SPACE,
                                         f"W, mean of {len(PAPER_TABLE2_SPACE)} projections (paper's space)")
         if step == self.steps or (self.cfg.eval_every and step % self.cfg.eval_every == 0):

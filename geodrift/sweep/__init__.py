@@ -6,5 +6,6 @@
   (default) or on Ray (``backend="ray"``; the optional extra ``geodrift[sweep]``), each run asking for
   its CPUs/GPU, a failed run reported with its error without stopping the others; then
   ``sweep_reproduction`` aggregates the outcomes with ``geodrift.sim.reproduce.assemble`` - the same
-  tables and verdicts as an in-process ``geodrift simulate``, whichever backend ran the runs.
+  tables and verdicts as an in-process ``geodrift simulate``, whichever backend ran the runs;
+  ``run_grid(grid, ...)`` does all of it for one grid (options checked, ``--out`` prepared).
 """

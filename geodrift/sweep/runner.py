@@ -59,6 +59,46 @@ def run_sweep(jobs: list[Job], *, backend: str = "local", workers: int = 1, addr
     return _run_local(jobs, args, workers, on_status)
 
 
+def run_grid(grid: Grid, *, backend: str, workers: int, address: str | None, gpus: float, out: Path | None,
+             resume: bool, force: bool, threads: int, device: str, checkpoint_every: int, plot: Path | None = None,
+             on_stage: Callable[[str], None] | None = None, on_begin: Callable[[str, int, str], None] | None = None,
+             on_status: Callable[[SweepStatus], None] | None = None) -> Reproduction:
+    """Check the options, prepare ``out``, run every job of ``grid`` and aggregate them (``geodrift sweep``, and
+    ``geodrift simulate`` with ``--backend``/``--workers``).
+
+    Args:
+        grid: the runs; backend, workers, address, gpus, device, threads, checkpoint_every: as :func:`run_sweep`.
+        out: records and checkpoints (None: nothing written); resume: reuse finished runs there, continue
+            interrupted ones; force: delete the earlier results in ``out`` (and the figures under ``plot``) first.
+        on_stage: start-up messages; on_begin: ``(title, total, "runs")`` once the runs start; on_status: as
+            :func:`run_sweep` (the caller ends its display after the return).
+
+    Raises:
+        GeodriftError: a bad option value (named as its option), ``resume`` without ``out``, an ``out`` that
+            holds a user's files, or every run failed.
+    """
+    from geodrift.io.outdir import prepare_out
+
+    stage = on_stage or (lambda text: None)
+    check_options(backend, workers, threads, gpus)
+    if checkpoint_every < 0:
+        raise GeodriftError(f"--checkpoint-every: must be >= 0 (0 = none), got {checkpoint_every}")
+    if resume and out is None:
+        raise GeodriftError("--resume needs --out DIR (where the records and checkpoints are)")
+    removed = prepare_out(out, resume=resume, reload=False, force=force, plot=plot)
+    if removed:
+        stage(f"--force: deleted {len(removed)} earlier result file(s) under {out or plot}")
+    jobs = grid.jobs
+    stage(f"sweep {grid.name}: {len(jobs)} runs on {backend}"
+          + (f" at {address}" if address else f" with {workers} worker(s)") + f", {threads} thread(s) each")
+    if on_begin is not None:
+        on_begin(f"sweep {grid.name}", len(jobs), "runs")
+    outcomes = run_sweep(jobs, backend=backend, workers=workers, address=address,
+                         out=str(out) if out is not None else None, device=device, threads=threads, gpus=gpus,
+                         checkpoint_every=checkpoint_every, on_status=on_status)
+    return sweep_reproduction(grid, outcomes)
+
+
 def _job_out(out: str | None, job: Job) -> str | None:
     if out is None or not job.folder:
         return out
