@@ -154,5 +154,5 @@ def test_the_command_line_builds_the_experiment_once(monkeypatch: pytest.MonkeyP
     with pytest.raises(SystemExit) as exit_info:
         main(main_args)
     assert exit_info.value.code == 0
-    assert calls == [("mlp", "smoke", Overrides(steps=3, track_every=0, ablations=("gelu",)))]
+    assert calls == [("mlp", "smoke", Overrides(steps=3, track_every=0, ablations=("gelu",), view="raw"))]
     assert '"Res+GELU #2"' in capsys.readouterr().out
