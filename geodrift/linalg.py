@@ -452,8 +452,8 @@ def _lanczos(W: torch.Tensor, k: int, tol: float, frobenius_sq: float, passes: i
     if not eigh_first or gram.shape[0] <= EIGH_MAX_SIDE or k + 1 >= gram.shape[0]:  # ARPACK only, or eigh had its try
         return None
     # The top k + 1 eigenpairs of the Gram matrix from LAPACK (tridiagonal reduction, then MRRR for the
-    # k + 1 wanted only), certified like the eigh route: on a random 4096-sided Gram 2.4 s against 12 s
-    # for the float64 exact fallback (benchmarks/RESULTS_routes.md).
+    # k + 1 wanted only), certified like the eigh route: 2.5 s at a side of 4096 (benchmarks/RESULTS_routes.md)
+    # against a float64 Gram product and a full float64 eigh for the exact route.
     X1 = _gram_subset_eigenpairs(gram, k + 1)
     return _accepted(certify(*forward, X1), X1, k, tol, frobenius_sq, transposed, passes=spent + 2,
                      method="eigh-subset")

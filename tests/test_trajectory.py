@@ -173,3 +173,17 @@ def test_the_lag_one_null_of_a_scan_is_its_eq1_null_and_the_trajectory_draws_no_
         eq1 = role.spaces[t.space].vectors[0]
         assert t.lag_null_mean[0] == pytest.approx(eq1.null_mean, abs=1e-6)
         assert t.lag_null_std[0] == pytest.approx(eq1.null_std, abs=1e-6)
+
+
+def test_the_bank_keeps_composed_layer_permutations_within_its_memory_cap(monkeypatch):
+    # Issue 34: a per-entry cap kept every chunk of an 8B's wide stacks (0.5 GB of peak RSS on the cold 8B);
+    # the cap is on the kept entries in all, and a stack reusing a kept entry gets the same permutations.
+    from geodrift.continuity import bank as bank_module
+
+    monkeypatch.setattr(bank_module, "LAYER_MEMO_BYTES", 3 * 10 * 6 * 50 * 8)  # three chunks of (10, 6, 50) int64
+    bank = bank_module.PermutationBank(torch.Generator().manual_seed(0))
+    chunks = [bank.layer_permutations(40, 6, 50, start, start + 10) for start in range(0, 40, 10)]
+    kept = sum(t.numel() * t.element_size() for t in bank._layer_perms.values())
+    assert kept <= bank_module.LAYER_MEMO_BYTES and len(bank._layer_perms) == 3
+    again = [bank.layer_permutations(40, 6, 50, start, start + 10) for start in range(0, 40, 10)]
+    assert all(bool((a == b).all()) for a, b in zip(chunks, again, strict=True))
