@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from bench_verdicts import _count, _predicted, _rate, depth_order, outcome, random_init_folder
+from bench_verdicts import (
+    _count,
+    _has_prediction,
+    _is_v,
+    _predicted,
+    _rate,
+    depth_order,
+    outcome,
+    random_init_folder,
+)
 
 import geodrift
 from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
@@ -70,14 +79,14 @@ def main() -> None:
              f"`from_config` of {', '.join(ARCHS)} ({args.seeds} seeds each; 12 layers, width 256, as "
              "bench_verdicts.py). Rates are counts with exact (Clopper–Pearson) 95 % intervals.", "",
              "| what | frame | path |", "|---|---|---|",
-             f"| random init, predicted spaces that hold (false positives) | {_rate(*_count(random_init, 'frame', holds))} | "
-             f"{_rate(*_count(random_init, 'path', holds))} |",
-             f"| random init, V fails (false alarms) | {_rate(*_count(random_init, 'frame', v_fails))} | "
-             f"{_rate(*_count(random_init, 'path', v_fails))} |",
+             f"| random init, predicted spaces that hold (false positives) | {_rate(*_count(random_init, 'frame', holds, _has_prediction))} | "
+             f"{_rate(*_count(random_init, 'path', holds, _has_prediction))} |",
+             f"| random init, V fails (false alarms) | {_rate(*_count(random_init, 'frame', v_fails, _is_v))} | "
+             f"{_rate(*_count(random_init, 'path', v_fails, _is_v))} |",
              f"| layer-shuffled SmolLM2 ({args.shuffles} copies), predicted spaces that hold (path: false positives) | "
-             f"{_rate(*_count(shuffles, 'frame', holds))} | {_rate(*_count(shuffles, 'path', holds))} |",
-             f"| trained SmolLM2, predicted spaces that hold | {_rate(*_count(trained, 'frame', holds))} | "
-             f"{_rate(*_count(trained, 'path', holds))} |", "",
+             f"{_rate(*_count(shuffles, 'frame', holds, _has_prediction))} | {_rate(*_count(shuffles, 'path', holds, _has_prediction))} |",
+             f"| trained SmolLM2, predicted spaces that hold | {_rate(*_count(trained, 'frame', holds, _has_prediction))} | "
+             f"{_rate(*_count(trained, 'path', holds, _has_prediction))} |", "",
              "Per model (frame / path per projection):", ""]
     names = [f"{a} seed {s}" for a in ARCHS for s in range(args.seeds)] + [f"shuffle {s}" for s in range(args.shuffles)]
     for name, got in [*zip(names, random_init + shuffles, strict=True), ("trained SmolLM2", trained[0])]:

@@ -210,10 +210,20 @@ def _rate(k: int, n: int) -> str:
     return f"{k}/{n} = {k / n:.1%} (95 % CI {ci.low:.1%}–{ci.high:.1%})"
 
 
-def _count(outcomes: list[dict[str, Any]], kind: str, predicate: Any) -> tuple[int, int]:
-    # Over outcomes and roles with a prediction, how many verdicts of `kind` satisfy predicate(role, verdict).
-    pairs = [(role, v) for got in outcomes for role, v in got[kind].items() if v in ("holds", "fails")]
+def _count(outcomes: list[dict[str, Any]], kind: str, predicate: Any, scope: Any) -> tuple[int, int]:
+    # Over outcomes and the roles in scope(role) with a verdict, how many verdicts of `kind` satisfy
+    # predicate(role, verdict): the denominator counts only the verdicts the rate is about (V's verdicts are
+    # not chances of a predicted space's false positive, nor the other roles' of V's false alarm).
+    pairs = [(role, v) for got in outcomes for role, v in got[kind].items() if v in ("holds", "fails") and scope(role)]
     return sum(bool(predicate(role, v)) for role, v in pairs), len(pairs)
+
+
+def _is_v(role: str) -> bool:
+    return role == "attn_v"
+
+
+def _has_prediction(role: str) -> bool:
+    return PREDICTED_SPACE.get(role) is not None
 
 
 def _predicted(role: str, verdict: str) -> bool:
@@ -232,22 +242,22 @@ def render(args: argparse.Namespace, results: dict[str, Any]) -> str:
              "## Summary", "",
              "| what | frame | path |", "|---|---|---|",
              f"| random init, predicted spaces that hold (false positives) | "
-             f"{_rate(*_count(random_all, 'frame', lambda r, v: _predicted(r, v) and v == 'holds'))} | "
-             f"{_rate(*_count(random_all, 'path', lambda r, v: _predicted(r, v) and v == 'holds'))} |",
+             f"{_rate(*_count(random_all, 'frame', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} | "
+             f"{_rate(*_count(random_all, 'path', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} |",
              f"| random init, V fails (false alarms) | "
-             f"{_rate(*_count(random_all, 'frame', lambda r, v: r == 'attn_v' and v == 'fails'))} | "
-             f"{_rate(*_count(random_all, 'path', lambda r, v: r == 'attn_v' and v == 'fails'))} |",
+             f"{_rate(*_count(random_all, 'frame', lambda r, v: r == 'attn_v' and v == 'fails', _is_v))} | "
+             f"{_rate(*_count(random_all, 'path', lambda r, v: r == 'attn_v' and v == 'fails', _is_v))} |",
              f"| layer-shuffled SmolLM2, predicted spaces that hold (path: false positives) | "
-             f"{_rate(*_count(shuffled_all, 'frame', lambda r, v: _predicted(r, v) and v == 'holds'))} | "
-             f"{_rate(*_count(shuffled_all, 'path', lambda r, v: _predicted(r, v) and v == 'holds'))} |",
+             f"{_rate(*_count(shuffled_all, 'frame', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} | "
+             f"{_rate(*_count(shuffled_all, 'path', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} |",
              f"| trained SmolLM2 ({args.null_seeds} null seeds), predicted spaces that hold (true positives) | "
-             f"{_rate(*_count(results['trained'], 'frame', lambda r, v: _predicted(r, v) and v == 'holds'))} | "
-             f"{_rate(*_count(results['trained'], 'path', lambda r, v: _predicted(r, v) and v == 'holds'))} |"]
+             f"{_rate(*_count(results['trained'], 'frame', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} | "
+             f"{_rate(*_count(results['trained'], 'path', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} |"]
     for label, runs in results["sim"].items():
         if label.startswith("transformer"):
             lines.append(f"| simulator: {label}, {len(runs)} seeds, predicted spaces that hold | "
-                         f"{_rate(*_count(runs, 'frame', lambda r, v: _predicted(r, v) and v == 'holds'))} | "
-                         f"{_rate(*_count(runs, 'path', lambda r, v: _predicted(r, v) and v == 'holds'))} |")
+                         f"{_rate(*_count(runs, 'frame', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} | "
+                         f"{_rate(*_count(runs, 'path', lambda r, v: _predicted(r, v) and v == 'holds', _has_prediction))} |")
     lines += ["", _calibration(shuffled_all, random_all), "", *_random_table(args, results["random_init"]), "",
               *_shuffle_table(args, results), "", *_sim_table(results["sim"])]
     return "\n".join(lines) + "\n"
