@@ -233,7 +233,7 @@ def main() -> None:
           f"repeats = {args.repeats} (median)")
     print(f"floor        geodrift read + dequantize once (1 thread)  {floor:7.2f} s")
     print(f"gguf floor   gguf package read + dequantize (1 thread)   {gguf_floor:7.2f} s")
-    print(f"scan         default scan, end to end                    {full_scan:7.2f} s   scan / floor = "
+    print(f"scan         raw-view scan, end to end                   {full_scan:7.2f} s   scan / floor = "
           f"{full_scan / floor:5.2f}  (target <= 2.5, on the way to 1.5);  scan / gguf floor = {full_scan / gguf_floor:5.2f}")
     print(f"scan 1 core  same, one SVD worker                        {serial_scan:7.2f} s   "
           f"two-core speed-up = {serial_scan / full_scan:4.2f}x")
