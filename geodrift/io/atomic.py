@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from geodrift.errors import GeodriftError
-from geodrift.io.manifest import record_written
+from geodrift.io.manifest import (
+    create,
+    is_expected,
+    list_token,
+    make_folders,
+    managed_root,
+    record_folder,
+    record_written,
+    temp_prefix,
+)
 
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
 SCHEMA_VERSION = "1.2"
@@ -95,9 +104,9 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     """
     target = Path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_folder(target)
         with _signals_held():
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            fd, name = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent)
             tmp = Path(name)
             _PENDING.add(tmp)
     except OSError as error:
@@ -186,9 +195,9 @@ def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
     """
     target = Path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_folder(target)
         with _signals_held():
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+            tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent))
             _PENDING.add(tmp)
     except OSError as error:
         raise GeodriftError(f"{option} {_write_error(target, error)}") from None
@@ -204,10 +213,11 @@ def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
             os.chmod(tmp, 0o777 & ~current_umask())
             with _signals_held():
                 if target.exists():
-                    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+                    old = Path(tempfile.mkdtemp(prefix=temp_prefix(target.name), suffix=".old", dir=target.parent))
                     _PENDING.add(old)
                     os.replace(target, old)  # an empty folder is replaced by the old one
                 os.replace(tmp, target)
+                record_folder(target)
         except OSError as error:
             raise GeodriftError(f"{option} {_write_error(target, error)}") from None
     finally:
@@ -271,7 +281,7 @@ def check_writable(target: str | Path, option: str) -> Path:
         if not os.access(ancestor, os.W_OK | os.X_OK):
             raise GeodriftError(f"{option} {target}: cannot create folders in {ancestor} (permission denied)")
         return target
-    _probe(target.parent, f".{target.name}.", PROBE_FILE_BYTES, option, target)
+    _probe(target.parent, target.name, PROBE_FILE_BYTES, option, target)
     return target
 
 
@@ -287,13 +297,14 @@ def check_free_space(folder: str | Path, option: str, size: int = PROBE_FOLDER_B
     Raises:
         GeodriftError: naming the option and the folder (``No space left on device``).
     """
-    _probe(Path(folder), ".space.", size, option, Path(folder))
+    _probe(Path(folder), "space", size, option, Path(folder))
 
 
 def _probe(folder: Path, prefix: str, size: int, option: str, named: Path) -> None:
     # A temporary file in ``folder`` with ``size`` bytes allocated, then removed; an OS error names ``named``.
     try:
-        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
+        list_token(folder)
+        fd, name = tempfile.mkstemp(prefix=temp_prefix(prefix), suffix=".tmp", dir=folder)
         try:
             _reserve(fd, size)
         finally:
@@ -311,6 +322,18 @@ def _reserve(fd: int, size: int) -> None:
         if error.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             return
         raise
+
+
+def _prepare_folder(target: Path) -> None:
+    # The target's folder (each folder created listed in the manifest above it), the manifest an expected output
+    # gets, and this run's token listed there - all before the first temporary name exists.
+    make_folders(target.parent)
+    if is_expected(target) and managed_root(target) is None:
+        try:
+            create(target.parent)
+        except FileExistsError:  # the user's file of the manifest's name: nothing recorded, nothing changed
+            pass
+    list_token(target.parent)
 
 
 def remove_pending_temp_files() -> list[Path]:

@@ -30,7 +30,20 @@ from pathlib import Path
 
 from geodrift.errors import GeodriftError
 from geodrift.io.atomic import check_free_space
-from geodrift.io.manifest import MANIFEST, Manifests, create, entries, expect_output, is_owned, managed_root
+from geodrift.io.manifest import (
+    HEADER,
+    MANIFEST,
+    TEMP_NAME,
+    TOKEN,
+    Manifests,
+    create,
+    expect_output,
+    is_manifest,
+    is_owned,
+    listing,
+    make_folders,
+    managed_root,
+)
 
 __all__ = ["MANIFEST", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder", "expect_output",
            "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
@@ -43,19 +56,34 @@ _CACHE = re.compile(r"smollm2-135m_scan_k\d+_n\d+_s\d+\.json")
 
 
 def manage(folder: str | Path) -> Path:
-    """Create ``folder`` and its manifest if missing (and drop entries of files no longer there); returns it."""
+    """Create ``folder`` and its manifest if missing (and drop entries of files and folders no longer there);
+    returns it."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folders(folder)
     manifest = folder / MANIFEST
-    if manifest.is_file():
-        listed = entries(folder)
-        lines = "".join(json.dumps(listed[p]) + "\n" for p in sorted(listed) if is_owned(folder / p, listed[p]))
-        from geodrift.io.atomic import write_text
-
-        write_text(manifest, lines)
-    else:
+    if not is_manifest(manifest):
         create(folder)
+        return folder
+    listed = listing(folder)
+    tokens = sorted(listed.tokens & (_tokens_left(folder) | {TOKEN}))
+    lines = [HEADER, *(json.dumps({"token": t}) for t in tokens),
+             *(json.dumps({"folder": f}) for f in sorted(listed.folders) if (folder / f).is_dir()),
+             *(json.dumps(listed.files[p]) for p in sorted(listed.files) if is_owned(folder / p, listed.files[p]))]
+    from geodrift.io.atomic import write_text
+
+    write_text(manifest, "\n".join(lines) + "\n")
     return folder
+
+
+def _tokens_left(folder: Path) -> set[str]:
+    # The tokens of temporary files and folders still under ``folder`` (a run killed midway): kept listed.
+    found = set()
+    for _, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            match = TEMP_NAME.fullmatch(name)
+            if match:
+                found.add(match.group(1))
+    return found
 
 
 def foreign_files(folder: str | Path, limit: int = 1) -> list[Path]:
@@ -206,6 +234,7 @@ def check_replace_folder(target: str | Path, *, force: bool, inputs: Iterable[st
     if target.exists() and not target.is_dir():
         raise GeodriftError(f"{option} {target}: is a file, not a folder; choose a folder name")
     _refuse_foreign(target, option)
+    _refuse_foreign_folders(target, option)
     old = _walk(target)
     if old and not force:
         raise GeodriftError(f"{option} {target}: already holds geodrift's earlier output ({len(old)} file(s), e.g. "
@@ -270,6 +299,20 @@ def _refuse_foreign(folder: Path, option: str) -> None:
                             "(nothing was changed)")
 
 
+def _refuse_foreign_folders(target: Path, option: str) -> None:
+    # A whole-folder save replaces ``target`` and all below it: a folder the user made there (empty or not) is kept
+    # only by refusing.
+    manifests = Manifests()
+    for root, dirs, _ in os.walk(target):
+        for name in sorted(dirs):
+            sub = Path(root) / name
+            if not sub.is_symlink() and not manifests.owns_folder(sub):
+                raise GeodriftError(f"{option} {target}: holds the folder {sub}, which geodrift did not create; a "
+                                    "save replaces the whole folder - move it out or choose another folder (nothing "
+                                    "was changed)")
+        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+
+
 def _figure_folder(plot: Path) -> tuple[Path, str]:
     # --plot is a folder, or a file name whose stem prefixes every figure (figs/t1.pdf -> figs/t1_<kind>.pdf).
     return (plot.parent, plot.stem + "_") if plot.suffix else (plot, "")
@@ -292,14 +335,21 @@ def _old_figures(plot: Path) -> list[Path]:
 
 
 def _delete(files: list[Path], folder: Path | None) -> list[Path]:
-    # The files, then the folders under ``folder`` left empty.
+    # The files (each proven geodrift's by the caller), then the folders under ``folder`` that geodrift created and
+    # that are left empty - or hold only their own manifest, which lists nothing left. A folder the user made stays.
     for path in files:
         path.unlink()
     if folder is None:
         return files
-    for sub in sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()),
-                      key=lambda p: len(p.parts), reverse=True):
-        if not any(sub.iterdir()):
+    manifests = Manifests()
+    subfolders = [p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()]
+    owned = [p for p in subfolders if manifests.owns_folder(p)]
+    for sub in sorted(owned, key=lambda p: len(p.parts), reverse=True):
+        left = list(sub.iterdir())
+        if left == [sub / MANIFEST] and is_manifest(sub / MANIFEST):
+            (sub / MANIFEST).unlink()
+            left = []
+        if not left:
             sub.rmdir()
     return files
 
@@ -316,7 +366,7 @@ def _iter_walk(folder: Path) -> Iterator[tuple[Path, Path | None]]:
     nearest: dict[Path, Path | None] = {}
     for root, dirs, files in os.walk(folder):
         base = Path(root)
-        here = base if (base / MANIFEST).is_file() else (
+        here = base if is_manifest(base / MANIFEST) else (
             nearest.get(base.parent) if base != folder else managed_root(base / MANIFEST))
         nearest[base] = here
         for name in sorted(files):
