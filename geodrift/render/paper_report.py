@@ -56,9 +56,11 @@ def write_report(rep: PaperReproduction, folder: str | Path, dpi: int = 150) -> 
         "sections": [{"key": s.key, "title": s.title, "kind": s.kind, "command": s.command, "note": s.note,
                       "seconds": s.seconds, "runs": s.runs,
                       "result": s.result.to_dict() if s.result is not None else None} for s in rep.sections]}))
-    for stale in previous - set(files):
+    from geodrift.io.manifest import Manifests, managed_root
+
+    for stale in previous - set(files):  # the predecessor's figures - those the manifest proves geodrift's
         path = folder / stale
-        if stale.startswith("figures/") and path.suffix == ".png" and path.is_file():
+        if stale.startswith("figures/") and path.suffix == ".png" and Manifests().owns(path, managed_root(path)):
             path.unlink()
     return [md, js, *written]
 
