@@ -23,13 +23,14 @@ import re
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from geodrift.errors import GeodriftError
 from geodrift.io.manifest import (
+    Manifests,
     create,
     is_expected,
     list_token,
@@ -60,8 +61,18 @@ _PENDING: set[Path] = set()
 # an interrupt - a file created but not yet registered would outlive the handler's clean-up. While it
 # runs, geodrift.io.signals' handler only records the signal (:func:`defer_signal`); it is re-raised after.
 _HOLD: dict[str, int | None] = {"depth": 0, "signum": None}
-# Output sets being written (output_set): their files wait, as temporary files, to be renamed together.
-_BATCH: list[list[tuple[Path, Path]]] = []
+
+
+class _OutputSet:
+    """An output set being written (:func:`output_set`): its files wait, as temporary files, to be renamed together;
+    ``stale`` are the set's members this run does not write (:func:`retire`)."""
+
+    def __init__(self) -> None:
+        self.renames: list[tuple[Path, Path]] = []
+        self.stale: list[Path] = []
+
+
+_BATCH: list[_OutputSet] = []
 
 
 @contextmanager
@@ -111,7 +122,7 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
             _PENDING.add(tmp)
     except OSError as error:
         raise GeodriftError(_write_error(target, error)) from None
-    batch = _BATCH[-1] if _BATCH else None
+    batch = _BATCH[-1].renames if _BATCH else None
     try:
         os.close(fd)
         try:
@@ -140,11 +151,13 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 @contextmanager
 def output_set() -> Iterator[None]:
     """Replace a run's output files as a whole: every atomic write inside the block goes to its temporary file,
-    and all of them are renamed into place together when the block ends, with signals held.
+    and all of them are renamed into place together when the block ends, with signals held - and the set's
+    members this run did not write (:func:`retire`) are removed then, each only if the manifest proves it
+    geodrift's.
 
     An error or an interrupt before the end leaves every earlier file as it was (the previous run's JSON,
     CSV and figures stay one set) and removes the temporary files; a new set never lies beside half of an
-    old one.
+    old one, nor beside an old member it did not replace.
 
     Example:
         >>> import tempfile
@@ -158,27 +171,52 @@ def output_set() -> Iterator[None]:
         >>> sorted(p.name for p in folder.iterdir())
         []
     """
-    batch: list[tuple[Path, Path]] = []
+    batch = _OutputSet()
     _BATCH.append(batch)
     try:
         yield
         _BATCH.pop()
         with _signals_held():
-            for tmp, target in batch:
+            for tmp, target in batch.renames:
                 try:
                     os.replace(tmp, target)
                 except OSError as error:
                     raise GeodriftError(_write_error(target, error)) from None
                 _PENDING.discard(tmp)
                 record_written(target)
+            _remove_stale(batch)
     finally:
         if _BATCH and _BATCH[-1] is batch:
             _BATCH.pop()
         with _signals_held():
-            for tmp, _ in batch:
+            for tmp, _ in batch.renames:
                 _PENDING.discard(tmp)
                 if tmp.exists():
                     tmp.unlink()
+
+
+def retire(paths: Iterable[str | Path]) -> None:
+    """Inside :func:`output_set`: members of the set this run does not write (an earlier run's ``f_gauge.png``
+    beside a scan without ``--full``). When the set is renamed into place, each one the manifest proves
+    geodrift's is removed; a user's file of that name is left alone.
+
+    Raises:
+        RuntimeError: outside an :func:`output_set` block.
+    """
+    if not _BATCH:
+        raise RuntimeError("retire() is for the members of an output_set")
+    _BATCH[-1].stale.extend(Path(p) for p in paths)
+
+
+def _remove_stale(batch: _OutputSet) -> None:
+    written = {target.absolute() for _, target in batch.renames}
+    manifests = Manifests()
+    for path in batch.stale:
+        if path.absolute() not in written and manifests.owns(path, managed_root(path)):
+            try:
+                path.unlink()
+            except OSError as error:
+                raise GeodriftError(_write_error(path, error)) from None
 
 
 @contextmanager

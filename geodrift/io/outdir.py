@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from geodrift.errors import GeodriftError
@@ -45,8 +45,8 @@ from geodrift.io.manifest import (
     managed_root,
 )
 
-__all__ = ["MANIFEST", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder", "expect_output",
-           "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
+__all__ = ["MANIFEST", "check_distinct", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder",
+           "expect_output", "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
 
 # The endings of the figure names geodrift writes (geodrift.render.sim_plots): <prefix>..._<kind>.<fmt>.
 PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth", "gradient_rank", "datasize")
@@ -261,8 +261,49 @@ def check_file_target(path: str | Path, option: str,
         raise GeodriftError(f"{option} {path}: the file exists and geodrift did not write it; {fix}")
 
 
+def check_distinct(targets: Iterable[tuple[str, str | Path]], named: Mapping[str, str | Path | None] | None = None,
+                   inputs: Iterable[str | Path | None] = ()) -> None:
+    """Refuse two outputs of one run - named, or derived from a name - that resolve to the same file, and an output
+    that is an input file: one of them would silently replace the other.
+
+    Args:
+        targets: ``(what named it, path)`` pairs, every file the run may write (derived names included).
+        named: what the user gave each option (``{"--plot": "f.png"}``), to say which name a derived file comes from.
+        inputs: the files the run reads.
+
+    Raises:
+        GeodriftError: naming both outputs (or the output and the input) and the file.
+
+    Example:
+        >>> check_distinct([("--csv", "r.csv"), ("--json-out", "r.csv")])
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: --csv r.csv and --json-out r.csv would write the same file; give each output its own name (nothing was written)
+    """
+    given = {option: Path(value) for option, value in (named or {}).items() if value is not None}
+
+    def described(option: str, path: Path) -> str:
+        origin = given.get(option)
+        if origin is not None and _resolved(origin) != _resolved(path):
+            return f"{option} {origin} (which also writes {path})"
+        return f"{option} {path}"
+
+    read = {_resolved(Path(item)): Path(item) for item in inputs if item is not None and Path(item).is_file()}
+    seen: dict[Path, tuple[str, Path]] = {}
+    for option, target in targets:
+        path = Path(target)
+        key = _resolved(path)
+        if key in read:
+            raise GeodriftError(f"{described(option, path)} is the input {read[key]}; geodrift never writes over what it "
+                                "reads - choose another name (nothing was written)")
+        if key in seen:
+            raise GeodriftError(f"{described(*seen[key])} and {described(option, path)} would write the same file; "
+                                "give each output its own name (nothing was written)")
+        seen[key] = (option, path)
+
+
 def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool = False,
-                  fix: str = "choose another name or move it away (nothing was written)") -> None:
+                  fix: str = "choose another name or move it away (nothing was written)",
+                  named: Mapping[str, str | Path | None] | None = None, inputs: Iterable[str | Path | None] = ()) -> None:
     """The one output-file policy, for every file a command or a Python call writes - the named ones and the
     names derived from them (``NAME.pairs.csv``, ``NAME_trajectory.png``, ``NAME_experts.png``): run it on the
     whole list before the work. Each must be writable and, unless ``overwrite``, absent or geodrift's own
@@ -273,9 +314,11 @@ def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool 
         targets: ``(what named it, path)`` pairs, e.g. ``[("--plot", "fig.png"), ("--plot", "fig_trajectory.png")]``.
         overwrite: replace a file geodrift did not write (the Python API's ``overwrite=True``).
         fix: the end of the refusal's message.
+        named, inputs: as :func:`check_distinct`, run first.
 
     Raises:
-        GeodriftError: naming what named the file and the user's path (never a temporary file).
+        GeodriftError: two outputs resolving to one file, or an output that is an input (:func:`check_distinct`);
+            naming what named the file and the user's path (never a temporary file).
 
     Example:
         >>> claim_outputs([("--json-out", "/nonexistent-folder/r.json")])
@@ -283,6 +326,7 @@ def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool 
     from geodrift.io.atomic import check_writable
 
     listed = [(option, Path(path)) for option, path in targets]
+    check_distinct(listed, named, inputs)
     for option, path in listed:
         check_writable(path, option)
         if not overwrite:

@@ -338,13 +338,25 @@ def check_figure_options(plot: Any, dpi: Any) -> None:
         check_dpi(int(dpi))
 
 
-def claim(outputs: list[tuple[str, Path]]) -> None:
+def claim(outputs: list[tuple[str, Path]], options: MeasureOptions | None = None, inputs: tuple[Any, ...] = (),
+          every: list[tuple[str, Path]] | None = None) -> None:
     """Claim every output file, named and derived, before the work (:func:`geodrift.io.outdir.claim_outputs`):
-    each must be writable and absent or geodrift's own.
+    no two resolving to one file, none an input, each writable and absent or geodrift's own.
+
+    Args:
+        outputs: the files claimed now.
+        options: the request, whose ``--json-out``/``--csv``/``--plot`` the messages quote.
+        inputs: the models read (paths; other objects are skipped).
+        every: every file the run may write, when more than ``outputs`` (checked to be distinct).
 
     Raises:
-        GeodriftError: naming the option and the user's path.
+        GeodriftError: naming the options and the user's paths.
     """
-    from geodrift.io.outdir import claim_outputs
+    from geodrift.io.outdir import check_distinct, claim_outputs
 
-    claim_outputs(outputs)
+    named = {} if options is None else {"--json-out": options.json_out, "--csv": options.csv_out,
+                                        "--plot": options.plot}
+    paths = [item for item in inputs if isinstance(item, (str, Path))]
+    if every is not None:
+        check_distinct(every, named, paths)
+    claim_outputs(outputs, named=named, inputs=paths)

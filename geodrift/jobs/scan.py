@@ -112,7 +112,9 @@ def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None
                        full_spectrum=request.full_spectrum, device=request.device)
     limit = checks.memory_limit(request.max_memory)
     checks.check_figure_options(request.plot, request.dpi)
-    checks.claim(scan_outputs(request.json_out, request.csv_out, request.plot, experts=False, gauge=request.full))
+    checks.claim(scan_outputs(request.json_out, request.csv_out, request.plot, experts=False, gauge=request.full),
+                 request, (request.model,), every=scan_outputs(request.json_out, request.csv_out, request.plot,
+                                                                 gauge=request.full))
     ckpt, ws, heads = _open(request, roles, layers, spec, limit)
     skipped: list[str] = []
     if request.skip_nonfinite:

@@ -83,7 +83,7 @@ def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = No
     from geodrift.scanner.series import drift
 
     spec, series = _check(request, progress)
-    checks.claim(drift_outputs(request.json_out, request.csv_out, request.plot))
+    checks.claim(drift_outputs(request.json_out, request.csv_out, request.plot), request, tuple(request.checkpoints))
     return drift(list(request.checkpoints), spec, progress=progress, backend=request.backend,
                  address=request.address, align=request.align, head_maps=request.head_maps, **series)
 
@@ -105,6 +105,6 @@ def run_compare(request: CompareRequest, progress: Callable[[str], None] | None 
     from geodrift.scanner.series import compare
 
     spec, series = _check(request, progress)
-    checks.claim(compare_outputs(request.json_out, request.csv_out, request.plot))
+    checks.claim(compare_outputs(request.json_out, request.csv_out, request.plot), request, (request.a, request.b))
     return compare(request.a, request.b, spec, progress=progress, backend=request.backend,
                    address=request.address, align=request.align, head_maps=request.head_maps, **series)

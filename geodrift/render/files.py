@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geodrift.continuity import Report
-from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
+from geodrift.io.atomic import document, output_set, retire, to_json, write_json, write_text
 from geodrift.jobs.outputs import (
     beside,
     experts_plot_path,
@@ -89,6 +89,8 @@ def write_scan_outputs(result: ScanResult, request: ScanRequest) -> list[Path]:
                 from geodrift.render.gauge import write_gauge_plot
 
                 written.append(write_gauge_plot(gauge, gauge_plot_path(plot), request.dpi))
+        # An earlier run's members of this set that this run does not write (its f_gauge.png, f_trajectory.png)
+        retire(p for _, p in scan_outputs(request.json_out, request.csv_out, request.plot, gauge=True))
     return written
 
 
