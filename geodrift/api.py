@@ -30,7 +30,7 @@ from typing import Any
 
 from geodrift.continuity import Report
 from geodrift.errors import GeodriftError
-from geodrift.jobs.request import check_integer, kind_of, shown, usable_path
+from geodrift.jobs.request import as_path, check_integer, kind_of, shown, usable_path
 from geodrift.jobs.scan import DEFAULT_MAX_MEMORY, ScanRequest, run_scan
 from geodrift.scanner.mapping import NameRule
 
@@ -138,8 +138,10 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     random floor ``sqrt(2/(pi d))``, the theory's verdicts with their criteria, and App. A.2's trajectory shape.
 
     Args:
-        model: None (the embedded SmolLM2-135M-Instruct), a path, an ``nn.Module`` or a state dict
-            (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``).
+        model: None (the embedded SmolLM2-135M-Instruct), a path (str, bytes or any ``os.PathLike``), an
+            ``nn.Module`` or a state dict (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``) whose
+            values are tensors, numpy arrays or lists of numbers (converted; anything else at a weight's name is
+            refused).
         roles: ``"q,k,gate"``, ``["q", "attn_k"]``, ``"router,experts"`` (the ``--roles`` names,
             ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
@@ -153,7 +155,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
         skip_nonfinite: skip (and list in ``.notes``) matrices holding NaN/Inf instead of refusing the model.
         max_memory: refuse a scan whose memory estimate exceeds this (``"8G"``, ``"512M"`` or bytes).
-        progress: called with ``"role[layer]"`` after each matrix.
+        progress: called with ``"role[layer]"`` after each matrix (checked first: it must take one argument).
 
     Returns:
         ScanReport (a ``geodrift.continuity.Report``): ``.roles``, ``.role("q")``, ``.summary()``, ``.plot()``,
@@ -171,6 +173,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         >>> k.verdict, k.path_verdict  # shared frame; depth path: 4 layers are too few to judge  # doctest: +SKIP
         ('holds', 'n/a')
     """
+    model, names = as_path(model), as_path(names)  # a path-like object or a bytes path is a path
     given: dict[str, Any] = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
              "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum, "device": device,
              "skip_nonfinite": skip_nonfinite, "max_memory": max_memory}

@@ -293,14 +293,56 @@ def check_config(value: Any) -> None:
 
 
 def check_progress(value: Any) -> None:
-    """A progress callback: a function of one string, or None.
+    """A progress callback: a function that can be called with one string, or None - checked before any work, so a
+    callback of the wrong signature is named, not found by a TypeError after the first matrix.
 
     Raises:
         GeodriftError: ``progress='x': must be a function taking one string (e.g. print) or None, got a str``.
+
+    Example:
+        >>> check_progress(lambda: None)
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: progress=<function>: must be a function taking one string (e.g. print), but it \
+cannot be called with one argument (takes 0 positional arguments but 1 was given)
     """
     if value is not None and not callable(value):
         raise refuse("progress", value, f"must be a function taking one string (e.g. print) or None, got "
                      f"{kind_of(value)}")
+    if value is None:
+        return
+    import inspect
+
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # a builtin or an extension's callable without one: trusted
+        return
+    try:
+        signature.bind("attn_q[0]")
+    except TypeError as error:
+        shown_value = "<function>" if inspect.isfunction(value) or inspect.ismethod(value) else shown(value)
+        raise GeodriftError(f"progress={shown_value}: must be a function taking one string (e.g. print), but it "
+                            f"cannot be called with one argument ({_arguments_error(error)})") from None
+
+
+def _arguments_error(error: TypeError) -> str:
+    # inspect's "missing a required argument: 'b'" / "too many positional arguments", as Python's own call says it.
+    text = str(error)
+    return {"too many positional arguments": "takes 0 positional arguments but 1 was given"}.get(text, text)
+
+
+def as_path(value: Any) -> Any:
+    """A path-like object (``os.PathLike``) or a bytes path as a Path; any other value as it is.
+
+    Example:
+        >>> as_path(b"models/m.gguf"), as_path(3)
+        (PosixPath('models/m.gguf'), 3)
+    """
+    if isinstance(value, (bytes, os.PathLike)) and not isinstance(value, Path):
+        try:
+            return Path(os.fsdecode(os.fspath(value)))
+        except (TypeError, ValueError):
+            return value
+    return value
 
 
 def memory_limit(value: Any) -> int:
