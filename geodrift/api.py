@@ -42,6 +42,8 @@ KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-dra
 _FLAG = re.compile("|".join(re.escape(flag) + r"\b(?!-)" for flag in sorted(KEYWORDS, key=len, reverse=True)))
 # An option followed by a number or a device ("use --k 32 or less", "use --device cpu") reads as a keyword with
 # its value ("use k=32 or less", "use device=cpu").
+# Switches a message advises turning on ("skip it with --skip-nonfinite") read as the keyword set to True.
+_SWITCHES = {"--skip-nonfinite": "skip_nonfinite=True", "--full-spectrum": "full_spectrum=True"}
 _FLAG_VALUE = re.compile(f"(?:{_FLAG.pattern}) (?=\\d|cuda|cpu)")
 FIGURE_KINDS = ("continuity", "trajectory", "experts")
 
@@ -120,7 +122,7 @@ def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
             name = KEYWORDS[first.group(0)]
             text = f"{name}{shown(given[name[:-1]])}{text[first.end():]}"
         text = _FLAG_VALUE.sub(lambda m: KEYWORDS[m.group(0)[:-1]], text)
-        raise GeodriftError(_FLAG.sub(lambda m: KEYWORDS[m.group(0)], text)) from None
+        raise GeodriftError(_FLAG.sub(lambda m: _SWITCHES.get(m.group(0), KEYWORDS[m.group(0)]), text)) from None
 
 
 def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,

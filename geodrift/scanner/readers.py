@@ -49,6 +49,7 @@ from geodrift.scanner.validate import check_file, read_weight_map
 from geodrift.weights import (
     MOE_ROLES,
     TRANSFORMER_ROLES,
+    BadTensor,
     WeightEntry,
     WeightSet,
     all_finite,
@@ -203,7 +204,7 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
         Projections ``(d_out, d_in)``; biases and norms ``(d,)``; embeddings ``(vocab, d_model)``.
 
     Raises:
-        GeodriftError: the key is absent, or the tensor holds NaN/Inf.
+        GeodriftError: the key is absent; BadTensor (a GeodriftError): the tensor holds NaN/Inf.
 
     Example:
         >>> load_canonical(open_checkpoint(None), ("attn_k", 0)).shape
@@ -216,10 +217,11 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
     if part.rows is not None:
         tensor = tensor[part.rows[0]:part.rows[1]]
     tensor = tensor.contiguous()
-    if not all_finite(tensor):
-        raise GeodriftError(
+    if not all_finite(tensor):  # BadTensor: what --skip-nonfinite skips (WeightSet.without_bad_tensors)
+        raise BadTensor(
             f"{ckpt.label}:{part.name}: tensor contains NaN or Inf values; the checkpoint is corrupt or was "
-            "saved mid-divergence - re-export it or exclude this projection with --roles/--layers"
+            "saved mid-divergence - re-export it, exclude this projection with --roles/--layers, or skip it with "
+            "--skip-nonfinite"
         )
     return tensor
 
