@@ -22,7 +22,7 @@ from geodrift.continuity import MeasureSpec
 from geodrift.jobs import request as checks
 from geodrift.jobs.outputs import compare_outputs, drift_outputs
 from geodrift.jobs.request import MeasureOptions
-from geodrift.scanner.series import CompareReport, DriftReport
+from geodrift.jobs.series_results import CompareResult, DriftResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +66,7 @@ def _check(options: SeriesOptions, progress: Any) -> tuple[MeasureSpec, dict[str
     return spec, series
 
 
-def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = None) -> DriftReport:
+def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = None) -> DriftResult:
     """A training series: each checkpoint's continuity and each layer's v1/u1 rotation from the first.
 
     Args:
@@ -74,7 +74,8 @@ def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = No
         progress: called after each matrix (``"role[layer]"``).
 
     Returns:
-        DriftReport (:func:`geodrift.scanner.series.drift`).
+        DriftResult: the :func:`geodrift.scanner.series.drift` report, its rows marked with the view, the gauge
+        fixing and each space's gauge status (:mod:`geodrift.jobs.series_results`).
 
     Raises:
         GeodriftError: a bad option or output file (before anything is read), fewer than 2 checkpoints, an
@@ -84,11 +85,11 @@ def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = No
 
     spec, series = _check(request, progress)
     checks.claim(drift_outputs(request.json_out, request.csv_out, request.plot))
-    return drift(list(request.checkpoints), spec, progress=progress, backend=request.backend,
-                 address=request.address, align=request.align, head_maps=request.head_maps, **series)
+    return DriftResult.of(drift(list(request.checkpoints), spec, progress=progress, backend=request.backend,
+                                address=request.address, align=request.align, head_maps=request.head_maps, **series))
 
 
-def run_compare(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareReport:
+def run_compare(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces.
 
     Args:
@@ -96,7 +97,7 @@ def run_compare(request: CompareRequest, progress: Callable[[str], None] | None 
         progress: called after each matrix.
 
     Returns:
-        CompareReport (:func:`geodrift.scanner.series.compare`).
+        CompareResult: the :func:`geodrift.scanner.series.compare` report, marked as :func:`run_drift`'s.
 
     Raises:
         GeodriftError: a bad option or output file (before anything is read), an unreadable model, shared
@@ -106,5 +107,6 @@ def run_compare(request: CompareRequest, progress: Callable[[str], None] | None 
 
     spec, series = _check(request, progress)
     checks.claim(compare_outputs(request.json_out, request.csv_out, request.plot))
-    return compare(request.a, request.b, spec, progress=progress, backend=request.backend,
-                   address=request.address, align=request.align, head_maps=request.head_maps, **series)
+    return CompareResult.of(compare(request.a, request.b, spec, progress=progress, backend=request.backend,
+                                    address=request.address, align=request.align, head_maps=request.head_maps,
+                                    **series))

@@ -22,7 +22,7 @@ from geodrift.compress.share_run import ShareResult, best_baseline
 from geodrift.compress.table import CONTROL_OF, METHODS
 from geodrift.continuity.verdicts import Verdict
 from geodrift.io.atomic import document
-from geodrift.render import console, fmt, lit
+from geodrift.render import console, fmt, lit, plural
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.verdicts import VERDICT_STYLE, verdict_grid
@@ -317,6 +317,6 @@ def plot_share(result: ShareResult, path: str | Path, dpi: int = 300) -> Path:
         ax.set_xlabel("projection parameters removed (%)")
         ax.set_ylabel("held-out perplexity")
         ax.set_title(f"{result.model.split(' ')[0]} ({result.weights.split(',')[0]}); "
-                     f"{result.eval_windows} windows, {result.calib_draws} draw(s)", fontsize=6.5)
+                     f"{result.eval_windows} windows, {result.calib_draws} draw{plural(result.calib_draws)}", fontsize=6.5)
         fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=5.5)
         return save_figure(fig, path, dpi)
