@@ -45,7 +45,7 @@ def test_the_default_scan_of_the_embedded_model_fits_25_rows_with_each_verdict_b
     report_file = tmp_path / "scan.json"
     env = {**{k: v for k, v in os.environ.items() if k != "LINES"}, "COLUMNS": str(WIDTH)}
     proc = subprocess.run([sys.executable, "-m", "geodrift", "scan", "--null-draws", "10", "--quiet",
-                           "--json-out", str(report_file)],
+                           "--json-out", str(report_file), "--csv", str(tmp_path / "scan.csv")],
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
@@ -82,6 +82,14 @@ def test_the_default_scan_of_the_embedded_model_fits_25_rows_with_each_verdict_b
     assert len(first) == 1 and all(cell_len(line) <= WIDTH for line in lines), text
     assert " ".join(line.strip() for line in lines[first[0]:]) == summary_line(report)
     assert "canonical view (gauge-invariant)" in summary_line(report)
+    # the CSV: the view on every row; an aligned space's row marked and judged by no verdict; V's word as above
+    import csv
+
+    with open(tmp_path / "scan.csv", newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row["k"] == "1"]
+    assert {row["view"] for row in rows} == {"canonical"}
+    assert all(row["verdict"] == row["path_verdict"] == "" for row in rows if row["gauge"] == "aligned")
+    assert {row["verdict"] for row in rows if row["role"] == "attn_v" and row["gauge"] != "aligned"} <= {"none", "found"}
     assert "V (neither predicted): no frame, no path, as predicted" in summary_line(report)
 
 
