@@ -22,8 +22,8 @@ from geodrift.jobs.scan import ScanRequest, run_scan
 from geodrift.jobs.series import CompareRequest, DriftRequest, run_compare, run_drift
 from tests._checkpoints import hf_config, llama_state, write_hf_folder
 
-# Options of a command that are its rendering, not its job's.
-RENDERING = {"as_json", "wide", "quiet"}
+# Options of a command that are its rendering, not its job's (inspect's --full; scan's --full is its job's too).
+RENDERING = {"as_json", "wide", "quiet", "full"}
 # Each command's positional inputs -> the request field that holds them.
 INPUTS = {"checkpoints": "checkpoints", "a": "a", "b": "b", "model": "model"}
 

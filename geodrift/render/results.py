@@ -79,13 +79,14 @@ def show_compare(rep: CompareResult, *, as_json: bool, wide: bool) -> None:
         render_compare(rep, wide=wide)
 
 
-def show_inventory(inventory: Inventory, *, as_json: bool, wide: bool) -> None:
-    """A checkpoint's tensors and the role each is scanned as: JSON on stdout, or the table."""
+def show_inventory(inventory: Inventory, *, as_json: bool, wide: bool, full: bool = False) -> None:
+    """A checkpoint's tensors and the role each is scanned as: JSON on stdout, or the summary and the table (one row
+    per role and layer range; ``full``: per tensor)."""
     from geodrift.render.files import print_document
     from geodrift.render.inspect import render_inventory
 
     if as_json:
         print_document(document("inventory", inventory.to_dict()))
     else:
-        render_inventory(f"Tensors of {inventory.model} ({inventory.format}, {inventory.architecture})",
-                         inventory.tensors, inventory.summary, wide=wide)
+        render_inventory(f"Tensors of {inventory.model}",
+                         inventory.tensors, inventory.summary, wide=wide, full=full)
