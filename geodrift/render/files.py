@@ -25,7 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from geodrift.continuity import Report
 from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
 from geodrift.jobs.outputs import (
     beside,
@@ -36,7 +35,8 @@ from geodrift.jobs.outputs import (
 )
 from geodrift.jobs.outputs import scan_outputs as scan_outputs
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the commands import this module before their job checks the options: no torch at import
+    from geodrift.continuity import Report
     from geodrift.jobs.scan import ScanRequest, ScanResult
     from geodrift.jobs.series import CompareRequest, DriftRequest
     from geodrift.jobs.series_results import CompareResult, DriftResult
