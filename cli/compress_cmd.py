@@ -113,6 +113,9 @@ def prune_command(
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
     max_memory: MaxMemory = "8G",
+    full: Annotated[bool, typer.Option("--full", help="Print every table: ± SE, the random orders' mean ± std, the "
+                                       "orders beaten, the layers removed, per-layer scores, correlations, each "
+                                       "claim's measurement and the cost (default: perplexities and claims).")] = False,
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.jobs.compress import PruneRequest, run_prune
@@ -129,7 +132,7 @@ def prune_command(
         result = run_prune(request, events)
     _show(result, prune_document(result), functools.partial(plot_prune, result, plot, dpi) if plot else None,
           json_out=json_out, csv_out=csv_out, as_json=as_json, quiet=quiet,
-          render=lambda: render_prune(result, wide=wide))
+          render=lambda: render_prune(result, wide=wide, full=full))
 
 
 @app.command("share")

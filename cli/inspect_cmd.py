@@ -24,10 +24,12 @@ def inspect_command(
                                                "as in scan --roles) to try (tensors it leaves out are listed as "
                                                "unmapped).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the inventory as JSON on stdout.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="One row per tensor (default: one row per role and layer "
+                                       "range, the summary first).")] = False,
     wide: Wide = False,
 ) -> None:
     """List every tensor of a checkpoint with the projection it is scanned as, or why it is not scanned."""
     from geodrift.jobs.inspect import InspectRequest, run_inspect
     from geodrift.render.results import show_inventory
 
-    show_inventory(run_inspect(InspectRequest(model, names)), as_json=as_json, wide=wide)
+    show_inventory(run_inspect(InspectRequest(model, names)), as_json=as_json, wide=wide, full=full)

@@ -132,7 +132,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
          config: dict[str, Any] | None = None, ov: bool = ScanRequest.ov,
          full_spectrum: bool = ScanRequest.full_spectrum, device: str = ScanRequest.device,
          skip_nonfinite: bool = ScanRequest.skip_nonfinite, max_memory: str | int = DEFAULT_MAX_MEMORY,
-         progress: Callable[[str], None] | None = None) -> ScanReport:
+         progress: bool | Callable[[str], None] | None = None) -> ScanReport:
     """Scan a model: per-projection continuity with noise floors, verdicts and trajectory shape.
 
     The same job as ``geodrift scan`` (:func:`geodrift.jobs.scan.run_scan`, one code path, the same defaults
@@ -157,7 +157,9 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
         skip_nonfinite: skip (and list in ``.notes``) matrices holding NaN/Inf instead of refusing the model.
         max_memory: refuse a scan whose memory estimate exceeds this (``"8G"``, ``"512M"`` or bytes).
-        progress: called with ``"role[layer]"`` after each matrix (checked first: it must take one argument).
+        progress: ``True``: a progress bar (tqdm's - the notebook widget in Jupyter - where tqdm is installed, else
+            geodrift's on stderr; :class:`geodrift.render.progress.PythonProgress`); a function: called with
+            ``"role[layer]"`` after each matrix (checked first: it must take one argument); None or False (the default): silent.
 
     Returns:
         ScanReport (a ``geodrift.continuity.Report``): ``.roles``, ``.role("q")``, ``.summary()``, ``.plot()``,
@@ -183,8 +185,23 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     call = "geodrift.scan(" + ", ".join([shown(model)] * (model is not None) + [
         f"{name}={shown(value)}" for name, value in given.items() if _differs(value, defaults[name])]) + ")"
     request = ScanRequest(model=model, names=names, config=config, call=call, **given)
-    with keyword_errors({**given, "names": names, "config": config, "progress": progress}):
-        return ScanReport.of(run_scan(request, progress).report)
+    with keyword_errors({**given, "names": names, "config": config, "progress": progress}), \
+            progress_bar(progress, "scanning") as (advance, on_total):
+        return ScanReport.of(run_scan(request, advance, on_total).report)
+
+
+@contextlib.contextmanager
+def progress_bar(progress: Any, title: str) -> Iterator[tuple[Any, Callable[[int], None] | None]]:
+    """The job's callbacks for a ``progress=`` keyword: ``True`` draws a bar (:class:`~geodrift.render.progress.PythonProgress`,
+    counting matrices), a function is called with each matrix's label, None or False is silent; anything else
+    reaches the job's own check (``progress=...: must be ...``)."""
+    if progress is True:
+        from geodrift.render.progress import PythonProgress
+
+        with PythonProgress(title, "matrices") as bar:
+            yield bar.advance, bar.set_total
+        return
+    yield (None if progress is False else progress), None
 
 
 def _differs(value: Any, default: Any) -> bool:

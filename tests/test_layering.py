@@ -253,7 +253,7 @@ NOT_LIBRARY = ("geodrift.render", "geodrift.cli", "geodrift.errors")
 MAX_BODY_LINES = 40
 COMMANDS = {"scan_cmd:scan", "series_cmd:drift", "series_cmd:compare", "inspect_cmd:inspect", "prove_cmd:prove",
             "simulate_cmd:mlp", "simulate_cmd:transformer", "compress_cmd:prune", "compress_cmd:share",
-            "sweep_cmd:sweep", "reproduce_cmd:reproduce"}
+            "sweep_cmd:sweep", "reproduce_cmd:reproduce", "explain_cmd:explain"}
 
 
 def _library(module: str) -> bool:

@@ -79,7 +79,7 @@ def test_drift_and_compare_commands_write_tables_json_csv_and_figures(series: li
               "--csv", str(tmp_path / "d.csv"), "--plot", str(tmp_path / "d.png")])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert "rotation from checkpoint #0" in out and "3 checkpoints" in out
+    assert "rotation from #0" in out and "3 checkpoints" in out
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["kind"] == "drift_report" and len(doc["reports"]) == 3
     assert (tmp_path / "d.rotation.csv").read_text().startswith("model,role,label,space,dim,layer,checkpoint,abs_cos")
@@ -149,3 +149,49 @@ def test_drift_and_compare_json_fields_and_csv_columns_are_documented(series: li
         header = csv_text(rows).splitlines()[0].split(",")
         assert not [h for h in header if f"`{h}`" not in csv_doc], header
     assert "## kind: `drift_report`" in DOC
+
+
+@pytest.mark.parametrize("view", [None, "raw"])
+def test_every_face_of_drift_and_compare_names_the_view_and_shows_no_aligned_space_as_a_measurement(
+        series: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], view: str | None):
+    """Terminal, JSON, CSV and figures of both commands, in the default (canonical) view and the raw one: the view
+    and gauge fixing named; an aligned space (the canonical view's head/hidden side) never a number, a counted
+    subspace or an unmarked line."""
+    import csv
+    import re
+
+    paths, chosen = [str(p) for p in series], ["--view", view] if view else []
+    for command, inputs in (("drift", paths), ("compare", [paths[0], paths[-1]])):
+        out_dir = tmp_path / f"{command}-{view}"
+        with pytest.raises(SystemExit) as done:
+            main([command, *inputs, "--null-draws", "8", "--k", "2", "--quiet", *chosen, "--json-out",
+                  str(out_dir / "r.json"), "--csv", str(out_dir / "r.csv"), "--plot", str(out_dir / "f.svg")])
+        assert done.value.code == 0
+        text = capsys.readouterr().out
+        doc = json.loads((out_dir / "r.json").read_text())
+        expected = view or "canonical"
+        assert doc["view"] == expected and doc["gauge_fixing"]
+        flat = " ".join(text.split())
+        assert f"({expected} view, gauge: {doc['gauge_fixing']}" in flat  # the title names both
+        rows = doc["rotation"] if command == "drift" else doc["subspaces"]
+        aligned = {(r["role"], r["space"]) for r in rows if r["gauge"] == "aligned"}
+        assert bool(aligned) == (expected == "canonical")  # the head/hidden side, in the canonical view only
+        table = [line for line in text.splitlines() if line.startswith("│") and "aligned" in line]
+        keys = {tuple(c.strip() for c in line.strip("│").split("│")[:2]) for line in table}  # a split table repeats them
+        assert len(keys) == len(aligned)  # one row each, "aligned" in its cells
+        assert all(not re.search(r"\d\.\d{3}|\d°", line) for line in table)  # no number beside "aligned"
+        if command == "compare":  # the closing count leaves the aligned subspaces out
+            measured = [r for r in rows if r["gauge"] != "aligned"]
+            above = sum(r["overlap"] > r["overlap_null_mean"] + 3 * r["overlap_null_std"] for r in measured)
+            assert f"{above}/{len(measured)} (projection, space, layer) subspaces" in flat
+        else:
+            assert ("aligned spaces not counted" in flat) == bool(aligned)
+        with open(out_dir / "r.csv", newline="") as handle:
+            csv_rows = list(csv.DictReader(handle))
+        assert {r["view"] for r in csv_rows} == {expected} and all(r["gauge"] for r in csv_rows)
+        if command == "drift":  # no verdict on an aligned space's row
+            assert all(r["verdict"] == "" for r in csv_rows if r["gauge"] == "aligned")
+        svgs = [figure.read_text() for figure in sorted(out_dir.glob("f*.svg"))]  # drift: rotation, continuity
+        assert len(svgs) == (2 if command == "drift" else 1) and all(f"{expected} view" in svg for svg in svgs)
+        # an aligned space is a grey line named in the legend (the rotation figure draws predicted spaces only)
+        assert any("aligned by the view, not measured" in svg for svg in svgs) == bool(aligned)

@@ -23,10 +23,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geodrift.errors import GeodriftError
-from geodrift.scanner.mapping import NameRule
+
+if TYPE_CHECKING:  # this module is imported before any option is checked: nothing that imports torch
+    from geodrift.scanner.mapping import NameRule
 
 # Each request field -> the command-line option that sets it (fields no command line has are absent).
 OPTIONS = {"roles": "--roles", "layers": "--layers", "k": "--k", "null_draws": "--null-draws", "seed": "--seed",
@@ -174,6 +176,22 @@ def check_path(field: str, value: Any, what: str = "a file name", optional: bool
         raise refuse(field, value, "a path cannot hold a NUL character")
 
 
+def existing_model(field: str, value: Any) -> None:
+    """A model given as a path must exist (refused here, before torch is imported, with the readers' message);
+    a model in memory (a module, a state dict) and None (the embedded model) pass.
+
+    Raises:
+        GeodriftError: ``nope.gguf: no such file or folder; pass a .gguf/.safetensors file or a model folder``.
+    """
+    if not isinstance(value, (str, Path)):
+        return
+    usable_path(field, value)
+    if not Path(value).expanduser().exists():
+        from geodrift.io.checks import missing_model
+
+        raise missing_model(Path(value).expanduser())
+
+
 def usable_path(field: str, value: str | Path) -> None:
     """A path the OS can look up (a missing one is reported later, by what reads it): no NUL, not too long.
 
@@ -218,7 +236,7 @@ def check_view(view: Any) -> None:
     Raises:
         GeodriftError: ``--view: 'cooked' is not a view; use raw, folded or canonical``.
     """
-    from geodrift.scanner.readers import VIEWS
+    from geodrift.io.checks import VIEWS
 
     if view is not None and (not isinstance(view, str) or view not in VIEWS):
         raise GeodriftError(f"--view: {view!r} is not a view; use {', '.join(VIEWS[:-1])} or {VIEWS[-1]}")
@@ -263,13 +281,16 @@ def check_names(value: Any) -> None:
     Raises:
         GeodriftError: ``--names: must be the path of a JSON mapping (regex -> role) or a list of NameRule, ...``.
     """
-    from geodrift.scanner.mapping import NameRule
-
     if value is None:
         return
     if isinstance(value, (str, Path)):
         usable_path("names", value)
+        if not Path(value).expanduser().exists():  # the mapping reader's words, before torch is imported
+            raise GeodriftError(f"{Path(value).expanduser()}: name mapping file not found; pass an existing JSON file "
+                                "to --names")
         return
+    from geodrift.scanner.mapping import NameRule
+
     if isinstance(value, list) and all(isinstance(rule, NameRule) for rule in value):
         return
     raise refuse("names", value, "must be the path of a JSON mapping (regex -> role) or a list of NameRule, got "

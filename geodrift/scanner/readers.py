@@ -37,6 +37,8 @@ from pathlib import Path
 import torch
 
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import VIEWS as CHECKED_VIEWS
+from geodrift.io.checks import missing_model
 from geodrift.scanner.canonical_view import canonical_weightset, check_canonical, resolve_view
 from geodrift.scanner.checkpoint import Checkpoint, Part
 from geodrift.scanner.embedded import EMBEDDED_LABEL, embedded_model_path
@@ -62,8 +64,8 @@ __all__ = [
     "norm_gain", "weightset", "validate_for_continuity", "load_name_mapping", "all_finite",
 ]
 
-# What --view accepts (cli/choices.py View mirrors it).
-VIEWS = ("raw", "folded", "canonical")
+# What --view accepts (cli/choices.py View mirrors it); defined with the option checks, which run before torch loads.
+VIEWS = CHECKED_VIEWS
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 # Roles a checkpoint holds (besides each expert's: "expert_gate.3" ...).
 _CHECKPOINT_ROLES = frozenset(TRANSFORMER_ROLES + MOE_ROLES)
@@ -102,7 +104,7 @@ def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] 
         raise GeodriftError(f"{path}: not a usable path ({error.strerror}); pass a .gguf/.safetensors file or a "
                             "model folder") from None
     if not exists:
-        raise GeodriftError(f"{path}: no such file or folder; pass a .gguf/.safetensors file or a model folder")
+        raise missing_model(path)
     if path.is_dir():
         return _open_folder(path, rules, architecture)
     check_file(path)  # a FIFO or device would block the magic sniff below forever
