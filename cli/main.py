@@ -18,6 +18,7 @@ from geodrift import __version__
 from geodrift.cli import (
     compress_cmd,
     inspect_cmd,
+    merge_cmd,
     prove_cmd,
     reproduce_cmd,
     scan_cmd,
@@ -48,6 +49,7 @@ app.add_typer(simulate_cmd.app, name="simulate")
 app.add_typer(compress_cmd.app, name="compress")
 app.add_typer(sweep_cmd.app)
 app.add_typer(reproduce_cmd.app)
+app.add_typer(merge_cmd.app)
 
 
 def _show_version(value: bool) -> None:
