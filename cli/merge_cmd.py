@@ -25,8 +25,8 @@ def merge_command(
     method: Annotated[choices.MergeMethod, typer.Option("--method", help="linear (weighted average), slerp (two "
                       "models), task-arithmetic, ties or dare (task vectors added to --base).")] = choices.MergeMethod.linear,
     align: Annotated[choices.AlignMode, typer.Option("--align", help="auto: bring a model into the reference's gauge "
-                     "when alignment removes at least half of their weight distance (it never touches two fine-tunes "
-                     "of one base); on: always; off: never.")] = choices.AlignMode.auto,
+                     "when alignment removes at least a tenth of their weight distance (it leaves two fine-tunes "
+                     "of one base as they are); on: always; off: never.")] = choices.AlignMode.auto,
     weights: Annotated[str | None, typer.Option("--weights", help="One weight per model after --base, e.g. 0.7,0.3 "
                                                 "(default 1 each; linear normalises them).")] = None,
     t: Annotated[float, typer.Option("--t", help="slerp: position from the first model to the second.")] = 0.5,

@@ -6,11 +6,15 @@ the fit that leaves the smaller weight distance (general maps recover every exac
 V/O map of condition number 100; between two unrelated models they distort, and the orthogonal fit wins:
 benchmarks/RESULTS_barriers.md). Then:
 
-- **one gauge**: the two sit in one gauge when alignment removes less than half of their relative weight
-  distance (gains folded): ``aligned >= ONE_GAUGE_RATIO * naive``. An exact reparametrisation of a model or
-  of its fine-tune is recovered to float error (the ratio falls to about 1e-4 and below), two fine-tunes of
-  one base keep almost all of their distance (ratio near 1: there is no map to recover), and so alignment
-  is never applied to them under ``--align auto`` - their merge is the plain merge, to the bit.
+- **one gauge**: the two sit in one gauge when alignment removes less than a tenth of their relative weight
+  distance (gains folded): ``aligned >= ONE_GAUGE_RATIO * naive``. Between two models in one gauge the fit
+  still finds maps near the identity that absorb the share of their difference lying along the gauge orbit
+  (for an isotropic difference about ``dim(gauge) / dim(weights)`` of its square: 0.3% for SmolLM2-135M, 4%
+  for the tests' 2-layer Llama, whose two fine-tunes measure ratios 0.98 and 0.96); an exact reparametrisation
+  of a fine-tune is recovered to the fine-tune's own distance (ratio 0.01 for a random gauge, 0.02 for a
+  Hadamard rotation, 0.35 for an AWQ fold, on those fine-tunes); two models trained from different seeds
+  lose about half their distance (0.54). Under ``--align
+  auto`` a pair in one gauge is not aligned - two fine-tunes of one base get the plain merge, to the bit.
 - **lineage**: ``B`` descends from ``A`` (or both from one base) when, after alignment, their MLP hidden
   units match with a mean cosine (Gate rows, Up rows, Down columns) of at least ``LINEAGE_COSINE``. A
   fine-tune keeps every unit near its base's (cosine above 0.99 in docs/merge.md's measurements); two
@@ -39,7 +43,7 @@ import torch
 from geodrift.gauge.align import align_folded, fold_float64
 from geodrift.gauge.orbit import GaugeShape, StateDict
 
-ONE_GAUGE_RATIO = 0.5
+ONE_GAUGE_RATIO = 0.9
 LINEAGE_COSINE = 0.9
 HEAD_MAP_FITS = ("general", "orthogonal")
 
@@ -141,12 +145,12 @@ def describe(check: PairCheck) -> str:
         'B vs A: not in one gauge - alignment (general head maps) takes'
     """
     verdict = "in one gauge" if check.one_gauge else "not in one gauge"
-    lineage = "shares A's lineage" if check.related else "no common lineage"
+    lineage = f"shares {check.reference}'s lineage" if check.related else f"no common lineage with {check.reference}"
     return (f"{check.label} vs {check.reference}: {verdict} - alignment ({check.head_maps} head maps) takes the "
             f"relative weight distance {check.naive_distance:.3g} -> {check.aligned_distance:.3g} (ratio "
             f"{check.ratio:.3g}; one gauge when >= {ONE_GAUGE_RATIO}); hidden units matched to themselves "
             f"{100 * check.identity_share:.1f}%, mutual best {100 * check.mutual_best:.1f}%, matched cosine "
-            f"{check.matched_cosine:.4f} ({lineage.replace('A', check.reference)}; related when >= {LINEAGE_COSINE})"
+            f"{check.matched_cosine:.4f} ({lineage}; related when >= {LINEAGE_COSINE})"
             + ("; alignment applied" if check.applied else "; alignment not applied"))
 
 

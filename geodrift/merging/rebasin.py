@@ -92,8 +92,8 @@ def _head_step(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tup
     q = blocks(a[layer_key(layer, "q_proj")], shape.n_heads) @ blocks(b[layer_key(layer, "q_proj")], shape.n_heads).T
     o_a, o_b = (x[layer_key(layer, "o_proj")].T.contiguous() for x in (a, b))
     q = q + blocks(o_a, shape.n_heads) @ blocks(o_b, shape.n_heads).T
-    kv = sum(blocks(a[layer_key(layer, n)], shape.n_kv_heads) @ blocks(b[layer_key(layer, n)], shape.n_kv_heads).T
-             for n in ("k_proj", "v_proj"))
+    k_a, k_b, v_a, v_b = (blocks(x[layer_key(layer, n)], shape.n_kv_heads) for n in ("k_proj", "v_proj") for x in (a, b))
+    kv = k_a @ k_b.T + v_a @ v_b.T
     within = {}
     score = np.zeros((shape.n_kv_heads, shape.n_kv_heads))
     for ga in range(shape.n_kv_heads):
