@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import _merge_models as fam
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-import _merge_models as fam
 from geodrift.cli.main import main
 from geodrift.compress.awq_fold import activation_scales, fold_awq
 from geodrift.errors import GeodriftError

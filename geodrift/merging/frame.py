@@ -13,12 +13,12 @@ benchmarks/RESULTS_barriers.md). Then:
   for the tests' 2-layer Llama, whose two fine-tunes measure ratios 0.98 and 0.96); an exact reparametrisation
   of a fine-tune is recovered to the fine-tune's own distance (ratio 0.01 for a random gauge, 0.02 for a
   Hadamard rotation, 0.35 for an AWQ fold, on those fine-tunes); two models trained from different seeds
-  lose about half their distance (0.54). Under ``--align
-  auto`` a pair in one gauge is not aligned - two fine-tunes of one base get the plain merge, to the bit.
+  lose about half their distance (0.54). Under ``--align auto`` a pair in one gauge is not aligned: two
+  fine-tunes of one base get the plain merge, to the bit.
 - **lineage**: ``B`` descends from ``A`` (or both from one base) when, after alignment, their MLP hidden
   units match with a mean cosine (Gate rows, Up rows, Down columns) of at least ``LINEAGE_COSINE``. A
   fine-tune keeps every unit near its base's (cosine above 0.99 in docs/merge.md's measurements); two
-  models trained from different seeds match at about 0.27 (the simulator's ``tiny`` Llama). Which of two
+  models trained from different seeds match at about 0.25-0.27 (the tests' Llama, the simulator's ``tiny`` one). Which of two
   related models is the ancestor cannot be told from two sets of weights: "descends" here means "shares
   its lineage".
 
