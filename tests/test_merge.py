@@ -221,3 +221,35 @@ def test_the_python_face_checks_its_options_before_reading(tmp_path: Path):
     with pytest.raises(GeodriftError, match="--density"):
         run_merge(MergeRequest(models=("a",), base="b", out=tmp_path / "o", method="dare", density=0.0))
     assert not (tmp_path / "o").exists()
+
+
+def test_the_python_face_is_the_command(family: dict[str, Path], tmp_path: Path):
+    import geodrift
+
+    result = geodrift.merge(family["ft1"], family["random"], out=tmp_path / "py", method="slerp", t=0.3)
+    assert result.checks[0].applied and result.frame == "folded"
+    with pytest.raises(SystemExit) as end:
+        main(["merge", str(family["ft1"]), str(family["random"]), "--out", str(tmp_path / "cli"), "--method", "slerp",
+              "--t", "0.3", "-q"])
+    assert end.value.code == 0
+    py, cli = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("py", "cli"))
+    assert all(torch.equal(py[k], cli[k]) for k in cli)
+    with pytest.raises(GeodriftError, match=r"^base=None: method=ties .* pass base=BASE$"):
+        geodrift.merge(family["ft1"], family["ft2"], out=tmp_path / "o", method="ties")
+
+
+def test_the_embedded_gguf_merged_with_itself_is_itself_in_transformers(tmp_path: Path):
+    # real size: the embedded SmolLM2-135M (its embedding is past 2^24 elements), read from the GGUF, written as
+    # a folder transformers loads, tokenizer included
+    from geodrift.merging.evaluate import heldout_windows
+    from geodrift.pretrained import embedded_model_path
+
+    gguf, out = embedded_model_path(), tmp_path / "smollm2"
+    with pytest.raises(SystemExit) as end:
+        main(["merge", str(gguf), str(gguf), "--out", str(out), "-q"])
+    assert end.value.code == 0
+    assert {"config.json", "model.safetensors", "tokenizer.json", "geodrift_merge.json"} <= {p.name for p in out.iterdir()}
+    record = json.loads((out / "geodrift_merge.json").read_text())
+    assert record["frame"] == "as read" and record["checks"][0]["one_gauge"] is True
+    windows = heldout_windows(out, count=1)
+    assert abs(transformers_nll(out, windows) - geodrift_nll(None, windows)) < 1e-4

@@ -81,7 +81,8 @@ def open_models(paths: list[str | Path | None]) -> Preflight:
         _same_architecture(first, other)
         _same_shapes(first, other)
     notes = _same_tokenizer(models)
-    params = sum(math.prod(first.ckpt.canonical_shape(key)) for key in canonical_keys(first.ckpt))
+    params = sum(math.prod(first.ckpt.canonical_shape(key)) for key in canonical_keys(first.ckpt)
+                 if key in first.ckpt.plan)  # a tied head reads as the embedding: counted once
     return Preflight(models, params, notes)
 
 
