@@ -103,7 +103,7 @@ def test_the_merged_folder_loads_in_transformers_with_geodrifts_nll(family: dict
     windows = fam.heldout(8)
     assert abs(transformers_nll(out, windows) - geodrift_nll(out, windows)) < 1e-4
     record = json.loads((out / "geodrift_merge.json").read_text())
-    assert record["kind"] == "merge_record" and record["checks"][0]["applied"] is True
+    assert record["kind"] == "merge_report" and record["checks"][0]["applied"] is True
 
 
 def _barrier(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:

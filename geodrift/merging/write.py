@@ -90,7 +90,7 @@ def write_merged(merged: StateDict, like: Model, tokenizer_from: Model | None, o
             generation = source / "generation_config.json"
             if tokenizer_from.path is not None and generation.is_file():
                 write_with(folder / generation.name, partial(shutil.copyfile, generation))
-        write_json(folder / RECORD, document("merge_record", record))
+        write_json(folder / RECORD, document("merge_report", record))
 
     folder = replace_folder(out, write, force=force, inputs=inputs, option="--out")
     return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
