@@ -44,6 +44,7 @@ class Model:
     label: str
     ckpt: Any
     heads: tuple[int, int]
+    has_tokenizer: bool = False
 
     @property
     def source(self) -> Path:
@@ -116,6 +117,8 @@ def _same_shapes(a: Model, b: Model) -> None:
 
 def _same_tokenizer(models: list[Model]) -> list[str]:
     vocabularies = [(m, tokenizer_vocabulary(m.path)) for m in models]
+    for m, v in vocabularies:
+        m.has_tokenizer = v is not None
     having = [(m, v) for m, v in vocabularies if v is not None]
     notes = [f"tokenizer: {m.label} has none (no tokenizer.json beside it); not compared" for m, v in vocabularies
              if v is None]

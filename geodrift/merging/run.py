@@ -140,8 +140,7 @@ def merge_models(models: list[str | Path | None], out: str | Path, *, base: str 
                          settings={"weights": settings.weights, "t": settings.t, "density": settings.density,
                                    "scale": settings.scale, "seed": settings.seed})
     stage(f"writing {out}")
-    tokenizer_from = next((m for m in pre.models if not any(n.startswith(f"tokenizer: {m.label} has none")
-                                                            for n in pre.notes)), None)
+    tokenizer_from = next((m for m in pre.models if m.has_tokenizer), None)
     result.files = write_merged(merged, reference, tokenizer_from, out, force=force,
                                 inputs=[m.source for m in pre.models], record=result.to_dict())
     result.seconds = time.perf_counter() - t0
