@@ -109,15 +109,16 @@ def check_pair(reference: StateDict, other: StateDict, shape: GaugeShape, label:
         label, reference_label: names for the report.
 
     Returns:
-        ``(aligned, check)``: ``other`` folded and brought into the reference's gauge (float64), and the check.
+        ``(aligned, check)``: ``other`` folded and brought into the reference's gauge (float32: the fits run in
+        float64), and the check.
     """
     best: tuple[StateDict, Any, str] | None = None
     for head_maps in HEAD_MAP_FITS:
         aligned, report = align_folded(reference, fold_float64(dict(other), shape), shape, head_maps=head_maps)
         if best is None or report.aligned_weight_error < best[1].aligned_weight_error:
-            best = (aligned, report, head_maps)
-        else:
-            del aligned
+            best = None  # the earlier fit's tensors go before the next fit starts
+            best = ({k: aligned.pop(k).to(torch.float32) for k in list(aligned)}, report, head_maps)
+        del aligned
     assert best is not None
     aligned, report, head_maps = best
     layers = report.layers

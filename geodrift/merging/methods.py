@@ -85,17 +85,18 @@ class MergeSettings:
 
 
 def merge_tensors(method: str, models: Sequence[StateDict], base: StateDict | None = None,
-                  settings: MergeSettings | None = None) -> StateDict:
-    """Merge ``models`` (and ``base``) tensor by tensor with ``method``; float64 out.
+                  settings: MergeSettings | None = None, dtype: torch.dtype = torch.float64) -> StateDict:
+    """Merge ``models`` (and ``base``) tensor by tensor with ``method`` (computed in float64, stored as ``dtype``).
 
     Args:
         method: one of :data:`METHODS`.
         models: the inputs' state dicts (one frame, the same names and shapes).
         base: the base's state dict (needed by :data:`NEEDS_BASE`; ``slerp``'s first endpoint when given).
         settings: the rule's numbers (default :class:`MergeSettings()`).
+        dtype: the merged tensors' dtype.
 
     Returns:
-        The merged state dict, every tensor float64.
+        The merged state dict.
 
     Raises:
         GeodriftError: an unknown method, a missing base, the wrong number of models for slerp, bad settings.
@@ -115,9 +116,10 @@ def merge_tensors(method: str, models: Sequence[StateDict], base: StateDict | No
     for name in ends[0]:
         xs = [m[name].double() for m in models]
         if method == "linear":
-            out[name] = sum((w * x for w, x in zip(weights, xs, strict=True)), torch.zeros_like(xs[0])) / sum(weights)
+            out[name] = (sum((w * x for w, x in zip(weights, xs, strict=True)), torch.zeros_like(xs[0]))
+                         / sum(weights)).to(dtype)
         elif method == "slerp":
-            out[name] = slerp(ends[0][name].double(), ends[1][name].double(), settings.t)
+            out[name] = slerp(ends[0][name].double(), ends[1][name].double(), settings.t).to(dtype)
         else:
             assert base is not None
             b = base[name].double()
@@ -128,7 +130,7 @@ def merge_tensors(method: str, models: Sequence[StateDict], base: StateDict | No
                 if method == "dare":
                     deltas = [dare_drop(d, settings.density, generator) for d in deltas]
                 merged = sum((w * d for w, d in zip(weights, deltas, strict=True)), torch.zeros_like(b))
-            out[name] = b + settings.scale * merged
+            out[name] = (b + settings.scale * merged).to(dtype)
     return out
 
 

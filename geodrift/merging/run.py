@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import fold_float64
 from geodrift.merging.frame import LINEAGE_COSINE, PairCheck, check_pair, describe, fold_reference
@@ -29,9 +31,10 @@ from geodrift.merging.inputs import float32, gauge_shape, open_models, read_stat
 from geodrift.merging.methods import MergeSettings, merge_tensors
 from geodrift.merging.write import write_merged
 
-# Bytes per parameter held at the peak: every model in float32 (4 n), the reference folded in float64 (8), two
-# alignment fits in float64 (16), each aligned copy kept in float32 (4 n at most) and the merge in float64 (8).
-FIXED_BYTES, PER_MODEL_BYTES = 32, 8
+# Bytes per parameter held at the peak: every model in float32 (4 n), the reference folded in float64 (8), the
+# alignment fit running in float64 (8, and about as much again of temporaries), each aligned copy kept in float32
+# (4 n at most) and the merge in float32 (4).
+FIXED_BYTES, PER_MODEL_BYTES = 28, 8
 
 
 @dataclass
@@ -66,7 +69,7 @@ def memory_needed(parameters: int, n_models: int) -> int:
 
     Example:
         >>> memory_needed(1000, 3)
-        56000
+        52000
     """
     return parameters * (FIXED_BYTES + PER_MODEL_BYTES * n_models)
 
@@ -118,7 +121,7 @@ def merge_models(models: list[str | Path | None], out: str | Path, *, base: str 
         moved, check = check_pair(folded_reference, sd, shape, model.label, reference.label)
         check.applied = align == "on" or (align == "auto" and not check.one_gauge)
         if check.applied:
-            aligned[i] = float32(moved)
+            aligned[i] = moved
         del moved
         checks.append(check)
     notes = list(pre.notes) + _lineage(checks, base is not None, align)
@@ -133,7 +136,7 @@ def merge_models(models: list[str | Path | None], out: str | Path, *, base: str 
             states = [untie(sd) for sd in states]
     stage(f"merging ({method})")
     merged = merge_tensors(method, states[1:] if base is not None else states,
-                           states[0] if base is not None else None, settings)
+                           states[0] if base is not None else None, settings, dtype=torch.float32)
     del states
     result = MergeResult(method, [str(p) if p is not None else "embedded SmolLM2" for p in models],
                          None if base is None else str(base), align, frame, checks, notes, Path(out),
