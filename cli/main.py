@@ -19,6 +19,7 @@ from geodrift.cli import (
     compress_cmd,
     explain_cmd,
     inspect_cmd,
+    merge_cmd,
     prove_cmd,
     reproduce_cmd,
     scan_cmd,
@@ -50,6 +51,7 @@ app.add_typer(compress_cmd.app, name="compress")
 app.add_typer(sweep_cmd.app)
 app.add_typer(reproduce_cmd.app)
 app.add_typer(explain_cmd.app)
+app.add_typer(merge_cmd.app)
 
 
 def _show_version(value: bool) -> None:

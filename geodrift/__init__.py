@@ -1,6 +1,7 @@
 """geodrift: geometric continuity of weight singular vectors across depth.
 
-Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.api``), loaded on
+Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` and ``geodrift.merge(A, B, out=...)``
+(``geodrift.api``), loaded on
 first use - ``import geodrift`` imports neither torch nor any subpackage.
 
 Importing this package has no side effects (no logging set-up, no device probing), with one
@@ -37,6 +38,6 @@ def __getattr__(name: str) -> object:
     # itself lives in ``geodrift.api`` (above the scanner, ``geodrift.scanner``, and the renderers).
     import importlib
 
-    if name in ("scan", "ScanReport"):
+    if name in ("scan", "ScanReport", "merge"):
         return getattr(importlib.import_module("geodrift.api"), name)
     raise AttributeError(f"module 'geodrift' has no attribute {name!r}")

@@ -236,3 +236,46 @@ def claim_figure(path: str | Path | None, dpi: Any, overwrite: Any) -> None:
         check_dpi(int(dpi))
     claim_outputs([(named, Path(path))], overwrite=overwrite,
                   fix="pass overwrite=True to replace it, or choose another name (nothing was written)")
+
+
+# geodrift.merge's keywords as the command line names them in messages.
+MERGE_KEYWORDS = {"--base": "base=", "--method": "method=", "--align": "align=", "--weights": "weights=", "--t": "t=",
+                  "--density": "density=", "--scale": "scale=", "--out": "out=", "--max-memory": "max_memory=",
+                  "--force": "force="}
+_MERGE_FLAG = re.compile("|".join(re.escape(f) + r"\b(?!-)" for f in sorted(MERGE_KEYWORDS, key=len, reverse=True)))
+
+
+def merge(*models: str | Path | None, out: str | Path, base: str | Path | None = None, method: str = "linear",
+          align: str = "auto", weights: tuple[float, ...] | list[float] | None = None, t: float = 0.5,
+          density: float = 0.5, scale: float = 1.0, seed: int = 0, force: bool = False,
+          max_memory: str = "8G") -> Any:
+    """``geodrift merge`` from Python: the same job (:func:`geodrift.jobs.merge.run_merge`), checks and folder.
+
+    Example::
+
+        import geodrift
+        result = geodrift.merge("ft-a", "ft-b", base="base", method="ties", out="merged")
+        print("\\n".join(result.lines()))
+
+    Returns:
+        The :class:`~geodrift.merging.run.MergeResult` (the pre-merge check per model, the files written).
+
+    Raises:
+        GeodriftError: as the command, with options named as keywords (``base=``, ``out=``).
+    """
+    from geodrift.jobs.merge import MergeRequest, run_merge
+
+    request = MergeRequest(models=tuple(models), out=None if out is None else Path(out), base=base, method=method,
+                           align=align, weights=None if weights is None else tuple(float(w) for w in weights), t=t,
+                           density=density, scale=scale, seed=seed, force=force, max_memory=max_memory)
+    given = {"base": base, "method": method, "align": align, "weights": weights, "t": t, "density": density,
+             "scale": scale, "out": out, "max_memory": max_memory, "force": force}
+    try:
+        return run_merge(request)
+    except GeodriftError as error:
+        text = str(error)
+        first = _MERGE_FLAG.match(text)
+        if first and text[first.end():first.end() + 1] == ":":  # "--base: ..." -> "base=None: ..."
+            text = f"{MERGE_KEYWORDS[first.group(0)]}{shown(given[MERGE_KEYWORDS[first.group(0)][:-1]])}{text[first.end():]}"
+        text = re.sub(f"({_MERGE_FLAG.pattern}) ", lambda m: MERGE_KEYWORDS[m.group(1)], text)  # "--method ties"
+        raise GeodriftError(_MERGE_FLAG.sub(lambda m: MERGE_KEYWORDS[m.group(0)], text)) from None
