@@ -51,7 +51,6 @@ NONFINITE_NOTE = (
     "+-Infinity means it overflowed or divided by zero (e.g. a z-score against a null without spread, "
     "weights beyond float32's range). 'path' is a JSON Pointer (RFC 6901) to each value, 'was' its value."
 )
-_NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 
 
 # Temporary files of atomic writes in progress: a signal handler (geodrift.io.signals) removes them
@@ -437,7 +436,8 @@ def to_json(payload: Any, indent: int | None = None) -> str:
     replaced: list[dict[str, str]] = []
     clean = _finite_or_none(payload, "", replaced)
     if replaced and isinstance(clean, dict):
-        clean["nonfinite"] = {"note": NONFINITE_NOTE, "count": len(replaced), "values": replaced[:_NONFINITE_LISTED]}
+        # every one listed: a reader puts each back (geodrift.io.documents.restore_nonfinite)
+        clean["nonfinite"] = {"note": NONFINITE_NOTE, "count": len(replaced), "values": replaced}
     return json.dumps(clean, indent=indent, allow_nan=False, default=str)
 
 
