@@ -102,7 +102,8 @@ MIXED_USERS = ("keep_me", ".backup.20240101.tmp")
 
 
 # Where issue 39's item 3 lives (alignment and the canonical view on degenerate weights: the continuity engineer's).
-ITEM_3_FILES = ("geodrift/gauge/align.py", "geodrift/gauge/basis.py", "geodrift/gauge/canonical.py")
+ITEM_3_FILES = ("geodrift/gauge/align.py", "geodrift/gauge/basis.py", "geodrift/gauge/canonical.py",
+                "geodrift/gauge/orbit.py")
 
 
 def traceback_outcome(error: BaseException) -> str:
