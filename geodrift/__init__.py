@@ -38,6 +38,6 @@ def __getattr__(name: str) -> object:
     # itself lives in ``geodrift.api`` (above the scanner, ``geodrift.scanner``, and the renderers).
     import importlib
 
-    if name in ("scan", "ScanReport", "merge"):
+    if name in ("scan", "ScanReport", "merge", "read"):
         return getattr(importlib.import_module("geodrift.api"), name)
     raise AttributeError(f"module 'geodrift' has no attribute {name!r}")

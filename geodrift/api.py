@@ -279,3 +279,75 @@ def merge(*models: str | Path | None, out: str | Path, base: str | Path | None =
             text = f"{MERGE_KEYWORDS[first.group(0)]}{shown(given[MERGE_KEYWORDS[first.group(0)][:-1]])}{text[first.end():]}"
         text = re.sub(f"({_MERGE_FLAG.pattern}) ", lambda m: MERGE_KEYWORDS[m.group(1)], text)  # "--method ties"
         raise GeodriftError(_MERGE_FLAG.sub(lambda m: MERGE_KEYWORDS[m.group(0)], text)) from None
+
+
+# What each kind of JSON document is read back as: the type its command's job returns.
+_READERS = {
+    "continuity_report": ("geodrift.jobs.scan", "ScanResult"),
+    "drift_report": ("geodrift.scanner.series", "DriftReport"),
+    "compare_report": ("geodrift.scanner.series", "CompareReport"),
+    "inventory": ("geodrift.jobs.inspect", "Inventory"),
+    "proofs": ("geodrift.prove.runner", "ProveReport"),
+    "compress_prune": ("geodrift.compress.prune", "PruneResult"),
+    "compress_share": ("geodrift.compress.share_run", "ShareResult"),
+    "run_record": ("geodrift.sim.record", "RunRecord"),
+}
+
+
+def read(source: str | Path | Mapping[str, Any]) -> Any:
+    """Read back any JSON document geodrift wrote, as the object its command returns.
+
+    ``scan --json-out`` (``--full`` too) gives a :class:`~geodrift.jobs.scan.ScanResult` (``.report``, a
+    :class:`ScanReport`; ``.gauge``, the gauge diagnosis or None); ``drift``/``compare`` a ``DriftReport`` /
+    ``CompareReport``; ``inspect --json`` an ``Inventory``; ``prove --json`` a ``ProveReport``; ``compress
+    prune|share`` a ``PruneResult``/``ShareResult``; a run's ``run.json`` a ``RunRecord``. The tables of
+    ``simulate``/``sweep``/``reproduce`` (kinds ``reproduction``, ``paper_reproduction``) come back as the JSON
+    object. Numbers written as null because they were NaN or infinite come back as they were.
+
+    Args:
+        source: the file's path (str, bytes or os.PathLike), or the object ``json.load`` gave.
+
+    Raises:
+        GeodriftError: not a geodrift document, a newer MAJOR schema, or a document that does not have the fields of
+            its kind - naming the file.
+
+    Example:
+        >>> read({"schema_version": "1.2", "kind": "paper_reproduction", "mode": "smoke"})["mode"]
+        'smoke'
+    """
+    import importlib
+
+    from geodrift.io.atomic import payload_of
+    from geodrift.io.documents import from_jsonable, read_document
+
+    source = as_path(source)
+    doc = read_document(source)
+    where = str(source) if isinstance(source, Path) else "the document"
+    if doc["kind"] not in _READERS:
+        return doc
+    module, name = _READERS[doc["kind"]]
+    cls = getattr(importlib.import_module(module), name)
+    payload = payload_of(doc)
+    try:
+        if doc["kind"] == "continuity_report":
+            result = cls.from_dict(doc)
+            result.report = ScanReport.of(result.report)
+            return result
+        if doc["kind"] == "run_record":
+            return cls.from_dict(payload)
+        if doc["kind"] == "inventory":
+            from geodrift.scanner.inventory import TensorRow
+
+            return cls(**{**{k: payload[k] for k in ("model", "format", "architecture", "summary")},
+                          "tensors": from_jsonable(list[TensorRow], payload["tensors"], "/tensors")})
+        made = from_jsonable(cls, {**payload, "saved": None} if "saved" in payload else payload)
+        if "saved" in payload:
+            from geodrift.compress.saved import saved_from_dict
+
+            made.saved = saved_from_dict(doc["kind"].removeprefix("compress_"), payload["saved"])
+        return made
+    except (KeyError, TypeError) as error:
+        raise GeodriftError(f"{where}: a {doc['kind']} document without the fields this geodrift reads ({error})") \
+            from None
+    except GeodriftError as error:
+        raise GeodriftError(f"{where}: {error}") from None

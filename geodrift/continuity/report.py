@@ -188,19 +188,27 @@ class Report:
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> Report:
-        """Inverse of :meth:`to_dict`.
+        """Inverse of :meth:`to_dict`; reads every continuity report geodrift writes: ``scan --json-out`` (with
+        ``--full``, whose ``gauge_diagnosis`` it leaves to :meth:`geodrift.jobs.scan.ScanResult.from_dict`),
+        ``simulate --out``'s ``report.json``, a bare :meth:`to_dict`. Non-finite numbers written as null come back
+        (the ``nonfinite`` note); keys a later MINOR schema version adds are skipped.
 
         Raises:
-            GeodriftError: when the payload is not a continuity report.
+            GeodriftError: when the payload is not a continuity report, or a newer MAJOR schema's.
         """
+        from geodrift.io.documents import from_jsonable, read_document
+
+        if isinstance(payload, dict) and "kind" in payload and "schema_version" in payload:
+            payload = read_document(payload, kinds=("continuity_report",))
+        if not isinstance(payload, dict) or not isinstance(payload.get("roles"), list):
+            raise GeodriftError("not a geodrift continuity report (no 'roles' list); pass what geodrift scan "
+                                "--json-out or Report.to_dict wrote")
         try:
-            payload = payload_of(payload)
-            roles = [_role_from_dict(r) for r in payload["roles"]]
-            across = [_role_from_dict(r) for r in payload.get("across_experts", [])]
-            trajectory = [TrajectoryShape(**t) for t in payload.get("trajectory", [])]
-            return cls(**{**payload, "roles": roles, "trajectory": trajectory, "across_experts": across})
-        except (KeyError, TypeError) as error:
-            raise GeodriftError(f"not a geodrift continuity report ({error}); re-create it with this version") from None
+            report = from_jsonable(cls, payload_of(payload))
+        except GeodriftError as error:
+            raise GeodriftError(f"not a geodrift continuity report ({error})") from None
+        assert isinstance(report, cls)
+        return report
 
     def rows(self) -> list[dict[str, Any]]:
         """Flat rows (one per role, space and k) for CSV output; experts compared within a layer
@@ -345,12 +353,6 @@ class Report:
                 out.append((r.role, "erank", None, None, layer, value))
             out.append((r.role, "erank", None, None, None, sum(r.erank_lower) / len(r.erank_lower)))
         return out
-
-
-def _role_from_dict(r: dict[str, Any]) -> RoleReport:
-    spaces = {name: SpaceContinuity(**{**s, "vectors": [VectorContinuity(**v) for v in s["vectors"]]})
-              for name, s in r["spaces"].items()}
-    return RoleReport(**{**r, "spaces": spaces, "shape": tuple(r["shape"])})
 
 
 def _verdict_cells(role: RoleReport, space: str) -> dict[str, str | None]:

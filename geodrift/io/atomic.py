@@ -21,7 +21,6 @@ import numbers
 import os
 import re
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from geodrift.errors import GeodriftError
+from geodrift.io import signals
 from geodrift.io.manifest import (
     Manifests,
     create,
@@ -51,7 +51,6 @@ NONFINITE_NOTE = (
     "+-Infinity means it overflowed or divided by zero (e.g. a z-score against a null without spread, "
     "weights beyond float32's range). 'path' is a JSON Pointer (RFC 6901) to each value, 'was' its value."
 )
-_NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 
 
 # Temporary files of atomic writes in progress: a signal handler (geodrift.io.signals) removes them
@@ -59,8 +58,8 @@ _NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 _PENDING: set[Path] = set()
 # The bookkeeping of those files (create + register, unregister + remove) must not be cut in half by
 # an interrupt - a file created but not yet registered would outlive the handler's clean-up. While it
-# runs, geodrift.io.signals' handler only records the signal (:func:`defer_signal`); it is re-raised after.
-_HOLD: dict[str, int | None] = {"depth": 0, "signum": None}
+# runs, geodrift.io.signals' handler only records the signal (signals.held); it is raised after.
+_signals_held = signals.held
 
 
 class _OutputSet:
@@ -73,31 +72,6 @@ class _OutputSet:
 
 
 _BATCH: list[_OutputSet] = []
-
-
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    _HOLD["depth"] = int(_HOLD["depth"] or 0) + 1
-    try:
-        yield
-    finally:
-        _HOLD["depth"] = int(_HOLD["depth"] or 0) - 1
-        signum = _HOLD["signum"]
-        if signum is not None and not _HOLD["depth"]:
-            _HOLD["signum"] = None
-            signal.raise_signal(signum)  # the handler runs again, now outside the bookkeeping
-
-
-def defer_signal(signum: int) -> bool:
-    """Record ``signum`` and return True while temp-file bookkeeping is in progress (else False).
-
-    The signal handler of :mod:`geodrift.io.signals` calls it first; a deferred signal is raised again
-    as soon as the bookkeeping ends, so an interrupt never leaves an unregistered temporary file.
-    """
-    if _HOLD["depth"]:
-        _HOLD["signum"] = signum
-        return True
-    return False
 
 
 @contextmanager
@@ -339,15 +313,17 @@ def check_free_space(folder: str | Path, option: str, size: int = PROBE_FOLDER_B
 
 
 def _probe(folder: Path, prefix: str, size: int, option: str, named: Path) -> None:
-    # A temporary file in ``folder`` with ``size`` bytes allocated, then removed; an OS error names ``named``.
+    # A temporary file in ``folder`` with ``size`` bytes allocated, then removed - with signals held, so an interrupt
+    # never leaves it behind; an OS error names ``named``.
     try:
         list_token(folder)
-        fd, name = tempfile.mkstemp(prefix=temp_prefix(prefix), suffix=".tmp", dir=folder)
-        try:
-            _reserve(fd, size)
-        finally:
-            os.close(fd)
-            os.unlink(name)
+        with _signals_held():
+            fd, name = tempfile.mkstemp(prefix=temp_prefix(prefix), suffix=".tmp", dir=folder)
+            try:
+                _reserve(fd, size)
+            finally:
+                os.close(fd)
+                os.unlink(name)
     except OSError as error:
         raise GeodriftError(f"{option} {_write_error(named, error)}") from None
 
@@ -460,7 +436,8 @@ def to_json(payload: Any, indent: int | None = None) -> str:
     replaced: list[dict[str, str]] = []
     clean = _finite_or_none(payload, "", replaced)
     if replaced and isinstance(clean, dict):
-        clean["nonfinite"] = {"note": NONFINITE_NOTE, "count": len(replaced), "values": replaced[:_NONFINITE_LISTED]}
+        # every one listed: a reader puts each back (geodrift.io.documents.restore_nonfinite)
+        clean["nonfinite"] = {"note": NONFINITE_NOTE, "count": len(replaced), "values": replaced}
     return json.dumps(clean, indent=indent, allow_nan=False, default=str)
 
 

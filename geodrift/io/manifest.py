@@ -32,6 +32,8 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from geodrift.io.signals import held
+
 MANIFEST = ".geodrift-written"
 HEADER = json.dumps({"geodrift_manifest": 2})
 # This process's token; temporary names hold it (temp_prefix) and each manifest above them lists it first.
@@ -133,11 +135,12 @@ def make_folders(folder: str | Path) -> Path:
             break
         missing.append(step)
     for step in reversed(missing):
-        try:
-            step.mkdir()
-        except FileExistsError:
-            continue  # another process made it first: not this run's
-        record_folder(step)
+        with held():  # made and listed, or neither: an interrupt never leaves a folder no manifest lists
+            try:
+                step.mkdir()
+            except FileExistsError:
+                continue  # another process made it first: not this run's
+            record_folder(step)
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)  # raises the OS error (a file in the way)
     return folder
@@ -193,17 +196,18 @@ def create(folder: str | Path) -> Path:
     """
     folder = make_folders(folder)
     manifest = folder / MANIFEST
-    try:
-        fd = os.open(manifest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileExistsError:
-        if not is_manifest(manifest):
-            raise FileExistsError(17, "a file named like geodrift's manifest is there and is not one",
-                                  str(manifest)) from None
-        return folder
-    try:
-        os.write(fd, (HEADER + "\n").encode())
-    finally:
-        os.close(fd)
+    with held():  # created with its header, or not at all: an empty one would be nobody's
+        try:
+            fd = os.open(manifest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            if not is_manifest(manifest):
+                raise FileExistsError(17, "a file named like geodrift's manifest is there and is not one",
+                                      str(manifest)) from None
+            return folder
+        try:
+            os.write(fd, (HEADER + "\n").encode())
+        finally:
+            os.close(fd)
     return folder
 
 

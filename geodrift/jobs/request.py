@@ -297,6 +297,24 @@ def check_names(value: Any) -> None:
                  f"{kind_of(value)}")
 
 
+def check_architecture(value: Any, names: Any) -> None:
+    """``architecture=``: a string, and - without a ``names`` mapping to map its tensors - one geodrift has names for.
+
+    Raises:
+        GeodriftError: ``architecture='foo': unknown architecture; the known ones are llama, mistral, ...``.
+
+    Example:
+        >>> check_architecture("gemma2", None)
+    """
+    check_text("architecture", value, "llama")
+    from geodrift.scanner.names import ARCHITECTURE_ALIASES, ARCHITECTURES
+
+    if value is None or names is not None or value in ARCHITECTURES or value in ARCHITECTURE_ALIASES:
+        return
+    raise refuse("architecture", value, f"unknown architecture; the known ones are {', '.join(ARCHITECTURES)} - "
+                 "or pass names= (a mapping of tensor names to roles) to scan one geodrift does not know")
+
+
 def check_config(value: Any) -> None:
     """config.json-style hyperparameters for a model in memory: a dict with string keys (or None).
 

@@ -71,6 +71,21 @@ class ScanResult:
         diagnosis = {"gauge_diagnosis": self.gauge.to_dict()} if isinstance(self.gauge, GaugeDiagnosis) else {}
         return self.report.to_dict() | diagnosis
 
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> ScanResult:
+        """Inverse of :meth:`to_dict`: a ``geodrift scan --json-out`` file's document (``--full`` too), or its payload.
+
+        Raises:
+            GeodriftError: not a continuity report.
+        """
+        from geodrift.io.documents import from_jsonable, read_document
+
+        if "kind" in payload and "schema_version" in payload:
+            payload = read_document(payload, kinds=("continuity_report",))
+        raw = payload.get("gauge_diagnosis")
+        gauge = from_jsonable(GaugeDiagnosis, raw, "/gauge_diagnosis") if isinstance(raw, dict) else None
+        return cls(Report.from_dict(payload), gauge)
+
 
 def check_request(request: ScanRequest, progress: Any = None) -> None:
     """The request's types and the options checked without the model, before anything is opened - and before
@@ -82,7 +97,7 @@ def check_request(request: ScanRequest, progress: Any = None) -> None:
     """
     checks.existing_model("model", request.model)
     checks.check_options(request, progress, flags=("full_spectrum", "skip_nonfinite", "full"))
-    checks.check_text("architecture", request.architecture, "llama")
+    checks.check_architecture(request.architecture, request.names)
     checks.check_text("device", request.device, "cpu", optional=False)
     checks.check_config(request.config)
     checks.memory_limit(request.max_memory)

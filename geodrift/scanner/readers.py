@@ -181,7 +181,7 @@ def _part(ckpt: Checkpoint, key: CanonicalKey) -> Part:
     raise GeodriftError(
         f"{ckpt.label}: no tensor for {key[0]}"
         + (f" in layer {key[1]}" if key[1] is not None else "")
-        + f" ({ckpt.architecture}); canonical_keys() lists what the checkpoint has"
+        + f" ({ckpt.architecture}); `geodrift inspect MODEL` lists the tensors it has"
     )
 
 
