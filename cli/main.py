@@ -17,6 +17,7 @@ import typer
 from geodrift import __version__
 from geodrift.cli import (
     compress_cmd,
+    finetune_cmd,
     inspect_cmd,
     prove_cmd,
     reproduce_cmd,
@@ -47,6 +48,7 @@ app.add_typer(prove_cmd.app)
 app.add_typer(simulate_cmd.app, name="simulate")
 app.add_typer(compress_cmd.app, name="compress")
 app.add_typer(sweep_cmd.app)
+app.add_typer(finetune_cmd.app)
 app.add_typer(reproduce_cmd.app)
 
 
