@@ -188,3 +188,58 @@ def test_the_sweep_runs_the_grid_locally_and_on_ray_with_the_same_numbers(small_
     again = run_sweep(jobs, workers=1, out=str(tmp_path / "local"))
     assert [o.result["seconds"] for o in again if isinstance(o.result, dict)] == \
         [o.result["seconds"] for o in local if isinstance(o.result, dict)]
+
+
+def _record(label: str, corpus: str, forgetting: list[float], values: list[float], noise: list[float],
+            reverts: list[float] | None = None, per_layer: list[float] | None = None) -> dict[str, object]:
+    checkpoints = []
+    for step, (f, v, n) in enumerate(zip(forgetting, values, noise, strict=True), 1):
+        ind = {name: v for name in ("rel_dw", "rotation_v1", "rotation_topk", "rotation_topk_gauge", "intruders",
+                                     "frame_share", "frame_energy")}
+        floor = {name: n for name in ind}
+        checkpoints.append({"step": step, "forgetting": {"mean": f, "se": 0.01, "n": 4},
+                            "learning": {"mean": -f, "se": 0.01, "n": 4}, "taylor": {"total": f / 2, "per_layer": {
+                                str(i): x for i, x in enumerate(per_layer or [])}},
+                            "indicators": {"value": ind, "noise": floor,
+                                           "null": {"frame_share_random": 0.01, "rotation_topk_unrelated_deg": 80.0,
+                                                    "rotation_v1_unrelated_deg": 85.0},
+                                           "per_layer": {name: {str(i): x for i, x in enumerate(per_layer or [])}
+                                                         for name in ind}}})
+    return {"label": label, "spec": {"corpus": corpus, "probe": "stdlib-docs", "lr": 1e-4}, "checkpoints": checkpoints,
+            "reverts": None if reverts is None else [{"layer": i, "recovery": r, "se": 0.001}
+                                                      for i, r in enumerate(reverts)]}
+
+
+def test_the_analysis_ranks_signs_and_compares_layers_as_documented():
+    from geodrift.finetune.analysis import analyse
+
+    records = [_record("c", "stdlib-docs", [-0.3, -0.2], [1.0, 2.0], [3.0, 3.0], reverts=[-1, -2, -3],
+                       per_layer=[1, 2, 3]),
+               _record("a", "django-de", [0.1, 0.2], [3.0, 4.0], [2.0, 2.0], reverts=[1, 2, 3], per_layer=[1, 2, 3]),
+               _record("b", "sympy-code", [0.3, 0.4], [5.0, 6.0], [2.0, 2.0], reverts=[3, 2, 1], per_layer=[1, 2, 3])]
+    by_name = {r.name: r for r in analyse(records)}
+    rel = by_name["rotation_topk"]
+    assert rel.pooled_rho == pytest.approx(1.0)  # the indicator orders the six points as forgetting does
+    assert rel.pooled_ci[0] <= rel.pooled_rho <= rel.pooled_ci[1]
+    assert (rel.control_right, rel.control_total) == (2, 2)  # below its random-update floor on the control: right
+    assert rel.per_layer_runs == {"a": pytest.approx(1.0), "b": pytest.approx(-1.0)} and rel.per_layer_rho == 0.0
+    assert rel.control_per_layer == {"c": pytest.approx(-1.0)}
+    assert not rel.ships  # per-layer rho 0 < 0.5
+    # a magnitude that equals its floor by construction predicts no sign at all
+    same = [_record("c", "stdlib-docs", [-0.3, -0.2], [1.0, 2.0], [1.0, 2.0])]
+    assert {r.name: r.control_right for r in analyse(same)}["rel_dw"] == 0
+
+
+def test_forgetting_aware_merge_weights_against_the_midpoint(small_llama: str, tmp_path: Path):
+    from geodrift.finetune.merge_eval import evaluate_merges, indicator_weights
+
+    spec = _spec(small_llama, corpus="sympy-code", lr=3e-3, keep="final", indicators=False)
+    record = run_finetune(spec, tmp_path)
+    result = evaluate_merges(record, {"all base": dict.fromkeys(range(2), 0.0)}, tmp_path)
+    assert result["methods"]["uniform"]["verdict"] == "—"
+    base = result["methods"]["all base"]
+    assert base["probe"] == pytest.approx(result["base"]["probe"], abs=1e-5)  # a = 0 everywhere is the base
+    assert base["domain"] == pytest.approx(result["base"]["domain"], abs=1e-5)
+    assert base["verdict"] in ("beats", "ties", "loses")
+    assert evaluate_merges(record, {"all base": dict.fromkeys(range(2), 0.0)}, tmp_path) == result  # kept, reused
+    assert indicator_weights([0.0, 0.0]) == {0: 0.5, 1: 0.5}

@@ -138,3 +138,42 @@ def run_forgetting_runs(request: ForgettingRequest, events: Events = SILENT) -> 
     for line in failed:
         events.stage(f"failed run: {line}")
     return records
+
+
+@dataclass
+class ForgettingAnswer:
+    """The grid's answer: the points, every indicator's result, the best weights-only one and the merges."""
+
+    records: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    indicators: list[Any]  # geodrift.finetune.analysis.IndicatorResult
+    best: Any
+    merges: list[dict[str, Any]]
+
+
+def run_forgetting_analysis(records: list[dict[str, Any]], out: Path, *, merge: bool = True,
+                            events: Events = SILENT) -> ForgettingAnswer:
+    """Analyse a grid's records (:mod:`geodrift.finetune.analysis`); with ``merge``, evaluate the forgetting-aware
+    per-layer merges (:mod:`geodrift.finetune.merge_eval`) of every shifted-domain run with reverts whose last
+    checkpoint is on disk: weights from the best weights-only indicator, from the Taylor prediction and from the
+    measured reverts (an oracle that uses the probe), each against the uniform midpoint."""
+    from geodrift.finetune.analysis import analyse, best_weights_only, per_layer_values, points
+    from geodrift.finetune.merge_eval import evaluate_merges, indicator_weights
+
+    results = analyse(records)
+    best = best_weights_only(results)
+    merges = []
+    if merge:
+        chosen = [r for r in records if r.get("reverts") and r["spec"]["corpus"] != r["spec"]["probe"]
+                  and Path(str(r["checkpoints"][-1]["path"])).is_dir()]
+        events.begin("forgetting-aware merges", len(chosen), "runs")
+        for i, rec in enumerate(chosen, 1):
+            values = per_layer_values(rec, best.name) or []
+            taylor = [max(0.0, v) for v in per_layer_values(rec, "taylor") or []]
+            oracle = [max(0.0, r["recovery"]) for r in rec["reverts"]]
+            methods = {f"indicator:{best.name}": indicator_weights(values), "taylor": indicator_weights(taylor),
+                       "reverts (oracle)": indicator_weights(oracle)}
+            merges.append(evaluate_merges(rec, methods, out))
+            events.advance(i)
+        events.end()
+    return ForgettingAnswer(records, points(records), results, best, merges)
