@@ -64,17 +64,32 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=Path("benchmarks/RESULTS_forgetting.md"))
     parser.add_argument("--figure", type=Path, default=Path("benchmarks/figures/forgetting.png"))
     parser.add_argument("--no-merge", action="store_true", help="Skip the forgetting-aware merges.")
+    parser.add_argument("--merge-methods", default="indicator,taylor",
+                        help="Merge weightings besides the uniform midpoint: indicator, taylor, oracle.")
+    parser.add_argument("--only-finished", action="store_true",
+                        help="Run nothing: analyse the runs already finished under --out (a partial grid, said so).")
     args = parser.parse_args()
     check_results_path(args.results)
     events = _Print()
     load_before = load_average()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    records = run_forgetting_runs(ForgettingRequest(out=args.out, preset=args.preset, model=args.model,
-                                                    backend=args.backend, workers=args.workers, resume=True), events)
+    if args.only_finished:
+        from geodrift.finetune.grid import grid_specs
+        from geodrift.finetune.run import finished
+
+        found = [finished(args.out, spec) for spec in grid_specs(args.preset, args.model)]
+        records = [r for r in found if r is not None]
+        args.missing = [s.label for s, r in zip(grid_specs(args.preset, args.model), found, strict=True) if r is None]
+    else:
+        records = run_forgetting_runs(ForgettingRequest(out=args.out, preset=args.preset, model=args.model,
+                                                        backend=args.backend, workers=args.workers, resume=True),
+                                      events)
+        args.missing = []
     runs_wall = time.perf_counter() - t0
     events.stage(f"{len(records)} runs in {runs_wall:.0f} s")
     t1 = time.perf_counter()
-    answer = run_forgetting_analysis(records, args.out, merge=not args.no_merge, events=events)
+    answer = run_forgetting_analysis(records, args.out, merge=not args.no_merge,
+                                     methods=tuple(m for m in args.merge_methods.split(",") if m), events=events)
     analysis_wall = time.perf_counter() - t1
     figure = _figure(answer, args.figure)
     body = results_body(answer, args, runs_wall, analysis_wall, figure, load_before)
@@ -124,7 +139,16 @@ def results_body(answer: ForgettingAnswer, args: argparse.Namespace, runs_wall: 
     train_s = sum(r["seconds"]["train"] for r in recs)
     total_s = sum(r["seconds"]["total"] for r in recs)
     loaded = max(load_before) > 1.5
-    lines = [f"Command: `{command_line()}`. Grid preset `{args.preset}`: {len(recs)} runs, "
+    partial = ([f"**Partial grid**: {len(recs)} of {len(recs) + len(args.missing)} runs had finished when this file "
+                f"was written; not yet run: {', '.join(args.missing)}. The same command without `--only-finished` "
+                "runs them (finished runs are reused) and rewrites this file.", ""] if args.missing else [])
+    cpu = [r["seconds"].get("cpu") for r in recs]
+    cpu_line = (f" The runs' own CPU time (one thread each, the {sum(c is not None for c in cpu)} runs that "
+                f"recorded it): {sum(c for c in cpu if c is not None):.0f} s, i.e. about "
+                f"{sum(c for c in cpu if c is not None) / max(1, sum(c is not None for c in cpu)) * (len(recs) + len(args.missing)) / 2 / 60:.0f} "
+                "min for the whole grid on 2 quiet cores with 2 workers (CPU time measured under load: an "
+                "upper estimate)." if any(c is not None for c in cpu) else "")
+    lines = partial + [f"Command: `{command_line()}`. Grid preset `{args.preset}`: {len(recs)} runs, "
              f"{len(answer.rows)} (run, checkpoint) points; model {first['model']} ({first['architecture']}), "
              f"float32, full fine-tuning with AdamW (constant lr, no weight decay), batch "
              f"{first['spec']['batch']} x {first['spec']['seq_len']} tokens, {first['spec']['steps']} steps, "
@@ -136,7 +160,8 @@ def results_body(answer: ForgettingAnswer, args: argparse.Namespace, runs_wall: 
              f"{first['spec']['batch']} x {first['spec']['seq_len']} tokens (one thread; the prototype measured "
              "3.5 CPU-s)." + (f" **Timing under load**: the load average was {load_before[0]:.1f} when this "
                               "invocation started (six engineers share 2 cores); the target (< 60 min on a quiet "
-                              "2-core machine) needs a quiet re-run of the same command." if loaded else ""), ""]
+                              "2-core machine) needs a quiet re-run of the same command." if loaded else "")
+             + cpu_line, ""]
     lines += ["## Corpora", "", "| corpus | what | source | licence | training chars | held-out tokens | "
               "windows used |", "|---|---|---|---|---|---|---|"]
     seen = set()

@@ -24,7 +24,8 @@ PRESETS = ("full", "toy", "tiny")
 
 
 def grid_specs(preset: str, model: str | None = None) -> list[FinetuneSpec]:
-    """The runs of a preset (control first, then the shifted domains; lower learning rate first).
+    """The runs of a preset: the higher learning rate first (its runs carry the reverts and the merges, so a grid
+    cut short still answers the per-layer question), the control first within each rate.
 
     Raises:
         GeodriftError: an unknown preset.
@@ -33,7 +34,7 @@ def grid_specs(preset: str, model: str | None = None) -> list[FinetuneSpec]:
         return [FinetuneSpec(corpus=c, lr=lr, steps=24, model=model, checkpoints=(8, 16, 24), probe_windows=32,
                              domain_windows=24, taylor_windows=4, reverts=lr == max(LEARNING_RATES),
                              revert_windows=8, keep="final")
-                for lr in LEARNING_RATES for c in (CONTROL, *SHIFTED)]
+                for lr in sorted(LEARNING_RATES, reverse=True) for c in (CONTROL, *SHIFTED)]
     if preset == "toy":
         return [FinetuneSpec(corpus=c, lr=5e-4, steps=2, model=model, checkpoints=(1, 2), probe_windows=4,
                              domain_windows=4, taylor_windows=2, reverts=True, revert_windows=2, keep="final")

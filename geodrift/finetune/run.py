@@ -115,7 +115,7 @@ def run_finetune(spec: FinetuneSpec, out: str | Path | None, *, device: str = "c
         return done
     where = torch.device(check_device(device))
     folder = run_folder(out, spec) if out is not None else None
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     stage(f"{spec.label}: loading the model and the corpora")
     lm = load_trainable(spec.model, where)
     data = windows(spec, lm)
@@ -177,6 +177,7 @@ def run_finetune(spec: FinetuneSpec, out: str | Path | None, *, device: str = "c
         seconds["reverts"] = time.perf_counter() - tic
     record["status"] = "complete"
     seconds["total"] = time.perf_counter() - t0
+    seconds["cpu"] = time.process_time() - cpu0  # this process's CPU time: what a quiet machine would need
     if folder is not None:
         write_json(folder / RECORD, document("finetune_run", record))
     return record

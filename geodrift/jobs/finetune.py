@@ -151,12 +151,17 @@ class ForgettingAnswer:
     merges: list[dict[str, Any]]
 
 
+MERGE_METHODS = ("indicator", "taylor", "oracle")
+
+
 def run_forgetting_analysis(records: list[dict[str, Any]], out: Path, *, merge: bool = True,
+                            methods: tuple[str, ...] = ("indicator", "taylor"),
                             events: Events = SILENT) -> ForgettingAnswer:
     """Analyse a grid's records (:mod:`geodrift.finetune.analysis`); with ``merge``, evaluate the forgetting-aware
     per-layer merges (:mod:`geodrift.finetune.merge_eval`) of every shifted-domain run with reverts whose last
-    checkpoint is on disk: weights from the best weights-only indicator, from the Taylor prediction and from the
-    measured reverts (an oracle that uses the probe), each against the uniform midpoint."""
+    checkpoint is on disk, each against the uniform midpoint, with weights from ``methods``: ``indicator`` (the
+    best weights-only one), ``taylor`` (the data baseline's per-layer prediction), ``oracle`` (the measured
+    single-layer reverts: uses the probe itself)."""
     from geodrift.finetune.analysis import analyse, best_weights_only, per_layer_values, points
     from geodrift.finetune.merge_eval import evaluate_merges, indicator_weights
 
@@ -171,9 +176,10 @@ def run_forgetting_analysis(records: list[dict[str, Any]], out: Path, *, merge: 
             values = per_layer_values(rec, best.name) or []
             taylor = [max(0.0, v) for v in per_layer_values(rec, "taylor") or []]
             oracle = [max(0.0, r["recovery"]) for r in rec["reverts"]]
-            methods = {f"indicator:{best.name}": indicator_weights(values), "taylor": indicator_weights(taylor),
-                       "reverts (oracle)": indicator_weights(oracle)}
-            merges.append(evaluate_merges(rec, methods, out))
+            weights = {"indicator": (f"indicator:{best.name}", indicator_weights(values)),
+                       "taylor": ("taylor", indicator_weights(taylor)),
+                       "oracle": ("reverts (oracle)", indicator_weights(oracle))}
+            merges.append(evaluate_merges(rec, dict(weights[m] for m in methods), out))
             events.advance(i)
         events.end()
     return ForgettingAnswer(records, points(records), results, best, merges)
