@@ -16,18 +16,19 @@ def _pm(d: dict[str, float]) -> str:
 def finetune_grid(record: dict[str, Any]) -> Grid:
     """The checkpoints of one run as a table (forgetting = probe NLL change, learning = domain NLL change)."""
     grid = Grid(f"fine-tune {record['label']}: held-out NLL change from the base (nats, paired ± SE)",
-                [Col("step"), Col("forgetting"), Col("learning"), Col("||dW||/||W||"), Col("top-k rotation °"),
-                 Col("(random update)"), Col("intruders"), Col("frame share"), Col("(random)"), Col("Taylor")],
+                [Col("step"), Col("forgetting"), Col("learning"), Col("‖ΔW‖/‖W‖"), Col("top-8 rotation ° (random)"),
+                 Col("intruders (random)"), Col("frame share (random; k/d)"), Col("Taylor + EWC")],
                 caption=f"forgetting on {record['windows']['probe']} windows of {record['probe']['name']} (held out), "
-                        f"learning on {record['windows']['domain']} of {record['corpus']['name']}; "
-                        "'random update' = the same indicator for W0 + a Gaussian update of the same norm")
+                        f"learning on {record['windows']['domain']} of {record['corpus']['name']}; (random) = the same "
+                        "indicator for W0 + a Gaussian update of the same norm; k/d = a random direction's share")
     for c in record["checkpoints"]:
         ind = c.get("indicators")
-        cells = ["—"] * 6
+        cells = ["—"] * 4
         if ind is not None:
             v, n = ind["value"], ind["noise"]
-            cells = [f"{v['rel_dw']:.5f}", f"{v['rotation_topk']:.3f}", f"{n['rotation_topk']:.3f}",
-                     f"{v['intruders']:.0f}", f"{v['frame_share']:.4f}", f"{ind['null']['frame_share_random']:.4f}"]
+            cells = [f"{v['rel_dw']:.5f}", f"{v['rotation_topk']:.3f} ({n['rotation_topk']:.3f})",
+                     f"{v['intruders']:.0f} ({n['intruders']:.0f})",
+                     f"{v['frame_share']:.4f} ({n['frame_share']:.4f}; {ind['null']['frame_share_random']:.4f})"]
         taylor = f"{c['taylor']['total']:+.4f}" if "taylor" in c else "—"
         grid.add(str(c["step"]), _pm(c["forgetting"]), _pm(c["learning"]), *cells, taylor)
     return grid
