@@ -243,3 +243,16 @@ def test_forgetting_aware_merge_weights_against_the_midpoint(small_llama: str, t
     assert base["verdict"] in ("beats", "ties", "loses")
     assert evaluate_merges(record, {"all base": dict.fromkeys(range(2), 0.0)}, tmp_path) == result  # kept, reused
     assert indicator_weights([0.0, 0.0]) == {0: 0.5, 1: 0.5}
+
+
+def test_the_vectorised_bootstrap_rho_is_spearmans():
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    from geodrift.finetune.analysis import _spearman_rows
+
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 4, size=(5, 9)).astype(float), rng.normal(size=(5, 9))  # ties in a
+    expected = [spearmanr(x, y).statistic for x, y in zip(a, b, strict=True)]
+    assert _spearman_rows(a, b) == pytest.approx(expected)
+    assert np.isnan(_spearman_rows(np.ones((1, 4)), b[:1, :4])).all()

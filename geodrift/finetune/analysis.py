@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import rankdata, spearmanr
 
 BOOTSTRAP = 2000
 SHIP = {"pooled": 0.8, "control_sign": 0.9, "per_layer": 0.5}
@@ -122,7 +122,7 @@ def analyse(records: list[dict[str, Any]], seed: int = 0) -> list[IndicatorResul
         if not np.isfinite(values).all():
             continue
         rho = _spearman(values, forgetting)
-        boot = np.array([_spearman(values[d], forgetting[d]) for d in draws])
+        boot = _spearman_rows(values[draws], forgetting[draws])
         control = [r for r in rows if r["control"]]
         right = sum(_predicted_sign(r, name) == (1 if r["forgetting"] > 0 else -1) for r in control)
         layer = _per_layer(records, name, rng)
@@ -158,21 +158,29 @@ def _per_layer(records: list[dict[str, Any]], name: str, rng: np.random.Generato
     if not shifted:
         return None, None, {}, control
     per_run = {label: _spearman(*pair) for label, pair in shifted.items()}
-    boot = []
-    for _ in range(BOOTSTRAP):
-        rhos = []
-        for layer_values, recovery in shifted.values():
-            pick = rng.integers(0, len(layer_values), size=len(layer_values))
-            rhos.append(_spearman(layer_values[pick], recovery[pick]))
-        finite = [x for x in rhos if math.isfinite(x)]
-        boot.append(sum(finite) / len(finite) if finite else math.nan)
-    return float(np.mean(list(per_run.values()))), _interval(np.array(boot)), per_run, control
+    rows = []
+    for layer_values, recovery in shifted.values():
+        pick = rng.integers(0, len(layer_values), size=(BOOTSTRAP, len(layer_values)))
+        rows.append(_spearman_rows(layer_values[pick], recovery[pick]))
+    stacked = np.stack(rows)  # (runs, draws): the mean over runs of each draw, NaN (a constant draw) left out
+    finite = np.isfinite(stacked)
+    boot = np.where(finite.any(0), np.where(finite, stacked, 0).sum(0) / np.maximum(finite.sum(0), 1), np.nan)
+    return float(np.mean(list(per_run.values()))), _interval(boot), per_run, control
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     if np.ptp(a) == 0 or np.ptp(b) == 0:
         return math.nan
     return float(spearmanr(a, b).statistic)
+
+
+def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # Spearman's rho of each row pair of (draws, n) arrays (average ranks for ties); NaN for a constant row.
+    ra, rb = rankdata(a, axis=1), rankdata(b, axis=1)
+    ra, rb = ra - ra.mean(1, keepdims=True), rb - rb.mean(1, keepdims=True)
+    denom = np.sqrt((ra * ra).sum(1) * (rb * rb).sum(1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, (ra * rb).sum(1) / np.where(denom > 0, denom, 1.0), np.nan)
 
 
 def _interval(boot: np.ndarray) -> tuple[float, float]:
