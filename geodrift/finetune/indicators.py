@@ -27,7 +27,7 @@ update of the same size*: ``W0 + E`` with ``E`` Gaussian and ``||E||_F = ||dW||_
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -69,7 +69,7 @@ class BaseGeometry:
     def measure(self, checkpoint: Any) -> dict[str, Any]:
         """Every indicator of ``checkpoint`` (a path, module or state dict), total and per layer, with floors."""
         raw = _weights(checkpoint, "raw")
-        w = {key: raw[key].float() for key in self.w0}
+        w = _Lazy(raw)  # each matrix read when used, not all held at once (the grid runs two of these side by side)
         gauge = _weights(checkpoint, GAUGE_VIEW)
         generator = torch.Generator().manual_seed(self.seed)
         noisy = {}
@@ -129,6 +129,22 @@ class BaseGeometry:
                 "rotation_v1_unrelated_deg": _mean([math.degrees(math.acos(min(1.0, r.top1_null_mean))) for r in rows]),
                 "frame_share_random": _frame_floor(rows)}
         return {"total": total, "per_layer": per_layer, "null": null}
+
+
+class _Lazy(Mapping[WeightKey, torch.Tensor]):
+    """A WeightSet's matrices as float32, read from the checkpoint on each access."""
+
+    def __init__(self, ws: WeightSet) -> None:
+        self.ws = ws
+
+    def __getitem__(self, key: WeightKey) -> torch.Tensor:
+        return self.ws[key].float()
+
+    def __iter__(self) -> Iterator[WeightKey]:
+        return iter(self.ws)
+
+    def __len__(self) -> int:
+        return len(self.ws)
 
 
 def _weights(model: Any, view: str) -> WeightSet:
