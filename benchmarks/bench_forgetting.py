@@ -252,8 +252,9 @@ def answer_sentence(answer: ForgettingAnswer) -> str:
     text = ("No weights-only indicator meets all three bars. " if not shipped else
             f"{', '.join(r.label for r in shipped)} meet all three bars. ")
     text += (f"The best weights-only one, {best.label} (`{best.name}`), has pooled ρ {best.pooled_rho:+.2f} "
-             f"{_ci(best.pooled_ci)}, the control's sign right on {best.control_right}/{best.control_total} checkpoints "
-             f"and per-layer ρ {best.per_layer_rho:+.2f}" if best.per_layer_rho is not None else "")
+             f"{_ci(best.pooled_ci)}, the control's sign right on {best.control_right}/{best.control_total} checkpoints"
+             + (f" and per-layer ρ {best.per_layer_rho:+.2f}" if best.per_layer_rho is not None else
+                " (no single-layer reverts in these runs)"))
     if taylor is not None:
         text += (f"; the data-light Taylor + EWC baseline has pooled ρ {taylor.pooled_rho:+.2f} {_ci(taylor.pooled_ci)}, "
                  f"control sign {taylor.control_right}/{taylor.control_total}"

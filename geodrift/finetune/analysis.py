@@ -192,6 +192,8 @@ def _interval(boot: np.ndarray) -> tuple[float, float]:
 
 
 def best_weights_only(results: list[IndicatorResult]) -> IndicatorResult:
-    """The weights-only indicator with the highest pooled rho that has per-layer values (the merge's choice)."""
-    candidates = [r for r in results if not r.uses_data and r.per_layer_rho is not None and math.isfinite(r.pooled_rho)]
+    """The weights-only indicator with the highest pooled rho that has per-layer values (the merge's choice); in a
+    grid without reverts, the highest pooled rho."""
+    finite = [r for r in results if not r.uses_data and math.isfinite(r.pooled_rho)]
+    candidates = [r for r in finite if r.per_layer_rho is not None] or finite  # no reverts yet: pooled rho alone
     return max(candidates, key=lambda r: r.pooled_rho)

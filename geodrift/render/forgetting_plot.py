@@ -56,6 +56,10 @@ def plot_forgetting(rows: list[dict[str, Any]], best: str, best_label: str, best
         ax.axhline(0, color="grey", lw=0.6)
         ax.set_xlabel("layer reverted to the base")
         ax.set_ylabel("probe NLL recovered (nats)")
-        ax.legend(fontsize=5, loc="best")
+        if layers:
+            ax.legend(fontsize=5, loc="best")
+        else:
+            ax.text(0.5, 0.5, "no single-layer reverts in these runs", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=7)
         fig.tight_layout()
         return save_figure(fig, path, dpi)
