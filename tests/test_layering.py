@@ -29,6 +29,7 @@ LAYERS = {
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
     "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.api": 11,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
+    "geodrift.finetune": 6,  # fine-tuning runs: models through pretrained; the sweep runs them as a job kind
     "geodrift.compress": 7, "geodrift.merging": 7, "geodrift.reproduction": 8, "geodrift.jobs": 9, "geodrift.render": 10,
     "geodrift.cli": 11, "geodrift.__main__": 11,
 }
@@ -254,7 +255,7 @@ MAX_BODY_LINES = 40
 COMMANDS = {"scan_cmd:scan", "series_cmd:drift", "series_cmd:compare", "inspect_cmd:inspect", "prove_cmd:prove",
             "simulate_cmd:mlp", "simulate_cmd:transformer", "compress_cmd:prune", "compress_cmd:share",
             "sweep_cmd:sweep", "reproduce_cmd:reproduce", "explain_cmd:explain",
-            "merge_cmd:merge"}
+            "merge_cmd:merge", "finetune_cmd:finetune"}
 
 
 def _library(module: str) -> bool:
