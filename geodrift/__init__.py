@@ -1,7 +1,7 @@
 """geodrift: geometric continuity of weight singular vectors across depth.
 
-Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.api``), loaded on
-first use - ``import geodrift`` imports neither torch nor any subpackage.
+Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.api``), ``geodrift.drift([...]) ->
+Drift`` and ``geodrift.compare(a, b) -> Comparison`` (``geodrift.api_series``), loaded on first use - ``import geodrift`` imports neither torch nor any subpackage.
 
 Importing this package has no side effects (no logging set-up, no device probing), with one
 exception for source checkouts, described below.
@@ -39,4 +39,6 @@ def __getattr__(name: str) -> object:
 
     if name in ("scan", "ScanReport"):
         return getattr(importlib.import_module("geodrift.api"), name)
+    if name in ("drift", "compare", "Drift", "Comparison"):  # geodrift drift / compare, the same way
+        return getattr(importlib.import_module("geodrift.api_series"), name)
     raise AttributeError(f"module 'geodrift' has no attribute {name!r}")
