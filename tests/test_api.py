@@ -176,7 +176,7 @@ def test_role_accepts_the_roles_names_and_the_repr_is_a_few_lines():
     assert report.role("router") is None and report.role("attn_ov") is None  # no head counts in memory: no OV
     text = repr(report)
     assert len(text.splitlines()) <= 6 and len(text) < 600
-    assert text.startswith("ScanReport(LlamaLM (in memory), raw weights, k=1, 8 null draws, seed 0)")
+    assert text.startswith("ScanReport(LlamaLM (in memory), raw view, k=1, 8 null draws, seed 0)")
     assert "7 projections (Q K V O Gate Up Down) over 4 layers 0..3" in text
     assert "shared frame: " in text and "depth path: " in text and "geodrift.scan(<LlamaLM>, k=1, null_draws=8)" in text
 

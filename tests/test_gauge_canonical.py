@@ -160,7 +160,7 @@ def test_canonical_view_refuses_an_architecture_whose_gauge_group_is_not_derived
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())  # wrapped at 80 columns
     assert "note: view: raw, the default where geodrift has not derived the gauge group" in text
-    assert "raw weights" in text and "(gauge-invariant)" not in text
+    assert "raw view" in text and "(gauge-invariant)" not in text
 
 
 def _geodrift(*args: str) -> subprocess.CompletedProcess[str]:
@@ -196,10 +196,10 @@ def test_done_when_the_cli_prints_the_same_canonical_numbers_for_an_exactly_repa
     assert table == [line for line in other_text.splitlines() if "│" in line or "|" in line]
     (counts_a, _, verdicts_a), (counts_b, _, verdicts_b) = _summary(base_text), _summary(other_text)
     assert (counts_a, verdicts_a) == (counts_b, verdicts_b)  # the summary line but its model's name
-    assert "canonical weights (gauge-invariant)" in verdicts_a
-    text = " ".join(base_text.split())  # the gauge line (wrapped): the view, invariant, the paper's metric
-    assert "gauge: canonical view" in text and "is invariant under the network's exact reparametrisations" in text
-    assert "the paper's metric is --view raw" in text
+    assert "canonical view (gauge-invariant)" in verdicts_a
+    text = " ".join(base_text.split())  # the view line (wrapped): what aligned means, the paper's metric
+    assert "canonical view" in text and "aligned: ordered by the view itself, not measured" in text
+    assert "paper's numbers: --view raw" in text
     raw_a, _ = _scan_json(None, "raw", tmp_path / "c.json", "--roles", "o,up")
     raw_b, _ = _scan_json(copy, "raw", tmp_path / "d.json", "--roles", "o,up")
     moved_numbers = differences(Report.from_dict(raw_a), Report.from_dict(raw_b), 0.01)
@@ -213,8 +213,8 @@ def _summary(text: str) -> tuple[str, str, str]:
     start = max(i for i, line in enumerate(lines) if line.startswith("frame ") and "predictions hold" in line)
     line = " ".join(" ".join(lines[start:]).split())
     counts, rest = line.split(" predictions hold on ", 1)
-    model, after = rest.split(", canonical weights", 1)
-    return counts, model, "canonical weights" + after
+    model, after = rest.split(", canonical view", 1)
+    return counts, model, "canonical view" + after
 
 
 def test_compare_in_the_canonical_view_finds_a_gauged_copy_identical_and_the_raw_view_does_not(
