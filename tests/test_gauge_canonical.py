@@ -1,7 +1,7 @@
 """The canonical view: the same numbers and verdicts for any two checkpoints that differ by an exact gauge.
 
 Real parts: a simulator-size LlamaLM (GQA, 8 layers: enough for the depth-path verdict) and the
-embedded SmolLM2-135M, gauged by :func:`geodrift.gauge.orbit.random_gauge` (every generator: folded
+embedded SmolLM2-135M (its first 8 layers by default; the whole model under ``-m heavy``), gauged by :func:`geodrift.gauge.orbit.random_gauge` (every generator: folded
 gains, a residual rotation, V/O with condition numbers up to 100, Q/K and Up/Down log-scales with
 sigma up to 1, hidden and head permutations), scanned through ``geodrift.scan`` and the CLI (a
 safetensors folder written by ``save_hf``, against the embedded GGUF).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _gauge import differences, rebuild, write_copy
+from _gauge import differences, rebuild, smollm2_layers, write_copy
 from hypothesis import HealthCheck, given
 from strategies import examples, gauge_draws
 
@@ -28,7 +28,6 @@ from geodrift.gauge.canonical import canonicalise
 from geodrift.gauge.orbit import GaugeShape, random_gauge
 from geodrift.lm.hf import hf_config, save_hf
 from geodrift.lm.llama import LlamaLM
-from geodrift.pretrained import llama_from_checkpoint, open_llama
 
 SAME = 1e-5  # every number of two canonical reports (relative beyond 1)
 FUNCTION = 1e-5  # max |dlogit| / max |logit| (the RMSNorm runs in float32)
@@ -74,9 +73,12 @@ def small_report(small: Model) -> geodrift.ScanReport:
     return small.scan(small.sd, null_draws=40)
 
 
-@pytest.fixture(scope="module")
-def smollm2() -> Model:
-    return Model(llama_from_checkpoint(open_llama(None)), tokens=8)
+@pytest.fixture(scope="module", params=[pytest.param(8, id="smollm2-8-layers"),
+                                        pytest.param(None, id="smollm2", marks=pytest.mark.heavy)])
+def smollm2(request: pytest.FixtureRequest) -> Model:
+    """The embedded SmolLM2's real weights in float64: its first 8 layers (the default run; the scans read layers
+    0-7 either way) or the whole model (``heavy``: a float64 copy is 1.1 GB and a gauge check holds three)."""
+    return Model(smollm2_layers(request.param), tokens=8)
 
 
 SMOLLM2_SCAN = {"layers": "0-7", "null_draws": 20}
