@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from geodrift.compress.share_run import ShareResult
 
 app = typer.Typer(help="Layer pruning and calibration-whitened low-rank compression, judged by held-out perplexity.",
+                  short_help="Layer pruning and low-rank compression, judged by perplexity.",
                   no_args_is_help=True)
 
 Model = Annotated[str | None, typer.Argument(help="A Llama-family .gguf, .safetensors or Hugging Face folder (with "
@@ -92,7 +93,7 @@ def _show(result: PruneResult | ShareResult, doc: dict[str, Any], figure: Callab
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
 
 
-@app.command("prune")
+@app.command("prune", short_help="Which layers can go? Perplexity after removing 1..N.")
 def prune_command(
     model: Model = None, corpus: Corpus = None,
     max_remove: Annotated[int, typer.Option("--max-remove", help="N: evaluate n = 1..N removed layers.")] = 10,
@@ -135,7 +136,7 @@ def prune_command(
           render=lambda: render_prune(result, wide=wide, full=full))
 
 
-@app.command("share")
+@app.command("share", short_help="Whitened low-rank compression at equal parameters.")
 def share_command(
     model: Model = None, corpus: Corpus = None,
     split: Annotated[str | None, typer.Option("--split", help="sources: calibrate on the stdlib docstrings, evaluate on "

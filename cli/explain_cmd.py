@@ -9,7 +9,7 @@ import typer
 app = typer.Typer()
 
 
-@app.command("explain")
+@app.command("explain", short_help="What the verdicts, the views and 'aligned' mean.")
 def explain_command(
     topic: Annotated[str | None, typer.Argument(help="frame, path, v, views or aligned (default: all).")] = None,
 ) -> None:

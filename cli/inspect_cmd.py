@@ -16,7 +16,7 @@ from geodrift.cli.options import Wide
 app = typer.Typer()
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="Each tensor of a checkpoint and what the scan reads it as.")
 def inspect_command(
     model: Annotated[str | None, typer.Argument(help="A .gguf file, a .safetensors file or a Hugging Face model "
                                                 "folder. Default: the embedded SmolLM2-135M-Instruct (Q4_1 GGUF).")] = None,

@@ -38,7 +38,7 @@ from geodrift.scanner.mapping import NameRule
 KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-draws": "null_draws=",
             "--seed": "seed=", "--view": "view=", "--names": "names=", "--ov": "ov=", "--full-spectrum": "full_spectrum=",
             "--device": "device=", "--skip-nonfinite": "skip_nonfinite=", "--max-memory": "max_memory=",
-            "--dpi": "dpi="}
+            "--dpi": "dpi=", "--align": "align=", "--head-maps": "head_maps="}
 _FLAG = re.compile("|".join(re.escape(flag) + r"\b(?!-)" for flag in sorted(KEYWORDS, key=len, reverse=True)))
 # An option followed by a number or a device ("use --k 32 or less", "use --device cpu") reads as a keyword with
 # its value ("use k=32 or less", "use device=cpu").

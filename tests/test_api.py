@@ -176,7 +176,7 @@ def test_role_accepts_the_roles_names_and_the_repr_is_a_few_lines():
     assert report.role("router") is None and report.role("attn_ov") is None  # no head counts in memory: no OV
     text = repr(report)
     assert len(text.splitlines()) <= 6 and len(text) < 600
-    assert text.startswith("ScanReport(LlamaLM (in memory), raw weights, k=1, 8 null draws, seed 0)")
+    assert text.startswith("ScanReport(LlamaLM (in memory), raw view, k=1, 8 null draws, seed 0)")
     assert "7 projections (Q K V O Gate Up Down) over 4 layers 0..3" in text
     assert "shared frame: " in text and "depth path: " in text and "geodrift.scan(<LlamaLM>, k=1, null_draws=8)" in text
 
@@ -260,6 +260,7 @@ def test_fingerprint_samples_stay_in_range_past_two_to_the_24_elements():
     assert tensors_fingerprint({"w": big}) != tensors_fingerprint({"w": big.clone().index_fill_(0, picks[-1:], 1)})
 
 
+@pytest.mark.heavy  # the default run has this face on real-sized models in tests/test_real_sized.py
 def test_the_embedded_model_loaded_through_transformers_scans_in_memory_like_its_gguf():
     """A real-sized model in memory (the embedding has 28.3 M elements, past float32's 2^24 integers)."""
     transformers = pytest.importorskip("transformers")
@@ -322,7 +323,7 @@ def test_the_canonical_figure_names_its_verdict_and_view_and_greys_the_aligned_s
 
     from geodrift.render.figures import ALIGNED_COLOR, PREDICTED_WIDTH
 
-    report = geodrift.scan(layers="0-7", null_draws=8, k=1)
+    report = geodrift.scan(layers="0-3", null_draws=8, k=1)
     assert report.view == "canonical"
     figure = report.plot()
     judged = [r for r in report.roles if r.verdict in ("holds", "fails")]

@@ -47,10 +47,12 @@ def test_every_option_of_a_command_is_a_field_of_its_request_with_the_same_defau
             assert _default(parameter.default) == defaults[field], (command.__name__, name)
 
 
-def test_the_python_face_has_the_scan_requests_defaults() -> None:
-    defaults = {f.name: f.default for f in fields(ScanRequest)}
-    for name, parameter in inspect.signature(geodrift.scan).parameters.items():
-        if name != "progress":
+@pytest.mark.parametrize(("face", "request_type"), [("scan", ScanRequest), ("drift", DriftRequest),
+                                                    ("compare", CompareRequest)])
+def test_the_python_face_has_the_requests_defaults(face: str, request_type: type) -> None:
+    defaults = {f.name: f.default for f in fields(request_type)}
+    for name, parameter in inspect.signature(getattr(geodrift, face)).parameters.items():
+        if name != "progress" and parameter.default is not inspect.Parameter.empty:
             assert parameter.default == defaults[name], name
 
 

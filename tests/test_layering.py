@@ -27,7 +27,7 @@ PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / 
 LAYERS = {
     "geodrift.errors": 0, "geodrift.io": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
-    "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.api": 11,
+    "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.api": 11, "geodrift.api_series": 11,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
     "geodrift.finetune": 6,  # fine-tuning runs: models through pretrained; the sweep runs them as a job kind
     "geodrift.compress": 7, "geodrift.merging": 7, "geodrift.reproduction": 8, "geodrift.jobs": 9, "geodrift.render": 10,

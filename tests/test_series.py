@@ -13,6 +13,7 @@ import torch
 from geodrift.cli.main import main
 from geodrift.continuity import MeasureSpec
 from geodrift.continuity.series import paired_abs_cos, rotation_drift, subspace_comparison
+from geodrift.errors import GeodriftError
 from geodrift.linalg import SVDTriplets
 from geodrift.lm.hf import hf_step_dir
 from geodrift.scanner.series import compare, drift
@@ -195,3 +196,42 @@ def test_every_face_of_drift_and_compare_names_the_view_and_shows_no_aligned_spa
         assert len(svgs) == (2 if command == "drift" else 1) and all(f"{expected} view" in svg for svg in svgs)
         # an aligned space is a grey line named in the legend (the rotation figure draws predicted spaces only)
         assert any("aligned by the view, not measured" in svg for svg in svgs) == bool(aligned)
+
+
+def test_geodrift_drift_and_compare_give_the_clis_numbers_with_summary_to_frame_and_plot(series: list[Path],
+                                                                                          tmp_path: Path):
+    """The Python face on the same weights as the command line: the same report (the JSON's fields, numbers to the
+    bit), DataFrames whose rows carry the view, the gauge fixing and each space's gauge, and the --plot figures."""
+    import geodrift
+
+    paths = [str(p) for p in series]
+    options = ["--null-draws", "8", "--k", "2", "--layers", "0-2", "--quiet"]
+    for command, inputs in (("drift", paths), ("compare", [paths[0], paths[-1]])):
+        with pytest.raises(SystemExit):
+            main([command, *inputs, *options, "--json-out", str(tmp_path / f"{command}.json")])
+    cli_drift, cli_compare = (json.loads((tmp_path / f"{c}.json").read_text()) for c in ("drift", "compare"))
+    py_drift = geodrift.drift(paths, null_draws=8, k=2, layers="0-2")
+    py_compare = geodrift.compare(paths[0], paths[-1], null_draws=8, k=2, layers="0-2")
+    for cli, py in ((cli_drift, py_drift), (cli_compare, py_compare)):
+        doc = json.loads(json.dumps(py.to_dict()))
+        for drop in ("schema_version", "kind"):
+            cli.pop(drop)
+        for report in cli["reports"] + doc["reports"]:  # the call and time: the only difference
+            report.pop("provenance", None)
+        assert doc == cli
+    summary = py_drift.summary()
+    assert {"angle_deg", "null_angle_deg", "random_angle_deg", "view", "gauge_fixing", "gauge"} <= set(summary)
+    assert len(summary) == 2 * len(py_drift.reports[0].roles) and set(summary.view) == {py_drift.view}
+    aligned = summary[summary.gauge == "aligned"]
+    assert len(aligned) and set(aligned.space) <= {"u", "v"}  # the canonical view's head/hidden side, marked
+    assert len(py_drift.to_frame()) == len(py_drift.rotation)
+    assert len(py_drift.to_frame(kind="continuity")) == 3 * len(summary)
+    assert len(py_compare.to_frame()) == len(py_compare.subspaces)
+    assert py_compare.summary().above_null.sum() <= len(py_compare.subspaces)
+    rotation = py_drift.plot(tmp_path / "drift.png", dpi=80)
+    assert (tmp_path / "drift.png").read_bytes()[:4] == b"\x89PNG"
+    assert "canonical view" in rotation._suptitle.get_text()
+    assert py_drift.plot(kind="continuity")._suptitle.get_text().startswith("Continuity across depth")
+    assert py_compare.plot()._suptitle.get_text().startswith("Top-2 subspaces")
+    with pytest.raises(GeodriftError, match=r"^k=2\.5: must be an integer"):
+        geodrift.drift(paths, k=2.5)

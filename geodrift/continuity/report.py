@@ -135,7 +135,7 @@ class Report:
         >>> Report("tensors", "raw", 2, 10, 0, []).to_dict()["k"]
         2
         >>> Report("tensors", "raw", 2, 10, 0, [])
-        Report(tensors, raw weights, k=2, 10 null draws, seed 0)
+        Report(tensors, raw view, k=2, 10 null draws, seed 0)
           no projections measured
     """
 
@@ -153,7 +153,7 @@ class Report:
     provenance: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
-        head = f"{type(self).__name__}({self.origin}, {self.view} weights, k={self.k}, " \
+        head = f"{type(self).__name__}({self.origin}, {self.view} view, k={self.k}, " \
                f"{self.null_draws} null draws, seed {self.seed})"
         if not self.roles:
             return f"{head}\n  no projections measured"

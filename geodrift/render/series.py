@@ -159,6 +159,30 @@ def render_compare(rep: CompareResult, wide: bool = False) -> None:
 
 
 def write_drift_plot(rep: DriftResult, path: str | Path, dpi: int = 300) -> Path:
+    """Write :func:`rotation_figure` to ``path`` (.png, .pdf or .svg)."""
+    from geodrift.render.figures import save_figure, style
+
+    with style():
+        return save_figure(rotation_figure(rep), path, dpi)
+
+
+def write_series_continuity_plot(rep: DriftResult, path: str | Path, dpi: int = 300) -> Path:
+    """Write :func:`series_continuity_figure` to ``path`` (.png, .pdf or .svg)."""
+    from geodrift.render.figures import save_figure, style
+
+    with style():
+        return save_figure(series_continuity_figure(rep), path, dpi)
+
+
+def write_compare_plot(rep: CompareResult, path: str | Path, dpi: int = 300) -> Path:
+    """Write :func:`compare_figure` to ``path`` (.png, .pdf or .svg)."""
+    from geodrift.render.figures import save_figure, style
+
+    with style():
+        return save_figure(compare_figure(rep), path, dpi)
+
+
+def rotation_figure(rep: DriftResult) -> Any:
     """Fig. 2's analogue: per projection, each layer's rotation angle from checkpoint #0 (its predicted space;
     v1 for V; an aligned one grey), with the angle of the permutation null dashed and of the random floor dotted."""
     from geodrift.render.figures import (
@@ -167,7 +191,6 @@ def write_drift_plot(rep: DriftResult, path: str | Path, dpi: int = 300) -> Path
         figure_legend,
         label_outer,
         panels,
-        save_figure,
         style,
     )
     from geodrift.weights import PREDICTED_SPACE
@@ -199,7 +222,7 @@ def write_drift_plot(rep: DriftResult, path: str | Path, dpi: int = 300) -> Path
         label_outer(fig, axes, 2, "checkpoint", "angle to #0 (°)")
         fig.suptitle(f"Rotation of each layer's first singular vector\n{_figure_view(rep)}")
         figure_legend(fig, axes)
-        return save_figure(fig, path, dpi)
+        return fig
 
 
 def _figure_view(rep: DriftResult | CompareResult) -> str:
@@ -207,7 +230,7 @@ def _figure_view(rep: DriftResult | CompareResult) -> str:
     return f"{rep.view} view · gauge: {gauge_fixing(rep)}"
 
 
-def write_series_continuity_plot(rep: DriftResult, path: str | Path, dpi: int = 300) -> Path:
+def series_continuity_figure(rep: DriftResult) -> Any:
     """Continuity across depth (v1 and u1) at each checkpoint, per projection, with null band and random floor;
     an aligned space thin and grey."""
     from geodrift.render.figures import (
@@ -219,7 +242,6 @@ def write_series_continuity_plot(rep: DriftResult, path: str | Path, dpi: int = 
         label_outer,
         null_label,
         panels,
-        save_figure,
         style,
     )
 
@@ -245,10 +267,10 @@ def write_series_continuity_plot(rep: DriftResult, path: str | Path, dpi: int = 
         label_outer(fig, axes, 2, "checkpoint", "|cos| (Eq. 1)")
         fig.suptitle(f"Continuity across depth along the series\n{_figure_view(rep)}")
         figure_legend(fig, axes)
-        return save_figure(fig, path, dpi)
+        return fig
 
 
-def write_compare_plot(rep: CompareResult, path: str | Path, dpi: int = 300) -> Path:
+def compare_figure(rep: CompareResult) -> Any:
     """Per projection: subspace overlap of the two models across layers in both spaces, with null band and k/d; an
     aligned space thin and grey."""
     from geodrift.render.figures import (
@@ -258,7 +280,6 @@ def write_compare_plot(rep: CompareResult, path: str | Path, dpi: int = 300) -> 
         label_outer,
         null_label,
         panels,
-        save_figure,
         style,
     )
 
@@ -285,7 +306,7 @@ def write_compare_plot(rep: CompareResult, path: str | Path, dpi: int = 300) -> 
         label_outer(fig, axes, 2, "layer", "overlap (mean cos²)")
         fig.suptitle(f"Top-{rep.k} subspaces: {Path(rep.a).name} vs {Path(rep.b).name}\n{_figure_view(rep)}")
         figure_legend(fig, axes)
-        return save_figure(fig, path, dpi)
+        return fig
 
 
 def _first(report: Any, role: str, space: str) -> Any:
