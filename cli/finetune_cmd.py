@@ -12,7 +12,7 @@ from geodrift.cli.options import Force, Quiet, Wide
 app = typer.Typer()
 
 
-@app.command("finetune")
+@app.command("finetune", short_help="Fine-tune a causal LM; measure forgetting and drift.")
 def finetune_command(
     model: Annotated[str | None, typer.Argument(help="A llama/mistral checkpoint (GGUF, safetensors, Hugging Face "
                                                 "folder) or any transformers causal-LM folder with its tokenizer.json "

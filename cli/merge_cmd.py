@@ -13,7 +13,7 @@ from geodrift.cli.options import MaxMemory, Quiet
 app = typer.Typer()
 
 
-@app.command("merge")
+@app.command("merge", short_help="Merge checkpoints after bringing them into one gauge.")
 def merge_command(
     models: Annotated[list[str], typer.Argument(help="The models to merge (.gguf, .safetensors, Hugging Face "
                                                 "folders), one architecture and shape.")],
