@@ -123,10 +123,23 @@ def test_bad_paths_and_options_are_refused_before_torch_is_imported(argv: list[s
 
 def test_the_scan_job_reports_its_total_before_the_first_matrix_and_drift_takes_models_in_memory(
         tmp_path: Path) -> None:
+    from geodrift.jobs.events import Silent
+
     events: list[str] = []
-    result = run_scan(ScanRequest(model=llama_state(3, 32, 4, 2, 48), k=2, null_draws=4, ov=False),
-                      progress=events.append, on_total=lambda n: events.append(f"total {n}"))
-    assert events[0] == "total 21" and len(events) == 22 and result.gauge is None
+
+    class Record(Silent):  # the one progress protocol of every job (geodrift.jobs.events.Events)
+        def begin(self, title: str, total: int, unit: str) -> None:
+            events.append(f"{title}: {total} {unit}")
+
+        def advance(self, done: int, total: int | None = None, description: str | None = None) -> None:
+            events.append(f"{done} {description}")
+
+        def end(self) -> None:
+            events.append("end")
+
+    result = run_scan(ScanRequest(model=llama_state(3, 32, 4, 2, 48), k=2, null_draws=4, ov=False), Record())
+    assert events[0] == "scanning: 21 matrices" and events[1] == "1 attn_q[0]" and events[21].startswith("21 ")
+    assert events[-1] == "end" and len(events) == 23 and result.gauge is None
     folder = write_hf_folder(tmp_path / "m", llama_state(3, 32, 4, 2, 48, seed=1), hf_config(n_layers=3),
                              dtype=torch.float32)
     rep = run_drift(DriftRequest([llama_state(3, 32, 4, 2, 48), folder], k=1, null_draws=4))
