@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from geodrift.compress.table import DEFAULT_PRUNE_SAVE, DEFAULT_SAVE, RANKINGS, SEARCH
 from geodrift.errors import GeodriftError
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 
 if TYPE_CHECKING:
     from geodrift.compress.factorized import Compressed
@@ -123,7 +123,7 @@ def run_prune(request: PruneRequest, events: Events = SILENT) -> PruneResult:
     from geodrift.pretrained import open_model
 
     r = request
-    check_request(r)
+    check_fields(r)
     spec = PruneSpec(max_remove=r.max_remove, methods=tuple(RANKINGS) if r.methods is None else r.methods,
                      random_seeds=r.random_seeds, greedy_windows=r.greedy_windows, k=r.k, null_draws=r.null_draws,
                      seed=r.seed)
@@ -170,7 +170,7 @@ def run_share(request: ShareRequest, events: Events = SILENT) -> ShareResult:
     from geodrift.pretrained import open_llama, tokenizer_for
 
     r = request
-    check_request(r)
+    check_fields(r)
     spec = ShareSpec(ratios=r.ratios, methods=r.methods if r.methods is not None else ShareSpec.methods,
                      group_size=r.group_size, calib_draws=r.calib_draws, first_draw=r.first_draw,
                      greedy_windows=r.greedy_windows, select_windows=r.select_windows,

@@ -10,6 +10,10 @@ field whose default comes from :func:`option`. From that one declaration:
   ``check``), and its error names the option as the command line spells it (``--k: ...``), which the Python face
   re-words as the keyword with its value (``k=2.5: ...``) from the same table (:func:`flags`).
 
+Every job checks its request with :func:`check_fields`: its declared options so, its other fields by their
+annotations (the jobs whose requests mirror a command one to one: prune, share, simulate, sweep, prove,
+reproduce). One check, in one module.
+
 Adding an option to ``scan`` is one ``option(...)`` field in :class:`~geodrift.jobs.scan.ScanRequest` plus the code
 that uses it (docs/architecture.md shows the recipe).
 
@@ -29,6 +33,8 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +115,78 @@ def check_declared(request: Any) -> None:
         if opt.choices is not None and value is not None and value not in opt.choices:
             raise GeodriftError(f"{named(name, opt, value)}: {shown(value)} is not one of {', '.join(opt.choices)}")
         expect(name, opt, hints[name], value)
+
+
+def check_fields(request: Any) -> None:
+    """Refuse a request (a dataclass instance) whose fields do not have their annotated types: the one check of
+    every job. A declared option (:func:`option`) is checked by :func:`check_declared` (worded by its flag); any
+    other field by its annotation, worded by the request and the keyword.
+
+    Paths may be given as ``str`` or any ``os.PathLike``; a ``float`` field takes an ``int``; ``bool`` is never
+    taken for a number.
+
+    Raises:
+        GeodriftError: one line naming the request, the keyword, the expected type and the value.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class Demo:
+        ...     k: int = 8
+        ...     names: tuple[str, ...] | None = None
+        >>> check_fields(Demo(k=8, names=("q",)))
+        >>> check_fields(Demo(k=2.5))
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: Demo(k=2.5): k must be int, got float
+    """
+    hints = field_types(type(request))
+    check_declared(request)
+    for field in dataclasses.fields(request):
+        if "option" in field.metadata:
+            continue
+        value, kind = getattr(request, field.name), hints[field.name]
+        if not _matches(value, kind):
+            raise GeodriftError(f"{type(request).__name__}({field.name}={_short(value)}): {field.name} must be "
+                                f"{_describe(kind)}, got {type(value).__name__}")
+
+
+def _matches(value: Any, kind: Any) -> bool:
+    if kind is Any:
+        return True
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_matches(item, args[0]) for item in value)
+        return len(args) == len(value) and all(_matches(v, a) for v, a in zip(value, args, strict=True))
+    if origin is typing.Literal:
+        return value in args
+    if kind is type(None):
+        return value is None
+    if kind is Path:
+        return isinstance(value, (str, os.PathLike))
+    if kind in (int, float):
+        return not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+    return isinstance(value, origin or kind)
+
+
+def _describe(kind: Any) -> str:
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in args)
+    if origin is tuple:
+        return f"a tuple of {_describe(args[0])}" if len(args) == 2 and args[1] is Ellipsis else "a tuple"
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in args)
+    return "None" if kind is type(None) else "a path" if kind is Path else getattr(kind, "__name__", str(kind))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def expect(name: str, opt: Option, kind: Any, value: Any) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geodrift.errors import GeodriftError
-from geodrift.jobs.options import check_declared, flags, kind_of, option, shown
+from geodrift.jobs.options import check_fields, flags, kind_of, option, shown
 
 if TYPE_CHECKING:  # this module is imported before any option is checked: nothing that imports torch
     from geodrift.scanner.mapping import NameRule
@@ -137,15 +137,15 @@ OPTIONS = flags(MeasureOptions)
 
 
 def check_options(options: MeasureOptions, events: Any) -> None:
-    """Every declared option of a measuring request (:func:`geodrift.jobs.options.check_declared`) and the
-    progress (:func:`geodrift.jobs.events.check_events`), before anything is opened.
+    """Every field of a measuring request (:func:`geodrift.jobs.options.check_fields`) and the progress
+    (:func:`geodrift.jobs.events.check_events`), before anything is opened.
 
     Raises:
         GeodriftError: one line naming the option (``--k: must be an integer ...``).
     """
     from geodrift.jobs.events import check_events
 
-    check_declared(options)
+    check_fields(options)
     check_events(events)
 
 
