@@ -118,8 +118,7 @@ def run_prune(request: PruneRequest, events: Events = SILENT) -> PruneResult:
             above ``max_memory``, an output file or ``--save`` folder that cannot be written or is a user's file.
     """
     from geodrift.compress.model import load_setup
-    from geodrift.compress.prune import PruneSpec, save_pruned
-    from geodrift.compress.prune import run_prune as prune
+    from geodrift.compress.prune import PruneSpec, evaluate_pruning, save_pruned
     from geodrift.pretrained import open_model
 
     r = request
@@ -142,7 +141,7 @@ def run_prune(request: PruneRequest, events: Events = SILENT) -> PruneResult:
     setup = load_setup(r.model, r.corpus, seq_len=r.seq_len, calib_windows=r.calib_windows,
                        eval_windows_count=r.eval_windows, max_memory=limit, on_stage=events.stage)
     events.begin("pruning", 1, "evaluations")
-    result = prune(setup, spec, progress=lambda stage, done, total: events.advance(done, total, stage))
+    result = evaluate_pruning(setup, spec, progress=lambda stage, done, total: events.advance(done, total, stage))
     events.end()
     if r.save is not None:
         result.saved = save_pruned(setup, result, r.save_method, save_n, r.save, source=r.model, force=r.force,
@@ -164,8 +163,7 @@ def run_share(request: ShareRequest, events: Events = SILENT) -> ShareResult:
             calibration tokens for the widest projection, or a model that is not Llama-family).
     """
     from geodrift.compress.factorized import DTYPES
-    from geodrift.compress.share_run import ShareSpec
-    from geodrift.compress.share_run import run_share as share
+    from geodrift.compress.share_run import ShareSpec, evaluate_sharing
     from geodrift.compress.sources import load_compress_setup
     from geodrift.pretrained import open_llama, tokenizer_for
 
@@ -203,9 +201,10 @@ def run_share(request: ShareRequest, events: Events = SILENT) -> ShareResult:
                                        seq_len=r.seq_len, calib_windows=r.calib_windows, eval_count=r.eval_windows,
                                        draws=r.first_draw + r.calib_draws, max_memory=limit, on_stage=events.stage)
     events.begin("compressing", 1, "steps")
-    result, kept = share(setup, spec, texts.draws, progress=lambda stage, done, total: events.advance(done, total, stage),
-                         cache=str(r.cache) if r.cache else None,
-                         keep=(r.save_method, save_ratio) if r.save is not None else None)
+    result, kept = evaluate_sharing(setup, spec, texts.draws,
+                                    progress=lambda stage, done, total: events.advance(done, total, stage),
+                                    cache=str(r.cache) if r.cache else None,
+                                    keep=(r.save_method, save_ratio) if r.save is not None else None)
     events.end()
     if r.save is not None and kept is not None:
         result.saved = _save_shared(r, setup, kept, save_ratio)
