@@ -155,3 +155,37 @@ def test_an_empty_output_name_is_one_line_before_the_work(option: str, capsys: p
         main(["scan", option, "", "--layers", "0-1", "--null-draws", "4", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert end.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {option}: must be a file name"), err
+
+
+def test_an_option_declared_once_makes_the_typer_option_the_python_keyword_the_check_and_its_wording() -> None:
+    """docs/architecture.md's recipe, run: one field declared with option() in a request, and nothing else."""
+    import dataclasses
+
+    import typer
+    from typer.testing import CliRunner
+
+    from geodrift.api import face_signature, keywords
+    from geodrift.cli.options import declared_command, request_values
+    from geodrift.jobs.options import check_fields, flags, option
+
+    @dataclasses.dataclass(frozen=True)
+    class WithWhiten(ScanRequest):
+        whiten: bool = option(False, "--whiten", "Whiten each projection before its SVD.")
+
+    app = typer.Typer()
+    seen: dict[str, Any] = {}
+
+    @app.command()
+    @declared_command(WithWhiten, {})
+    def command(**given: Any) -> None:
+        seen.update(request_values(given)[0])
+
+    result = CliRunner().invoke(app, ["--whiten", "--k", "3"])
+    assert result.exit_code == 0, result.output
+    assert seen["whiten"] is True and seen["k"] == 3 and WithWhiten(**seen).whiten is True  # the command line
+    assert "Whiten each projection" in CliRunner().invoke(app, ["--help"], env={"COLUMNS": "100"}).output
+    parameter = face_signature(WithWhiten, []).parameters["whiten"]  # the Python keyword, its default
+    assert parameter.default is False and keywords(WithWhiten, {"whiten": True}, "scan")["whiten"] is True
+    assert flags(WithWhiten)["whiten"] == "--whiten"  # the wording table both faces use
+    with pytest.raises(GeodriftError, match=r"^--whiten: must be True or False, got a str$"):
+        check_fields(WithWhiten(whiten="yes"))  # type: ignore[arg-type]
