@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -30,15 +31,15 @@ from typing import Any
 
 from geodrift.continuity import Report
 from geodrift.errors import GeodriftError
-from geodrift.jobs.request import as_path, check_integer, kind_of, shown, usable_path
-from geodrift.jobs.scan import DEFAULT_MAX_MEMORY, ScanRequest, run_scan
-from geodrift.scanner.mapping import NameRule
+from geodrift.jobs.options import Option, declared, field_types
+from geodrift.jobs.request import as_path, check_integer, check_progress, kind_of, shown, usable_path
+from geodrift.jobs.scan import ScanRequest, run_scan
+from geodrift.jobs.series import CompareRequest, DriftRequest
 
-# The options of geodrift.scan named as the CLI names them in messages -> their keyword argument.
-KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-draws": "null_draws=",
-            "--seed": "seed=", "--view": "view=", "--names": "names=", "--ov": "ov=", "--full-spectrum": "full_spectrum=",
-            "--device": "device=", "--skip-nonfinite": "skip_nonfinite=", "--max-memory": "max_memory=",
-            "--dpi": "dpi=", "--align": "align=", "--head-maps": "head_maps="}
+# The options named as the CLI names them in messages -> their keyword argument: from the declarations of every
+# measuring request (geodrift.jobs.options), the only table of flags and keywords.
+KEYWORDS = {opt.flag: f"{name}=" for request_type in (ScanRequest, DriftRequest, CompareRequest)
+            for name, opt in declared(request_type).items() if opt.cli}
 _FLAG = re.compile("|".join(re.escape(flag) + r"\b(?!-)" for flag in sorted(KEYWORDS, key=len, reverse=True)))
 # An option followed by a number or a device ("use --k 32 or less", "use --device cpu") reads as a keyword with
 # its value ("use k=32 or less", "use device=cpu").
@@ -125,14 +126,7 @@ def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
         raise GeodriftError(_FLAG.sub(lambda m: _SWITCHES.get(m.group(0), KEYWORDS[m.group(0)]), text)) from None
 
 
-def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
-         k: int = ScanRequest.k,
-         null_draws: int = ScanRequest.null_draws, seed: int = ScanRequest.seed, view: str | None = ScanRequest.view,
-         names: str | Path | list[NameRule] | None = None, architecture: str | None = None,
-         config: dict[str, Any] | None = None, ov: bool = ScanRequest.ov,
-         full_spectrum: bool = ScanRequest.full_spectrum, device: str = ScanRequest.device,
-         skip_nonfinite: bool = ScanRequest.skip_nonfinite, max_memory: str | int = DEFAULT_MAX_MEMORY,
-         progress: bool | Callable[[str], None] | None = None) -> ScanReport:
+def scan(model: Any = None, **options: Any) -> ScanReport:
     """Scan a model: per-projection continuity with noise floors, verdicts and trajectory shape.
 
     The same job as ``geodrift scan`` (:func:`geodrift.jobs.scan.run_scan`, one code path, the same defaults
@@ -140,26 +134,12 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     random floor ``sqrt(2/(pi d))``, the theory's verdicts with their criteria, and App. A.2's trajectory shape.
 
     Args:
-        model: None (the embedded SmolLM2-135M-Instruct), a path (str, bytes or any ``os.PathLike``), an
-            ``nn.Module`` or a state dict (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``) whose
-            values are tensors, numpy arrays or lists of numbers (converted; anything else at a weight's name is
-            refused).
-        roles: ``"q,k,gate"``, ``["q", "attn_k"]``, ``"router,experts"`` (the ``--roles`` names,
-            ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
-        layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
-        k, null_draws, seed, full_spectrum, device: as :class:`geodrift.continuity.MeasureSpec`.
-        view: ``"raw"`` (the paper's metric), ``"folded"`` (norm gains folded into the projections) or
-            ``"canonical"`` (folded, then each layer at the canonical point of its gauge orbit: numbers and
-            verdicts that exact reparametrisations leave unchanged; docs/verdicts.md); None (the default):
-            canonical where geodrift has derived the model's gauge group, else raw with a note saying why.
-        names: a ``--names`` mapping for unknown tensor names; architecture: override the detected one.
-        config: config.json-style hyperparameters for an in-memory state dict (head counts for OV).
-        ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
-        skip_nonfinite: skip (and list in ``.notes``) matrices holding NaN/Inf instead of refusing the model.
-        max_memory: refuse a scan whose memory estimate exceeds this (``"8G"``, ``"512M"`` or bytes).
-        progress: ``True``: a progress bar (tqdm's - the notebook widget in Jupyter - where tqdm is installed, else
-            geodrift's on stderr; :class:`geodrift.render.progress.PythonProgress`); a function: called with
-            ``"role[layer]"`` after each matrix (checked first: it must take one argument); None or False (the default): silent.
+        model: None (the embedded SmolLM2-135M-Instruct), a path, an ``nn.Module`` or a state dict
+            (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``).
+        options: the keywords :class:`~geodrift.jobs.scan.ScanRequest` declares for Python (listed below with their
+            defaults, from the same declarations as ``geodrift scan --help``), and ``progress``: ``True`` a bar
+            (tqdm's - the notebook widget in Jupyter - where tqdm is installed, else geodrift's on stderr), a
+            function called with ``"role[layer]"`` after each matrix, None or False (the default) silent.
 
     Returns:
         ScanReport (a ``geodrift.continuity.Report``): ``.roles``, ``.role("q")``, ``.summary()``, ``.plot()``,
@@ -170,6 +150,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     Raises:
         GeodriftError: any unreadable input or out-of-range option, checked before the work starts; the
             message names the keyword argument (``layers=``).
+        TypeError: a keyword ``geodrift.scan`` does not take.
 
     Example:
         >>> import geodrift  # doctest: +SKIP
@@ -177,31 +158,83 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         >>> k.verdict, k.path_verdict  # shared frame; depth path: 4 layers are too few to judge  # doctest: +SKIP
         ('holds', 'n/a')
     """
-    model, names = as_path(model), as_path(names)  # a path-like object or a bytes path is a path
-    given: dict[str, Any] = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
-             "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum, "device": device,
-             "skip_nonfinite": skip_nonfinite, "max_memory": max_memory}
+    progress = options.pop("progress", None)
+    model = as_path(model)  # a path-like object or a bytes path is a path
+    given = keywords(ScanRequest, options, "scan")
+    given["names"] = as_path(given.get("names"))
     defaults = {f.name: f.default for f in fields(ScanRequest)}
     call = "geodrift.scan(" + ", ".join([shown(model)] * (model is not None) + [
         f"{name}={shown(value)}" for name, value in given.items() if _differs(value, defaults[name])]) + ")"
-    request = ScanRequest(model=model, names=names, config=config, call=call, **given)
-    with keyword_errors({**given, "names": names, "config": config, "progress": progress}), \
-            progress_bar(progress, "scanning") as (advance, on_total):
-        return ScanReport.of(run_scan(request, advance, on_total).report)
+    request = ScanRequest(model=model, call=call, **given)
+    with keyword_errors({**given, "progress": progress}), progress_bar(progress) as events:
+        return ScanReport.of(run_scan(request, events).report)
+
+
+def python_options(request_type: type) -> dict[str, Option]:
+    """The options ``request_type`` declares for the Python face (``Option.python``), in declaration order."""
+    return {name: opt for name, opt in declared(request_type).items() if opt.python}
+
+
+def keywords(request_type: type, given: Mapping[str, Any], face: str) -> dict[str, Any]:
+    """The keywords of a Python call as request fields: every option the request declares for Python, at its
+    default unless ``given``.
+
+    Raises:
+        TypeError: a keyword the face does not take (as Python words it for any function).
+    """
+    allowed = python_options(request_type)
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise TypeError(f"{face}() got an unexpected keyword argument {unknown[0]!r}")
+    defaults = {f.name: f.default for f in fields(request_type)}
+    return {name: given.get(name, defaults[name]) for name in allowed}
+
+
+def face_signature(request_type: type, leading: list[inspect.Parameter]) -> inspect.Signature:
+    """A Python face's signature: ``leading`` (the models), then every option ``request_type`` declares for Python
+    as a keyword with its default, then ``progress``."""
+    hints = field_types(request_type)
+    defaults = {f.name: f.default for f in fields(request_type)}
+    params = leading + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults[name],
+                                          annotation=hints[name]) for name in python_options(request_type)]
+    params.append(inspect.Parameter("progress", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                    annotation=bool | Callable[[str], None] | None))
+    return inspect.Signature(params)
+
+
+def keywords_doc(request_type: type) -> str:
+    """The keyword list of a face's docstring, from the declarations (``name (default): help``)."""
+    defaults = {f.name: f.default for f in fields(request_type)}
+    return f"\n\n    Keywords (declared in :class:`{request_type.__name__}`):\n\n" + "\n".join(
+        f"    - ``{name}`` (default ``{defaults[name]!r}``): {opt.help}" for name, opt in python_options(request_type).items())
+
+
+scan.__signature__ = face_signature(  # type: ignore[attr-defined]
+    ScanRequest, [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)])
+scan.__doc__ = (scan.__doc__ or "") + keywords_doc(ScanRequest)
 
 
 @contextlib.contextmanager
-def progress_bar(progress: Any, title: str) -> Iterator[tuple[Any, Callable[[int], None] | None]]:
-    """The job's callbacks for a ``progress=`` keyword: ``True`` draws a bar (:class:`~geodrift.render.progress.PythonProgress`,
-    counting matrices), a function is called with each matrix's label, None or False is silent; anything else
-    reaches the job's own check (``progress=...: must be ...``)."""
-    if progress is True:
-        from geodrift.render.progress import PythonProgress
+def progress_bar(progress: Any) -> Iterator[Any]:
+    """The job's :class:`~geodrift.jobs.events.Events` for a ``progress=`` keyword: ``True`` draws a bar
+    (:class:`~geodrift.render.progress.PythonEvents`), a function is called with each matrix's label
+    (:class:`~geodrift.jobs.events.Labels`), None or False is silent; anything else reaches the job's own check
+    (``progress=...: must be ...``)."""
+    from geodrift.jobs.events import SILENT, Labels
 
-        with PythonProgress(title, "matrices") as bar:
-            yield bar.advance, bar.set_total
+    if progress is True:
+        from geodrift.render.progress import PythonEvents
+
+        with PythonEvents() as events:
+            yield events
         return
-    yield (None if progress is False else progress), None
+    if progress is None or progress is False:
+        yield SILENT
+    elif callable(progress) and not hasattr(progress, "begin"):
+        check_progress(progress)  # a callback of the wrong signature named before any work
+        yield Labels(progress)
+    else:
+        yield progress
 
 
 def _differs(value: Any, default: Any) -> bool:

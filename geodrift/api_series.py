@@ -19,16 +19,24 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from geodrift.api import claim_figure, keyword_errors, progress_bar, shown
+from geodrift.api import (
+    claim_figure,
+    face_signature,
+    keyword_errors,
+    keywords,
+    keywords_doc,
+    progress_bar,
+    shown,
+)
 from geodrift.errors import GeodriftError
 from geodrift.jobs.series import CompareRequest, DriftRequest, run_compare, run_drift
 from geodrift.jobs.series_results import CompareResult, DriftResult
-from geodrift.scanner.mapping import NameRule
 
 DRIFT_FIGURES = ("rotation", "continuity")
 
@@ -97,21 +105,15 @@ def _draw(figure: Callable[[Any], Any], rep: Any, path: str | Path | None, dpi: 
     return fig
 
 
-def drift(checkpoints: Sequence[Any], *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
-          k: int = DriftRequest.k, view: str | None = None, null_draws: int = DriftRequest.null_draws,
-          seed: int = DriftRequest.seed, names: str | Path | list[NameRule] | None = None, ov: bool = DriftRequest.ov,
-          align: bool = DriftRequest.align, head_maps: str = DriftRequest.head_maps,
-          max_memory: str | int = DriftRequest.max_memory,
-          progress: bool | Callable[[str], None] | None = None) -> Drift:
+def drift(checkpoints: Sequence[Any], **options: Any) -> Drift:
     """A training series, as ``geodrift drift CKPT1 CKPT2 ...``: each layer's v1/u1 rotation from the first
     checkpoint and each checkpoint's continuity across depth, with noise floors.
 
     Args:
         checkpoints: two or more checkpoints of one run, in order: paths, ``nn.Module`` s or state dicts.
-        roles, layers, k, view, null_draws, seed, names, ov, max_memory: as :func:`geodrift.scan` (``k`` here: the
-            vectors kept per checkpoint, default 4).
-        align, head_maps: bring every checkpoint into the first one's gauge first (``--align``, ``--head-maps``).
-        progress: ``True`` a bar, a function called with each matrix's label, None/False silent.
+        options: the keywords :class:`~geodrift.jobs.series.DriftRequest` declares for Python (listed below with
+            their defaults, from the declarations ``geodrift drift --help`` shows), and ``progress`` (as
+            :func:`geodrift.scan`'s).
 
     Returns:
         Drift: ``.summary()``, ``.to_frame()``, ``.plot()``, ``.to_dict()`` (the ``--json`` fields), ``.view`` and
@@ -119,39 +121,41 @@ def drift(checkpoints: Sequence[Any], *, roles: str | list[str] | None = None, l
 
     Raises:
         GeodriftError: a bad argument (named as its keyword) or checkpoint, before the work.
+        TypeError: a keyword ``drift`` does not take.
     """
-    given: dict[str, Any] = {"roles": roles, "layers": layers, "k": k, "view": view, "null_draws": null_draws,
-                             "seed": seed, "names": names, "ov": ov, "align": align, "head_maps": head_maps,
-                             "max_memory": max_memory}
-    with keyword_errors({**given, "progress": progress}), \
-            progress_bar(progress, f"reading {len(checkpoints)} checkpoints") as (advance, _):
+    progress = options.pop("progress", None)
+    given = keywords(DriftRequest, options, "drift")
+    with keyword_errors({**given, "progress": progress}), progress_bar(progress) as events:
         if isinstance(checkpoints, (str, Path)) or not isinstance(checkpoints, Sequence):
             raise GeodriftError(f"checkpoints={shown(checkpoints)}: must be a list of two or more checkpoints")
-        return Drift.of(run_drift(DriftRequest(list(checkpoints), **given), advance))
+        return Drift.of(run_drift(DriftRequest(checkpoints=list(checkpoints), **given), events))
 
 
-def compare(a: Any, b: Any, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
-            k: int = CompareRequest.k, view: str | None = None, null_draws: int = CompareRequest.null_draws,
-            seed: int = CompareRequest.seed, names: str | Path | list[NameRule] | None = None,
-            ov: bool = CompareRequest.ov, align: bool = CompareRequest.align, head_maps: str = CompareRequest.head_maps,
-            max_memory: str | int = CompareRequest.max_memory,
-            progress: bool | Callable[[str], None] | None = None) -> Comparison:
+def compare(a: Any, b: Any, **options: Any) -> Comparison:
     """Two models, as ``geodrift compare A B``: per projection, space and layer, the principal angles between their
     top-``k`` subspaces, with a permutation null and ``k/d``.
 
     Args:
         a, b: the models (paths, ``nn.Module`` s or state dicts); ``b`` is compared with ``a``.
-        roles, layers, k, view, null_draws, seed, names, ov, align, head_maps, max_memory, progress: as
-            :func:`drift` (``k``: the subspace dimension, default 8).
+        options: the keywords :class:`~geodrift.jobs.series.CompareRequest` declares for Python (below), and
+            ``progress``.
 
     Returns:
         Comparison: ``.summary()``, ``.to_frame()``, ``.plot()``, ``.to_dict()`` (the ``--json`` fields).
 
     Raises:
         GeodriftError: a bad argument (named as its keyword) or model, before the work.
+        TypeError: a keyword ``compare`` does not take.
     """
-    given: dict[str, Any] = {"roles": roles, "layers": layers, "k": k, "view": view, "null_draws": null_draws,
-                             "seed": seed, "names": names, "ov": ov, "align": align, "head_maps": head_maps,
-                             "max_memory": max_memory}
-    with keyword_errors({**given, "progress": progress}), progress_bar(progress, "reading 2 models") as (advance, _):
-        return Comparison.of(run_compare(CompareRequest(a, b, **given), advance))
+    progress = options.pop("progress", None)
+    given = keywords(CompareRequest, options, "compare")
+    with keyword_errors({**given, "progress": progress}), progress_bar(progress) as events:
+        return Comparison.of(run_compare(CompareRequest(a=a, b=b, **given), events))
+
+
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+drift.__signature__ = face_signature(DriftRequest, [inspect.Parameter("checkpoints", _POSITIONAL)])  # type: ignore[attr-defined]
+compare.__signature__ = face_signature(  # type: ignore[attr-defined]
+    CompareRequest, [inspect.Parameter("a", _POSITIONAL), inspect.Parameter("b", _POSITIONAL)])
+drift.__doc__ = (drift.__doc__ or "") + keywords_doc(DriftRequest)
+compare.__doc__ = (compare.__doc__ or "") + keywords_doc(CompareRequest)

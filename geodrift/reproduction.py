@@ -211,8 +211,8 @@ def run_compression(mode: str, threads: int = 1,
     import torch
 
     from geodrift.compress.model import llama_only, load_setup
-    from geodrift.compress.prune import run_prune
-    from geodrift.compress.share_run import run_share
+    from geodrift.compress.prune import evaluate_pruning
+    from geodrift.compress.share_run import evaluate_sharing
     from geodrift.compress.sources import load_texts
     from geodrift.pretrained import tokenizer_for
 
@@ -226,7 +226,7 @@ def run_compression(mode: str, threads: int = 1,
         on_stage("compression: layer pruning (geodrift compress prune)")
         t0 = time.perf_counter()
         prune = Section("compress-prune", "Compression: which layers can go? (layer pruning)", "compress",
-                        p.command("prune"), run_prune(setup, p.prune))
+                        p.command("prune"), evaluate_pruning(setup, p.prune))
         prune.seconds = time.perf_counter() - t0
         share = Section("compress-share", "Compression: which space should a shared basis live in?", "compress",
                         p.command("share") if p.share is not None else "geodrift compress share")
@@ -239,7 +239,7 @@ def run_compression(mode: str, threads: int = 1,
             texts = load_texts(tokenizer_for(None), None, "sources", p.seq_len, p.share_calib_windows,
                                p.share_eval_windows, p.share.calib_draws)
             compress_setup = replace(llama_only(setup, "compress share"), calib=texts.draws[0], evaluation=texts.evaluation, corpus=texts.corpus)
-            share.result = run_share(compress_setup, p.share, texts.draws)[0]
+            share.result = evaluate_sharing(compress_setup, p.share, texts.draws)[0]
             share.seconds = time.perf_counter() - t0
     finally:
         torch.set_num_threads(before)

@@ -110,10 +110,11 @@ def test_the_readmes_first_command_installs_what_the_python_example_needs():
 
     setup = (README.parent / "scripts" / "setup.sh").read_text(encoding="utf-8")
     assert "bash scripts/setup.sh &&" in README.read_text(encoding="utf-8")
-    plain = re.search(r"^else\n\s*(?:#.*\n\s*)*\"\$VPY\" -m pip install --quiet -e \"\.\[(\w+)\]\"", setup, re.M)
+    plain = re.search(r"^else\n\s*(?:#.*\n\s*)*(?:\w+=\S+ )?\"\$VPY\" -m pip install --quiet -e \"\.\[([\w,]+)\]\"", setup,
+                      re.M)
     assert plain is not None, "scripts/setup.sh: the default install is not -e \".[EXTRA]\""
     extras = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert any(dep.startswith("pandas") for dep in extras[plain.group(1)])
+    assert any(dep.startswith("pandas") for extra in plain.group(1).split(",") for dep in extras[extra])
 
 
 def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -18,7 +18,7 @@ from _checkpoints import hf_config, llama_state, write_hf_folder
 
 from geodrift.compress import rank
 from geodrift.compress.model import layer_states, load_setup, window_nll
-from geodrift.compress.prune import PruneSpec, run_prune
+from geodrift.compress.prune import PruneSpec, evaluate_pruning
 from geodrift.continuity import MeasureSpec, measure
 from geodrift.weights import PREDICTED_SPACE, TRANSFORMER_ROLES, WeightSet
 
@@ -125,7 +125,7 @@ def test_random_rankings_are_seeded_permutations() -> None:
 
 def test_prune_run_is_complete_and_consistent(setup) -> None:
     spec = PruneSpec(max_remove=2, random_seeds=2, greedy_windows=1, k=2, null_draws=10)
-    result = run_prune(setup, spec)
+    result = evaluate_pruning(setup, spec)
     assert [c.method for c in result.curves] == list(spec.methods)
     for c in result.curves:
         assert [len(s) for s in c.removed] == [1, 2]

@@ -13,7 +13,7 @@ import torch
 
 from geodrift.cli.main import main
 from geodrift.compress.model import load_setup, window_nll
-from geodrift.compress.prune import PruneSpec, run_prune
+from geodrift.compress.prune import PruneSpec, evaluate_pruning
 
 transformers = pytest.importorskip("transformers")
 VOCAB = 49152  # the embedded SmolLM2 tokenizer's ids
@@ -101,7 +101,7 @@ def test_unpruned_perplexity_equals_transformers_own(folder: Path) -> None:
 
 def test_library_prune_runs_every_method(folder: Path) -> None:
     setup = load_setup(folder, seq_len=32, calib_windows=2, eval_windows_count=4)
-    result = run_prune(setup, PruneSpec(max_remove=2, random_seeds=2, k=2, null_draws=10))
+    result = evaluate_pruning(setup, PruneSpec(max_remove=2, random_seeds=2, k=2, null_draws=10))
     assert [c.method for c in result.curves] == ["geom-v1", "geom-s2wa", "block-influence", "angular", "greedy"]
     assert all(len(c.ppl) == 2 and all(math.isfinite(p) for p in c.ppl) for c in result.curves)
     assert result.baseline_ppl == pytest.approx(hf_perplexity(folder, setup.evaluation), rel=1e-5)
@@ -138,7 +138,7 @@ def test_prune_runs_gemma_with_transformers_own_perplexity(version: int, tmp_pat
     setup = load_setup(folder, seq_len=32, calib_windows=2, eval_windows_count=2)
     ours = math.exp(float(window_nll(setup.model, setup.evaluation).mean()))
     assert ours == pytest.approx(hf_perplexity(folder, setup.evaluation), rel=1e-5)
-    result = run_prune(setup, PruneSpec(max_remove=1, methods=("block-influence",), random_seeds=2))
+    result = evaluate_pruning(setup, PruneSpec(max_remove=1, methods=("block-influence",), random_seeds=2))
     assert all(math.isfinite(p) for p in result.curves[0].ppl)
 
 

@@ -16,7 +16,7 @@ from geodrift.compress.evaluate import heldout_nll
 from geodrift.compress.factorized import applied, load_factored, save_dense, save_factored
 from geodrift.compress.methods import METHODS, Compressor
 from geodrift.compress.penalty import sharing_evidence
-from geodrift.compress.share_run import ShareSpec, run_share
+from geodrift.compress.share_run import ShareSpec, evaluate_sharing
 from geodrift.compress.sources import load_compress_setup
 from geodrift.errors import GeodriftError
 from geodrift.lm.llama import LlamaLM
@@ -46,7 +46,7 @@ def test_every_method_keeps_the_parameter_budget_and_leaves_the_model_as_it_was(
     setup, texts = loaded
     before = {k: v.clone() for k, v in setup.model.state_dict().items()}
     spec = ShareSpec(ratios=(0.4,), calib_draws=1, select_windows=2, verdict_ratio=0.3)
-    result, kept = run_share(setup, spec, texts.draws, keep=("geodrift", 0.4))
+    result, kept = evaluate_sharing(setup, spec, texts.draws, keep=("geodrift", 0.4))
     assert [r.method for r in result.runs] == list(METHODS)
     for r in result.runs:
         assert r.kept_params <= 0.6 * r.dense_params * 1.0001, r.method
@@ -191,7 +191,7 @@ def test_the_default_output_fits_60_lines_at_80_columns_and_the_progress_ends_at
     setup, texts = loaded
     seen: list[tuple[int, int]] = []
     spec = ShareSpec(select_windows=1)  # every method at 20, 30 and 40 %, the sharing evidence: the default run
-    result, _ = run_share(setup, spec, texts.draws, progress=lambda stage, done, total: seen.append((done, total)))
+    result, _ = evaluate_sharing(setup, spec, texts.draws, progress=lambda stage, done, total: seen.append((done, total)))
     steps = len(METHODS) * len(spec.ratios) + 1
     assert seen[-1] == (steps, steps) and {total for _, total in seen} == {steps}
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)

@@ -123,10 +123,23 @@ def test_bad_paths_and_options_are_refused_before_torch_is_imported(argv: list[s
 
 def test_the_scan_job_reports_its_total_before_the_first_matrix_and_drift_takes_models_in_memory(
         tmp_path: Path) -> None:
+    from geodrift.jobs.events import Silent
+
     events: list[str] = []
-    result = run_scan(ScanRequest(model=llama_state(3, 32, 4, 2, 48), k=2, null_draws=4, ov=False),
-                      progress=events.append, on_total=lambda n: events.append(f"total {n}"))
-    assert events[0] == "total 21" and len(events) == 22 and result.gauge is None
+
+    class Record(Silent):  # the one progress protocol of every job (geodrift.jobs.events.Events)
+        def begin(self, title: str, total: int, unit: str) -> None:
+            events.append(f"{title}: {total} {unit}")
+
+        def advance(self, done: int, total: int | None = None, description: str | None = None) -> None:
+            events.append(f"{done} {description}")
+
+        def end(self) -> None:
+            events.append("end")
+
+    result = run_scan(ScanRequest(model=llama_state(3, 32, 4, 2, 48), k=2, null_draws=4, ov=False), Record())
+    assert events[0] == "scanning: 21 matrices" and events[1] == "1 attn_q[0]" and events[21].startswith("21 ")
+    assert events[-1] == "end" and len(events) == 23 and result.gauge is None
     folder = write_hf_folder(tmp_path / "m", llama_state(3, 32, 4, 2, 48, seed=1), hf_config(n_layers=3),
                              dtype=torch.float32)
     rep = run_drift(DriftRequest([llama_state(3, 32, 4, 2, 48), folder], k=1, null_draws=4))
@@ -142,3 +155,37 @@ def test_an_empty_output_name_is_one_line_before_the_work(option: str, capsys: p
         main(["scan", option, "", "--layers", "0-1", "--null-draws", "4", "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert end.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: {option}: must be a file name"), err
+
+
+def test_an_option_declared_once_makes_the_typer_option_the_python_keyword_the_check_and_its_wording() -> None:
+    """docs/architecture.md's recipe, run: one field declared with option() in a request, and nothing else."""
+    import dataclasses
+
+    import typer
+    from typer.testing import CliRunner
+
+    from geodrift.api import face_signature, keywords
+    from geodrift.cli.options import declared_command, request_values
+    from geodrift.jobs.options import check_fields, flags, option
+
+    @dataclasses.dataclass(frozen=True)
+    class WithWhiten(ScanRequest):
+        whiten: bool = option(False, "--whiten", "Whiten each projection before its SVD.")
+
+    app = typer.Typer()
+    seen: dict[str, Any] = {}
+
+    @app.command()
+    @declared_command(WithWhiten, {})
+    def command(**given: Any) -> None:
+        seen.update(request_values(given)[0])
+
+    result = CliRunner().invoke(app, ["--whiten", "--k", "3"])
+    assert result.exit_code == 0, result.output
+    assert seen["whiten"] is True and seen["k"] == 3 and WithWhiten(**seen).whiten is True  # the command line
+    assert "Whiten each projection" in CliRunner().invoke(app, ["--help"], env={"COLUMNS": "100"}).output
+    parameter = face_signature(WithWhiten, []).parameters["whiten"]  # the Python keyword, its default
+    assert parameter.default is False and keywords(WithWhiten, {"whiten": True}, "scan")["whiten"] is True
+    assert flags(WithWhiten)["whiten"] == "--whiten"  # the wording table both faces use
+    with pytest.raises(GeodriftError, match=r"^--whiten: must be True or False, got a str$"):
+        check_fields(WithWhiten(whiten="yes"))  # type: ignore[arg-type]

@@ -134,13 +134,13 @@ PRUNE = ["--max-remove", "1", "--methods", "geom-v1", "--random-seeds", "2", "--
 def test_prune_from_python_on_the_transformers_copy_gives_the_cli_s_numbers_on_the_gguf(
         models: dict[str, Any], tmp_path: Path) -> None:
     from geodrift.compress.model import load_setup
-    from geodrift.compress.prune import PruneSpec, run_prune
+    from geodrift.compress.prune import PruneSpec, evaluate_pruning
 
     shell = runner.invoke(app, ["compress", "prune", *PRUNE, "--json-out", str(tmp_path / "prune.json")])
     assert shell.exit_code == 0, shell.output
     from_gguf = payload_of(json.loads((tmp_path / "prune.json").read_text()))  # the embedded GGUF, from the shell
     setup = load_setup(models["embedded_dir"], seq_len=16, calib_windows=1, eval_windows_count=2)
-    library = run_prune(setup, PruneSpec(max_remove=1, methods=("geom-v1",), random_seeds=2, k=1,
+    library = evaluate_pruning(setup, PruneSpec(max_remove=1, methods=("geom-v1",), random_seeds=2, k=1,
                                          null_draws=4)).to_dict()  # its copy loaded through transformers, in Python
     assert from_gguf["n_layers"] == library["n_layers"] == 30
     assert library["baseline_ppl"] == pytest.approx(from_gguf["baseline_ppl"], rel=1e-4)

@@ -158,7 +158,7 @@ class PruneResult:
 Progress = Callable[[str, int, int], None]
 
 
-def run_prune(setup: Setup[LlamaLM | HFCausalLM], spec: PruneSpec, progress: Progress | None = None) -> PruneResult:
+def evaluate_pruning(setup: Setup[LlamaLM | HFCausalLM], spec: PruneSpec, progress: Progress | None = None) -> PruneResult:
     """Rank the layers by every method and evaluate the pruned model for n = 1..N.
 
     Args:
@@ -374,7 +374,7 @@ def save_pruned(setup: Setup[LlamaLM | HFCausalLM], result: PruneResult, method:
     layers are renumbered ``0..L-n-1``.
 
     Args:
-        setup, result: the loaded model and its :func:`run_prune` result.
+        setup, result: the loaded model and its :func:`evaluate_pruning` result.
         method: a ranking that ran; n: how many of its layers go (1..N).
         folder: the folder to write; source: the checkpoint the model came from (its tokenizer is kept).
         force, inputs: as :func:`geodrift.io.outdir.replace_folder` (the output-folder policy).

@@ -191,7 +191,7 @@ def _orders_needed(methods: tuple[str, ...]) -> list[str]:
     return [owner for owner in METHODS if owner in used]
 
 
-def run_share(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] | None = None,
+def evaluate_sharing(setup: Setup[LlamaLM], spec: ShareSpec, draws: list[torch.Tensor] | None = None,
               progress: Progress | None = None, cache: str | None = None,
               keep: tuple[str, float] | None = None) -> tuple[ShareResult, Compressed | None]:
     """Run every method at every ratio on every calibration draw, then the sharing evidence and the verdicts.

@@ -2,7 +2,7 @@
 
 :data:`METHODS` (``compress share``) and :data:`RANKINGS` (``compress prune``) are the only place a
 method's name is written: the compressor (:class:`geodrift.compress.methods.Compressor`), the
-experiments (:func:`geodrift.compress.share_run.run_share`, :func:`geodrift.compress.prune.run_prune`),
+experiments (:func:`geodrift.compress.share_run.evaluate_sharing`, :func:`geodrift.compress.prune.evaluate_pruning`),
 the CLI's closed choices (``geodrift.cli.choices``), the ``--methods`` help and the reproduction
 presets read their lists and properties from here, and ``tests/test_method_table.py`` checks that no
 other module spells a name. A new method is one row (and, when it needs a new kind of build, the code

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from geodrift.compress.table import DEFAULT_PRUNE_SAVE, DEFAULT_SAVE, RANKINGS, SEARCH
 from geodrift.errors import GeodriftError
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 
 if TYPE_CHECKING:
     from geodrift.compress.factorized import Compressed
@@ -118,12 +118,11 @@ def run_prune(request: PruneRequest, events: Events = SILENT) -> PruneResult:
             above ``max_memory``, an output file or ``--save`` folder that cannot be written or is a user's file.
     """
     from geodrift.compress.model import load_setup
-    from geodrift.compress.prune import PruneSpec, save_pruned
-    from geodrift.compress.prune import run_prune as prune
+    from geodrift.compress.prune import PruneSpec, evaluate_pruning, save_pruned
     from geodrift.pretrained import open_model
 
     r = request
-    check_request(r)
+    check_fields(r)
     spec = PruneSpec(max_remove=r.max_remove, methods=tuple(RANKINGS) if r.methods is None else r.methods,
                      random_seeds=r.random_seeds, greedy_windows=r.greedy_windows, k=r.k, null_draws=r.null_draws,
                      seed=r.seed)
@@ -142,7 +141,7 @@ def run_prune(request: PruneRequest, events: Events = SILENT) -> PruneResult:
     setup = load_setup(r.model, r.corpus, seq_len=r.seq_len, calib_windows=r.calib_windows,
                        eval_windows_count=r.eval_windows, max_memory=limit, on_stage=events.stage)
     events.begin("pruning", 1, "evaluations")
-    result = prune(setup, spec, progress=lambda stage, done, total: events.advance(done, total, stage))
+    result = evaluate_pruning(setup, spec, progress=lambda stage, done, total: events.advance(done, total, stage))
     events.end()
     if r.save is not None:
         result.saved = save_pruned(setup, result, r.save_method, save_n, r.save, source=r.model, force=r.force,
@@ -164,13 +163,12 @@ def run_share(request: ShareRequest, events: Events = SILENT) -> ShareResult:
             calibration tokens for the widest projection, or a model that is not Llama-family).
     """
     from geodrift.compress.factorized import DTYPES
-    from geodrift.compress.share_run import ShareSpec
-    from geodrift.compress.share_run import run_share as share
+    from geodrift.compress.share_run import ShareSpec, evaluate_sharing
     from geodrift.compress.sources import load_compress_setup
     from geodrift.pretrained import open_llama, tokenizer_for
 
     r = request
-    check_request(r)
+    check_fields(r)
     spec = ShareSpec(ratios=r.ratios, methods=r.methods if r.methods is not None else ShareSpec.methods,
                      group_size=r.group_size, calib_draws=r.calib_draws, first_draw=r.first_draw,
                      greedy_windows=r.greedy_windows, select_windows=r.select_windows,
@@ -203,9 +201,10 @@ def run_share(request: ShareRequest, events: Events = SILENT) -> ShareResult:
                                        seq_len=r.seq_len, calib_windows=r.calib_windows, eval_count=r.eval_windows,
                                        draws=r.first_draw + r.calib_draws, max_memory=limit, on_stage=events.stage)
     events.begin("compressing", 1, "steps")
-    result, kept = share(setup, spec, texts.draws, progress=lambda stage, done, total: events.advance(done, total, stage),
-                         cache=str(r.cache) if r.cache else None,
-                         keep=(r.save_method, save_ratio) if r.save is not None else None)
+    result, kept = evaluate_sharing(setup, spec, texts.draws,
+                                    progress=lambda stage, done, total: events.advance(done, total, stage),
+                                    cache=str(r.cache) if r.cache else None,
+                                    keep=(r.save_method, save_ratio) if r.save is not None else None)
     events.end()
     if r.save is not None and kept is not None:
         result.saved = _save_shared(r, setup, kept, save_ratio)

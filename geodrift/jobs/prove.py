@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 
 if TYPE_CHECKING:
     from geodrift.prove import ProveReport
@@ -49,7 +49,7 @@ def run_prove(request: ProveRequest, events: Events = SILENT) -> ProveReport:
     from geodrift.prove.runner import select
 
     r = request
-    check_request(r)
+    check_fields(r)
     check_seed(r.seed)
     if r.plot is not None:  # fail before the work, not after it
         figure_format(r.plot)

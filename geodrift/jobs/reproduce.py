@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from geodrift.errors import GeodriftError
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 
 if TYPE_CHECKING:
     from geodrift.reproduction import PaperReproduction
@@ -64,7 +64,7 @@ def run_reproduce(request: ReproduceRequest, events: Events = SILENT) -> PaperRe
     from geodrift.sweep.runner import check_options
 
     r = request
-    check_request(r)
+    check_fields(r)
     if r.quick and r.smoke:
         raise GeodriftError("--quick and --smoke: pass one of them")
     backend = r.backend or "local"

@@ -26,24 +26,64 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geodrift.errors import GeodriftError
+from geodrift.jobs.options import check_fields, flags, kind_of, option, shown
 
 if TYPE_CHECKING:  # this module is imported before any option is checked: nothing that imports torch
     from geodrift.scanner.mapping import NameRule
 
-# Each request field -> the command-line option that sets it (fields no command line has are absent).
-OPTIONS = {"roles": "--roles", "layers": "--layers", "k": "--k", "null_draws": "--null-draws", "seed": "--seed",
-           "view": "--view", "names": "--names", "ov": "--ov", "full_spectrum": "--full-spectrum",
-           "device": "--device", "skip_nonfinite": "--skip-nonfinite", "max_memory": "--max-memory",
-           "backend": "--backend", "address": "--address", "full": "--full", "align": "--align", "head_maps": "--head-maps",
-           "json_out": "--json-out", "csv_out": "--csv", "plot": "--plot", "dpi": "--dpi"}
 _EXAMPLES = {"k": "8", "null_draws": "100", "seed": "0", "dpi": "300"}
 Progress = Callable[[str], None]
 DEFAULT_MAX_MEMORY = "8G"  # the CLI's --max-memory default, and the Python call's
+VIEW_HELP = ("raw weights (the paper's metric), folded (norm gains folded in), or canonical (folded, each layer at "
+             "the canonical point of its gauge orbit: numbers and verdicts exact reparametrisations leave unchanged). "
+             "Default: canonical where geodrift has derived the model's gauge group, else raw with a note.")
+
+
+# The declared options' own checks, check(field, value) (geodrift.jobs.options.Option.check).
+def check_roles(field: str, value: Any) -> None:
+    """``--roles``: None, a string or a list of role names."""
+    _text_or_list(field, value, 'a string like "q,k" or a list of role names (strings)', str)
+
+
+def check_layers(field: str, value: Any) -> None:
+    """``--layers``: None, a string or a list of layer indices."""
+    _text_or_list(field, value, 'a string like "0-9,20" or a list of layer indices', numbers.Integral)
+
+
+def check_names_option(field: str, value: Any) -> None:
+    """``--names``: :func:`check_names`."""
+    check_names(value)
+
+
+def check_view_option(field: str, value: Any) -> None:
+    """``--view``: :func:`check_view`."""
+    check_view(value)
+
+
+def check_memory_option(field: str, value: Any) -> None:
+    """``--max-memory``: :func:`memory_limit`."""
+    memory_limit(value)
+
+
+def check_plot(field: str, value: Any) -> None:
+    """``--plot``: a file name whose suffix names a figure format (its ``--dpi`` is checked with it, after)."""
+    check_path(field, value, "a file name ending .png, .pdf or .svg")
+    if value is not None:
+        from geodrift.io.checks import figure_format
+
+        figure_format(value)
+
+
+def check_config_option(field: str, value: Any) -> None:
+    """``config=``: :func:`check_config`."""
+    check_config(value)
 
 
 @dataclass(frozen=True, kw_only=True)
 class MeasureOptions:
-    """The options every measuring job shares (``scan``, ``drift``, ``compare``), with the command line's defaults.
+    """The options every measuring job shares (``scan``, ``drift``, ``compare``), each declared once
+    (:func:`geodrift.jobs.options.option`: its flag, help, default and check make the command line's option, the
+    Python keyword and the error wording).
 
     Attributes:
         roles, layers: the selection: ``"q,k"`` or a list of role names; ``"0-9,20"`` or a list of indices
@@ -59,70 +99,59 @@ class MeasureOptions:
         json_out, csv_out, plot, dpi: the files to write (claimed by the job, written by the renderer).
     """
 
-    roles: str | list[str] | tuple[str, ...] | None = None
-    layers: str | list[int] | tuple[int, ...] | None = None
-    k: int = 8
-    view: str | None = None
-    null_draws: int = 100
-    seed: int = 0
-    names: str | Path | list[NameRule] | None = None
-    ov: bool = True
-    backend: str = "local"
-    address: str | None = None
-    max_memory: str | int = DEFAULT_MAX_MEMORY
-    json_out: str | Path | None = None
-    csv_out: str | Path | None = None
-    plot: str | Path | None = None
-    dpi: int = 300
+    roles: str | list[str] | tuple[str, ...] | None = option(
+        None, "--roles", "Projections, e.g. q,k,v,o,gate,up,down; in a mixture of experts also router, expert_gate, "
+        "experts (default all).", check=check_roles, cli_type=str | None)
+    layers: str | list[int] | tuple[int, ...] | None = option(
+        None, "--layers", "Layers, e.g. 0-9,20 (default all).", check=check_layers, cli_type=str | None)
+    k: int = option(8, "--k", "Singular vectors per space (k = 1..K).", example="8")
+    view: str | None = option(None, "--view", VIEW_HELP, choices=("raw", "folded", "canonical"), check=check_view_option)
+    null_draws: int = option(100, "--null-draws", "Permutation-null draws per statistic.", example="100")
+    seed: int = option(0, "--seed", "Seed of the permutation null.", example="0")
+    names: str | Path | list[NameRule] | None = option(
+        None, "--names", "JSON mapping of tensor-name regex -> role, roles named as in --roles.", check=check_names_option,
+        cli_type=Path | None)
+    ov: bool = option(True, "--ov", "Also measure the OV composite W_O W_V per layer.", cli_decls=("--ov/--no-ov",))
+    backend: str = option(
+        "local", "--backend", "local (this process) or ray: the checkpoints (drift, compare) or ranges of layers "
+        "(scan) as Ray tasks (Ray comes with the sweep extra of geodrift); the numbers are the local run's, bitwise.",
+        choices=("local", "ray"), python=False)
+    address: str | None = option(
+        None, "--address", "With --backend ray: an existing Ray cluster (auto or HOST:PORT); every node must read the "
+        "checkpoints at the same paths. Default: a local cluster of this machine's CPUs.", example="auto", python=False)
+    max_memory: str | int = option(
+        DEFAULT_MAX_MEMORY, "--max-memory", "Refuse to start a run whose memory estimate exceeds this (e.g. 8G, 512M); "
+        "raise it to allow larger --null-draws/--k.", check=check_memory_option, cli_type=str)
+    json_out: str | Path | None = option(None, "--json-out", "Also write the JSON report here.", python=False,
+                                         cli_type=Path | None)
+    csv_out: str | Path | None = option(None, "--csv", "Write the result's tidy rows to this CSV.", python=False,
+                                        cli_type=Path | None)
+    plot: str | Path | None = option(None, "--plot", "Write the figures (.png, .pdf or .svg).", check=check_plot,
+                                     python=False, cli_type=Path | None)
+    dpi: int = option(300, "--dpi", "Resolution of PNG figures, dots per inch (and of any raster part of a PDF/SVG).",
+                      example="300", python=False)
 
 
-def check_options(options: MeasureOptions, progress: Any, flags: tuple[str, ...] = ()) -> None:
-    """The types of the shared options (and of the job's own ``flags``), before anything is opened.
+# Each request field -> the command-line option that sets it (fields no command line has are absent).
+OPTIONS = flags(MeasureOptions)
+
+
+def check_options(options: MeasureOptions, events: Any) -> None:
+    """Every field of a measuring request (:func:`geodrift.jobs.options.check_fields`) and the progress
+    (:func:`geodrift.jobs.events.check_events`), before anything is opened.
 
     Raises:
         GeodriftError: one line naming the option (``--k: must be an integer ...``).
     """
-    check_names(options.names)
-    for name in ("k", "null_draws", "seed"):
-        check_integer(name, getattr(options, name))
-    for name in ("ov", *flags):
-        check_flag(name, getattr(options, name))
-    check_selection(options.roles, options.layers)
-    check_view(options.view)
-    check_text("backend", options.backend, "local", optional=False)
-    check_text("address", options.address, "auto")
-    check_progress(progress)
-    for name in ("json_out", "csv_out"):
-        check_path(name, getattr(options, name))
+    from geodrift.jobs.events import check_events
+
+    check_fields(options)
+    check_events(events)
 
 
-def option(field: str) -> str:
+def flag_of(field: str) -> str:
     """How a message names a request field: its command-line option (``k`` -> ``--k``), or the keyword."""
     return OPTIONS.get(field, field)
-
-
-def shown(value: Any) -> str:
-    """An argument as a call would show it: short reprs as they are, long ones cut, long lists elided, other
-    objects by their type.
-
-    Example:
-        >>> shown(list(range(94))), shown(Path("m.gguf")), shown(object())
-        ('[0, 1, 2, ... (94 in all)]', "'m.gguf'", '<object>')
-    """
-    if isinstance(value, (list, tuple)) and len(value) > 6:
-        return f"[{', '.join(map(repr, value[:3]))}, ... ({len(value)} in all)]"
-    if value is None or isinstance(value, (str, int, float, bool, list, tuple)):
-        text = repr(value)
-        return text if len(text) <= 80 else text[:60] + f"... ({len(text)} characters)"
-    if isinstance(value, Path):
-        return repr(str(value))
-    return f"<{type(value).__name__}>"
-
-
-def kind_of(value: Any) -> str:
-    """``a float``, ``an int``: the type of a wrong value, for a message."""
-    name = type(value).__name__
-    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
 def refuse(field: str, value: Any, what: str) -> GeodriftError:
@@ -137,7 +166,7 @@ def check_integer(field: str, value: Any) -> None:
         GeodriftError: e.g. ``--k: must be an integer (e.g. --k 8), got a float``.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        example = f"{option(field)} {_EXAMPLES.get(field, '1')}"
+        example = f"{flag_of(field)} {_EXAMPLES.get(field, '1')}"
         raise refuse(field, value, f"must be an integer (e.g. {example}), got {kind_of(value)}")
 
 

@@ -14,13 +14,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geodrift.errors import GeodriftError
 from geodrift.jobs import request as checks
+from geodrift.jobs.events import SILENT, Events, counter
+from geodrift.jobs.options import option
 from geodrift.jobs.outputs import experts_plot_path, scan_outputs
 from geodrift.jobs.request import DEFAULT_MAX_MEMORY as DEFAULT_MAX_MEMORY
 from geodrift.jobs.request import MeasureOptions
@@ -47,12 +49,37 @@ class ScanRequest(MeasureOptions):
     """
 
     model: Any = None
-    architecture: str | None = field(default=None, kw_only=True)
-    config: Mapping[str, Any] | None = field(default=None, kw_only=True)
-    full_spectrum: bool = field(default=False, kw_only=True)
-    device: str = field(default="cpu", kw_only=True)
-    skip_nonfinite: bool = field(default=False, kw_only=True)
-    full: bool = field(default=False, kw_only=True)
+    roles: str | list[str] | tuple[str, ...] | None = option(
+        None, "--roles", "Projections, e.g. q,k,v,o,gate,up,down; in a mixture of experts also router, expert_gate "
+        "(every expert's), expert_gate.3, experts, shared_gate (default all).", check=checks.check_roles,
+        cli_type=str | None)
+    k: int = option(8, "--k", "Singular vectors per space (k = 1..K); clipped, with a note, for a projection of "
+                    "lower rank.", example="8")
+    csv_out: str | Path | None = option(
+        None, "--csv", "Write the summary (projection × space × k) to this CSV, and one row per adjacent layer pair to "
+        "NAME.pairs.csv beside it.", python=False, cli_type=Path | None)
+    plot: str | Path | None = option(
+        None, "--plot", "Write the figure of continuity vs depth per projection, and the trajectory-shape figure (|cos| "
+        "vs layer distance, 3-PC EVR) as NAME_trajectory.EXT beside it (and, for a mixture of experts, the experts' "
+        "figure as NAME_experts.EXT); the suffix gives the format: .png, .pdf or .svg.", check=checks.check_plot,
+        python=False, cli_type=Path | None)
+    full: bool = option(
+        False, "--full", "Every table: σ²-WA and both floors, depth profiles, k = 1..K, trajectory shape, each "
+        "projection's criterion, the gauge diagnosis (default brief: one row per projection, its verdicts beside its "
+        "numbers; --detail is an older name of --full).", python=False, cli_decls=("--full/--brief", "--detail"))
+    full_spectrum: bool = option(False, "--full-spectrum", "Full SVD of every matrix so σ²-WA (Eq. 2) is exact "
+                                 "instead of bounded (slower).")
+    device: str = option(
+        "cpu", "--device", "cpu, or cuda (cuda:N): the large matrices' decompositions on a GPU (block Krylov; the same "
+        "acceptance rule, so every vector agrees with the CPU's to |cos| >= 0.999, not bitwise).", example="cpu")
+    skip_nonfinite: bool = option(
+        False, "--skip-nonfinite", "Skip (and list in the report's notes) a matrix whose values are NaN/Inf or overflow "
+        "float32's squares, instead of refusing the model; reads such a model twice.")
+    architecture: str | None = option(None, "architecture", "Override the detected architecture (e.g. 'llama'), for "
+                                      "models whose files or memory do not say it.", example="llama", cli=False)
+    config: Mapping[str, Any] | None = option(
+        None, "config", "config.json-style hyperparameters for a model in memory (head counts for the OV composite).",
+        check=checks.check_config_option, cli=False)
     call: str = field(default="geodrift.jobs.scan.run_scan", kw_only=True)
 
 
@@ -78,6 +105,8 @@ class ScanResult:
         Raises:
             GeodriftError: not a continuity report.
         """
+        from geodrift.continuity import Report
+        from geodrift.gauge.diagnose import GaugeDiagnosis
         from geodrift.io.documents import from_jsonable, read_document
 
         if "kind" in payload and "schema_version" in payload:
@@ -87,7 +116,7 @@ class ScanResult:
         return cls(Report.from_dict(payload), gauge)
 
 
-def check_request(request: ScanRequest, progress: Any = None) -> None:
+def check_request(request: ScanRequest, events: Any = SILENT) -> None:
     """The request's types and the options checked without the model, before anything is opened - and before
     torch is imported: a model path that does not exist, a ``--plot`` suffix, ``--dpi``, ``--max-memory``, ``--view``
     are refused in a fraction of a second (``benchmarks/bench_cli_startup.py``).
@@ -96,22 +125,18 @@ def check_request(request: ScanRequest, progress: Any = None) -> None:
         GeodriftError: one line naming the option (``--k: must be an integer ...``).
     """
     checks.existing_model("model", request.model)
-    checks.check_options(request, progress, flags=("full_spectrum", "skip_nonfinite", "full"))
-    checks.check_architecture(request.architecture, request.names)
-    checks.check_text("device", request.device, "cpu", optional=False)
-    checks.check_config(request.config)
-    checks.memory_limit(request.max_memory)
+    checks.check_options(request, events)  # every declared option: types, choices, its own check
+    checks.check_architecture(request.architecture, request.names)  # a known one, unless names= maps the tensors
     checks.check_figure_options(request.plot, request.dpi)
 
 
-def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None,
-             on_total: Callable[[int], None] | None = None) -> ScanResult:
+def run_scan(request: ScanRequest, events: Events = SILENT) -> ScanResult:
     """Check, open, scan and stamp: the one scan behind both faces.
 
     Args:
         request: the options.
-        progress: called with ``"role[layer]"`` after each matrix.
-        on_total: called once with the number of matrices, before the first.
+        events: the progress (:class:`~geodrift.jobs.events.Events`): ``begin("scanning", matrices, "matrices")``
+            once the model's headers are read, ``advance`` after each matrix (named ``"role[layer]"``), ``end``.
 
     Returns:
         ScanResult: the Report (with ``.provenance``: ``request.call``, the time, the model's fingerprint)
@@ -121,7 +146,7 @@ def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None
         GeodriftError: any unreadable input or out-of-range option, before the work starts; the message
             names the command-line option.
     """
-    check_request(request, progress)  # before anything heavy is imported (a missing file: under a second)
+    check_request(request, events)  # before anything heavy is imported (a missing file: under a second)
     from geodrift.continuity import MeasureSpec
     from geodrift.io.provenance import report_provenance
     from geodrift.scanner.distributed import RaySource, check_backend
@@ -142,11 +167,11 @@ def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None
     skipped: list[str] = []
     if request.skip_nonfinite:
         ws, skipped = ws.without_bad_tensors()
-    if on_total is not None:
-        on_total(len(ws))
+    events.begin("scanning", len(ws), "matrices")
     ray = RaySource(request.model, request.view, request.names, roles, request.address) \
         if request.backend == "ray" else None
-    report = scan(ws, spec, heads=heads, progress=progress, ray=ray)
+    report = scan(ws, spec, heads=heads, progress=counter(events), ray=ray)
+    events.end()
     report.notes += skipped
     report.provenance = report_provenance(request.call, _fingerprint(request.model, ckpt))
     gauge = diagnose_checkpoint(ckpt, layers) if request.full else None  # distance from the balanced point

@@ -14,11 +14,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from geodrift.jobs import request as checks
+from geodrift.jobs.events import SILENT, Events, counter
+from geodrift.jobs.options import option
 from geodrift.jobs.outputs import compare_outputs, drift_outputs
 from geodrift.jobs.request import MeasureOptions
 
@@ -27,14 +30,21 @@ if TYPE_CHECKING:  # imported by the CLI before the options are checked: torch l
     from geodrift.jobs.series_results import CompareResult, DriftResult
 
 
+HEAD_MAPS_HELP = ("--align's per-head V/O and Q/K maps: orthogonal (default: never distorts two unrelated models), "
+                  "general (least squares: recovers any exact reparametrisation, e.g. AWQ's V/O scales) or none.")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SeriesOptions(MeasureOptions):
     """What ``drift`` and ``compare`` share: the measuring options (:class:`~geodrift.jobs.request.MeasureOptions`)
     and ``align``, which brings every model into the first one's gauge first (llama/mistral), with the per-head
     maps ``head_maps`` (``orthogonal``, ``general`` or ``none``; :data:`geodrift.gauge.align.DEFAULT_HEAD_MAPS`)."""
 
-    align: bool = False
-    head_maps: str = "orthogonal"
+    null_draws: int = option(100, "--null-draws", "Permutation-null draws per statistic.", example="100")
+    seed: int = option(0, "--seed", "Seed of the permutation nulls.", example="0")
+    align: bool = option(False, "--align", "Bring the models into the first one's gauge first (gains folded; residual "
+                         "rotation, hidden permutations and scalings, V/O and Q/K maps recovered); llama/mistral.")
+    head_maps: str = option("orthogonal", "--head-maps", HEAD_MAPS_HELP, choices=("orthogonal", "general", "none"))
 
 
 @dataclass(frozen=True)
@@ -43,7 +53,11 @@ class DriftRequest(SeriesOptions):
     or state dicts); ``k`` defaults to 4 (vectors kept per checkpoint)."""
 
     checkpoints: Sequence[Any] = ()
-    k: int = field(default=4, kw_only=True)
+    k: int = option(4, "--k", "Singular vectors per space kept per checkpoint.", example="4")
+    csv_out: str | Path | None = option(None, "--csv", "Write continuity per checkpoint here and the per-layer "
+                                        "rotation to NAME.rotation.csv beside it.", python=False, cli_type=Path | None)
+    plot: str | Path | None = option(None, "--plot", "Figures NAME_rotation.EXT and NAME_continuity.EXT (.png, .pdf or "
+                                     ".svg).", check=checks.check_plot, python=False, cli_type=Path | None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checkpoints", tuple(self.checkpoints))
@@ -55,9 +69,14 @@ class CompareRequest(SeriesOptions):
 
     a: Any = None
     b: Any = None
+    k: int = option(8, "--k", "Dimension of the top-k subspaces compared.", example="8")
+    csv_out: str | Path | None = option(None, "--csv", "Write one row per projection, space and layer here.",
+                                        python=False, cli_type=Path | None)
+    plot: str | Path | None = option(None, "--plot", "Figure of the subspace overlap across layers (.png, .pdf or "
+                                     ".svg).", check=checks.check_plot, python=False, cli_type=Path | None)
 
 
-def check_request(request: DriftRequest | CompareRequest, progress: Any = None) -> None:
+def check_request(request: DriftRequest | CompareRequest, events: Any = SILENT) -> None:
     """The request's types, its models' paths and the options checked without the models - before torch is imported.
 
     Raises:
@@ -66,14 +85,13 @@ def check_request(request: DriftRequest | CompareRequest, progress: Any = None) 
     models = request.checkpoints if isinstance(request, DriftRequest) else (request.a, request.b)
     for model in models:
         checks.existing_model("model", model)
-    checks.check_options(request, progress, flags=("align",))
-    checks.memory_limit(request.max_memory)
+    checks.check_options(request, events)  # every declared option: types, choices, its own check
     checks.check_figure_options(request.plot, request.dpi)
 
 
-def _check(options: DriftRequest | CompareRequest, progress: Any) -> tuple[MeasureSpec, dict[str, Any]]:
+def _check(options: DriftRequest | CompareRequest, events: Any) -> tuple[MeasureSpec, dict[str, Any]]:
     # The request checked (check_request), then the measurement and the series options.
-    check_request(options, progress)
+    check_request(options, events)
     from geodrift.continuity import MeasureSpec
 
     spec = MeasureSpec(k=options.k, null_draws=options.null_draws, seed=options.seed)
@@ -83,12 +101,13 @@ def _check(options: DriftRequest | CompareRequest, progress: Any) -> tuple[Measu
     return spec, series
 
 
-def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = None) -> DriftResult:
+def run_drift(request: DriftRequest, events: Events = SILENT) -> DriftResult:
     """A training series: each checkpoint's continuity and each layer's v1/u1 rotation from the first.
 
     Args:
         request: the checkpoints and options.
-        progress: called after each matrix (``"role[layer]"``).
+        events: the progress: ``begin`` (no total: each checkpoint's matrices are counted as they are read),
+            ``advance`` after each matrix (``"role[layer]"``), ``end``.
 
     Returns:
         DriftResult: the :func:`geodrift.scanner.series.drift` report, its rows marked with the view, the gauge
@@ -98,21 +117,24 @@ def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = No
         GeodriftError: a bad option or output file (before anything is read), fewer than 2 checkpoints, an
             unreadable checkpoint, checkpoints of different shapes or layers (from the headers).
     """
-    spec, series = _check(request, progress)
+    spec, series = _check(request, events)
     from geodrift.jobs.series_results import DriftResult
     from geodrift.scanner.series import drift
 
     checks.claim(drift_outputs(request.json_out, request.csv_out, request.plot), request, tuple(request.checkpoints))
-    return DriftResult.of(drift(list(request.checkpoints), spec, progress=progress, backend=request.backend,
-                                address=request.address, align=request.align, head_maps=request.head_maps, **series))
+    events.begin(f"reading {len(request.checkpoints)} checkpoints", 0, "matrices")
+    rep = drift(list(request.checkpoints), spec, progress=counter(events), backend=request.backend,
+                address=request.address, align=request.align, head_maps=request.head_maps, **series)
+    events.end()
+    return DriftResult.of(rep)
 
 
-def run_compare(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
+def run_compare(request: CompareRequest, events: Events = SILENT) -> CompareResult:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces.
 
     Args:
         request: the models and options.
-        progress: called after each matrix.
+        events: the progress, as :func:`run_drift`'s.
 
     Returns:
         CompareResult: the :func:`geodrift.scanner.series.compare` report, marked as :func:`run_drift`'s.
@@ -121,11 +143,13 @@ def run_compare(request: CompareRequest, progress: Callable[[str], None] | None 
         GeodriftError: a bad option or output file (before anything is read), an unreadable model, shared
             projections of different shapes, no projection in common.
     """
-    spec, series = _check(request, progress)
+    spec, series = _check(request, events)
     from geodrift.jobs.series_results import CompareResult
     from geodrift.scanner.series import compare
 
     checks.claim(compare_outputs(request.json_out, request.csv_out, request.plot), request, (request.a, request.b))
-    return CompareResult.of(compare(request.a, request.b, spec, progress=progress, backend=request.backend,
-                                    address=request.address, align=request.align, head_maps=request.head_maps,
-                                    **series))
+    events.begin("reading 2 models", 0, "matrices")
+    rep = compare(request.a, request.b, spec, progress=counter(events), backend=request.backend,
+                  address=request.address, align=request.align, head_maps=request.head_maps, **series)
+    events.end()
+    return CompareResult.of(rep)

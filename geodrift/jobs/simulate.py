@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from geodrift.errors import GeodriftError
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 
 if TYPE_CHECKING:
     from geodrift.continuity import Report
@@ -142,7 +142,7 @@ def _check(r: SimulateRequest) -> None:
     # The counts and the options that need --out, named as their options.
     from geodrift.io.checks import check_count
 
-    check_request(r)
+    check_fields(r)
     if (r.resume or r.reload) and r.out is None:
         raise GeodriftError("--resume/--reload need --out DIR (where the records and checkpoints are)")
     check_count(r.steps, "--steps", 1)

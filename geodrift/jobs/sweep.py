@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 
 if TYPE_CHECKING:
     from geodrift.sim.reproduce import Reproduction
@@ -56,7 +56,7 @@ def run_sweep(request: SweepRequest, events: Events = SILENT) -> Reproduction:
     from geodrift.sweep.runner import run_grid
 
     r = request
-    check_request(r)
+    check_fields(r)
     grid = load_grid(r.grid_file)
     rep = run_grid(grid, backend=r.backend or "local", workers=1 if r.workers is None else r.workers,
                    address=r.address, gpus=r.gpus_per_run, out=None if r.out is None else Path(r.out),

@@ -445,3 +445,51 @@ class PythonProgress:
         if self._tqdm is not None:
             self._tqdm.total = total
             self._tqdm.refresh()
+
+
+class PythonEvents:
+    """The Python face's ``progress=True`` as :class:`geodrift.jobs.events.Events`: a :class:`PythonProgress` bar per
+    counted piece of work (tqdm's where installed, else geodrift's); start-up messages are not shown."""
+
+    def __init__(self) -> None:
+        self._bar: PythonProgress | None = None
+
+    def __enter__(self) -> PythonEvents:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._close(kind, error, trace)
+
+    def stage(self, text: str) -> None:
+        """Not shown (the Python face prints no start-up messages)."""
+
+    def begin(self, title: str, total: int, unit: str) -> None:
+        """A new bar (``total`` 0: counted without one)."""
+        self.end()
+        self._bar = PythonProgress(title, unit).__enter__()
+        if total:
+            self._bar.set_total(total)
+
+    def advance(self, done: int, total: int | None = None, description: str | None = None) -> None:
+        """One unit more."""
+        if self._bar is not None:
+            if total:
+                self._bar.set_total(total)
+            self._bar.advance(description or "")
+
+    def training(self, status: StepStatus) -> None:
+        """Not drawn by this bar."""
+
+    def sweep(self, status: SweepStatus) -> None:
+        """Not drawn by this bar."""
+
+    def end(self) -> None:
+        """The bar closes."""
+        self._close(None, None, None)
+
+    def _close(self, kind: type[BaseException] | None, error: BaseException | None,
+               trace: TracebackType | None) -> None:
+        bar, self._bar = self._bar, None
+        if bar is not None:
+            bar.__exit__(kind, error, trace)

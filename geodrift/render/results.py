@@ -1,38 +1,22 @@
 """What a command shows once its job is done: the report on the terminal (or as JSON), and the files written.
 
 The command-line face is parse -> one job -> render: these functions are the render step of ``scan``,
-``drift``, ``compare`` and ``inspect``, and :func:`working` the progress (and stdout guard) around the job.
+``drift``, ``compare`` and ``inspect`` (the progress around a job is ``geodrift.render.progress.ConsoleEvents``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from geodrift.io.atomic import document
-from geodrift.render.progress import JobProgress, announce
+from geodrift.render.progress import announce
 
 if TYPE_CHECKING:
     from geodrift.jobs.inspect import Inventory
     from geodrift.jobs.scan import ScanResult
     from geodrift.jobs.series_results import CompareResult, DriftResult
-
-
-@contextmanager
-def working(title: str, unit: str, *, quiet: bool, report_on_stdout: bool = False) -> Iterator[JobProgress]:
-    """A progress bar on stderr around a job (its ``advance`` and ``set_total`` are the job's callbacks); with
-    ``report_on_stdout`` (``--json``) anything native libraries print to stdout meanwhile goes to stderr.
-
-    Example:
-        >>> with working("scanning", "matrices", quiet=True) as bar:
-        ...     bar.set_total(2); bar.advance("attn_q[0]"); bar.advance("attn_q[1]")
-    """
-    from geodrift.io.stdio import report_only_stdout
-
-    with JobProgress(title, 0, unit, quiet=quiet) as bar, report_only_stdout(report_on_stdout):
-        yield bar
 
 
 def announce_written(written: Sequence[Path], *, quiet: bool) -> None:
