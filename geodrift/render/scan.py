@@ -52,6 +52,15 @@ def _predicted(role: RoleReport) -> str:
     return {"v": "v (input)", "u": "u (output)", None: "neither"}[role.predicted_space]
 
 
+def _null_words(report: Report) -> str:
+    # which null the z and brackets are against (geodrift.gauge.status.null_kind)
+    permutation = f"the permutation null ({report.null_draws} draws, seed {report.seed})"
+    if not any(s.null == "rotation" for r in report.roles for s in r.spaces.values()):
+        return permutation
+    return (f"its null: the rotation null on the residual side (random directions, analytic: no basis), {permutation} "
+            "on the head/hidden side")
+
+
 def scan_grid(report: Report, title: str | None = None) -> Grid:
     """The main table: one row per projection, v1 and u1 continuity with both floors and both verdicts."""
     grid = Grid(
@@ -59,8 +68,7 @@ def scan_grid(report: Report, title: str | None = None) -> Grid:
         [Col("Proj", "left", style="bold"), Col("shape · L", "left"), Col("predicted", "left"),
          Col("v1 (input)"), Col("u1 (output)"), Col("σ²-WA v"), Col("σ²-WA u"), Col("verdict", "left")],
         caption=(
-            "v1/u1: mean |cos| of adjacent layers (Eq. 1), z against the permutation null "
-            f"({report.null_draws} draws, seed {report.seed}); random = sqrt(2/(πd)). "
+            f"v1/u1: mean |cos| of adjacent layers (Eq. 1), z against {_null_words(report)}; random = sqrt(2/(πd)). "
             "σ²-WA: Eq. 2 (from the top-k: lower ≤ upper bound; exact with --full-spectrum), null mean in brackets. "
             "verdict: shared frame (Eq. 1 in the predicted space, the paper's claim) and depth path (nearby layers "
             "agree more than far ones); criteria below the tables."
@@ -96,7 +104,7 @@ def brief_grid(report: Report) -> Grid:
          Col("frame", "left"), Col("path", "left")],
         caption=(
             "v1/u1: mean |cos| of adjacent layers' first singular vectors (Eq. 1), its z and mean (in brackets) "
-            f"under the permutation null ({report.null_draws} draws, seed {report.seed}); pred: the space the "
+            f"under {_null_words(report)}; pred: the space the "
             "theory predicts continuous (bold). frame: Eq. 1 in that space; path: nearby layers agree more "
             "than far ones."
             + (" For V (pred none): none = no frame (path) found, as predicted; found = one the theory did not "
