@@ -26,7 +26,7 @@ from geodrift.gauge.orbit import (
 )
 from geodrift.scanner.aligned import checkpoint_state_dict
 from geodrift.scanner.readers import open_checkpoint
-from geodrift.scanner.series import compare
+from geodrift.scanner.series import compare, drift
 
 SHAPE = GaugeShape(n_layers=3, n_heads=4, n_kv_heads=2, head_dim=8)
 
@@ -127,19 +127,25 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_compare_align_finds_a_gauged_copy_identical_where_plain_compare_does_not(pair: tuple[Path, Path]):
     spec = MeasureSpec(k=2, null_draws=8)
     plain = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v"], view="folded")
-    assert min(r.overlap for r in plain.subspaces) < 0.9
+    assert min(r.overlap for r in plain.subspaces) < 0.9 and plain.gauge_fixing.startswith("folded: norm gains folded")
     aligned = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v", "attn_k"], align=True,
-                      head_maps="general")
+                      head_maps="general", view="folded")
     assert all(r.overlap == pytest.approx(1.0, abs=1e-5) for r in aligned.subspaces)
     assert aligned.alignment is not None and aligned.alignment.aligned_weight_error < 1e-5
     assert "aligned to" in aligned.b and any("rotation fit residual" in n for n in aligned.notes)
-    # the default head maps are orthogonal: they cannot undo this copy's V/O maps of condition number 10, but the
-    # MLP (permutations, scalings) and the residual rotation are undone all the same
-    default = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v"], align=True)
+    assert aligned.gauge_fixing.startswith("folded, aligned to A")
+    # in the folded view the orthogonal head maps (--align's default) cannot undo this copy's V/O maps of condition
+    # number 10, but the MLP (permutations, scalings) and the residual rotation are undone all the same
+    default = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v"], align=True, view="folded")
     assert default.alignment is not None and max(x.vo_residual for x in default.alignment.layers) > 1e-3
     assert all(r.overlap == pytest.approx(1.0, abs=1e-5) for r in default.subspaces if r.role == "mlp_up")
     with pytest.raises(GeodriftError, match="--head-maps general: chooses the maps of --align"):
-        compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up"], head_maps="general")
+        compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up"], head_maps="general", view="folded")
+    # the default view balances both (every non-orthogonal gauge fixed), so its orthogonal maps recover the copy
+    canonical = compare(str(pair[0]), str(pair[1]), spec, roles=["mlp_up", "attn_v", "attn_o", "attn_k"])
+    assert canonical.alignment is not None and canonical.alignment.one_orbit
+    assert canonical.gauge_fixing.startswith("canonical, aligned to A")
+    assert all(r.overlap == pytest.approx(1.0, abs=1e-5) for r in canonical.subspaces)
 
 
 def test_compare_and_drift_align_commands_report_what_was_recovered(pair: tuple[Path, Path], tmp_path: Path,
@@ -147,7 +153,7 @@ def test_compare_and_drift_align_commands_report_what_was_recovered(pair: tuple[
     out = tmp_path / "c.json"
     with pytest.raises(SystemExit) as done:
         main(["compare", str(pair[0]), str(pair[1]), "--align", "--head-maps", "general", "--k", "2", "--null-draws",
-              "4", "--quiet", "--roles", "up,down", "--json-out", str(out)])
+              "4", "--quiet", "--roles", "up,down", "--json-out", str(out), "--view", "folded"])
     assert done.value.code == 0 and "rotation fit residual" in capsys.readouterr().out
     doc = json.loads(out.read_text())
     assert doc["kind"] == "compare_report" and doc["alignment"]["aligned_weight_error"] < 1e-5
@@ -173,26 +179,36 @@ def test_align_on_models_of_different_shapes_or_families_is_a_one_line_error(pai
                                                                           capsys: pytest.CaptureFixture[str]):
     wide = write_hf_folder(tmp_path / "wide", llama_state(n_layers=3, d=48, n_heads=4, n_kv=2, d_ff=48, vocab=60),
                            hf_config(n_layers=3, d=48, n_heads=4, n_kv=2, d_ff=48, vocab=60), dtype=torch.float32)
-    err = _refused(["compare", str(pair[0]), str(wide), "--align", "--quiet"], capsys)
+    err = _refused(["compare", str(pair[0]), str(wide), "--align", "--quiet", "--view", "folded"], capsys)
     assert "--align" in err and str(pair[0]) in err and str(wide) in err
+    err = _refused(["compare", str(pair[0]), str(wide), "--quiet"], capsys)  # the default view: what differs
+    assert "compare:" in err and str(pair[0]) in err and str(wide) in err and "16x32" in err and "24x48" in err
     mistral = write_hf_folder(tmp_path / "mistral", llama_state(n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60),
                               hf_config("mistral", n_layers=3, d=32, n_heads=4, n_kv=2, d_ff=48, vocab=60),
                               dtype=torch.float32)
-    err = _refused(["drift", str(pair[0]), str(mistral), "--align", "--quiet"], capsys)
+    err = _refused(["drift", str(pair[0]), str(mistral), "--align", "--quiet", "--view", "folded"], capsys)
     assert "--align" in err and "llama" in err and "mistral" in err and str(mistral) in err
+    err = _refused(["drift", str(pair[0]), str(mistral), "--quiet"], capsys)
+    assert "drift:" in err and "llama" in err and "mistral" in err and str(mistral) in err
     gemma = write_hf_folder(tmp_path / "gemma2", llama_state(gemma2=True), hf_config("gemma2"), dtype=torch.float32)
-    err = _refused(["compare", str(gemma), str(pair[0]), "--align", "--quiet"], capsys)
+    err = _refused(["compare", str(gemma), str(pair[0]), "--align", "--quiet", "--view", "folded"], capsys)
     assert "--align" in err and str(gemma) in err and "gemma2" in err
 
 
 def test_align_past_max_memory_is_refused_before_reading(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]):
-    err = _refused(["compare", str(pair[0]), str(pair[1]), "--align", "--max-memory", "100K", "--quiet"], capsys)
+    err = _refused(["compare", str(pair[0]), str(pair[1]), "--align", "--max-memory", "100K", "--quiet", "--view",
+                    "folded"], capsys)
     assert "--align" in err and "--max-memory" in err and str(pair[0]) in err
+    err = _refused(["compare", str(pair[0]), str(pair[1]), "--max-memory", "100K", "--quiet"], capsys)
+    assert "--max-memory" in err
 
 
 def test_head_maps_without_align_is_a_one_line_error(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]):
-    err = _refused(["drift", str(pair[0]), str(pair[1]), "--head-maps", "none", "--quiet"], capsys)
+    err = _refused(["drift", str(pair[0]), str(pair[1]), "--head-maps", "none", "--quiet", "--view", "folded"], capsys)
     assert "--head-maps none" in err and "--align" in err
+    # the default (canonical) view aligns every checkpoint: --head-maps chooses its per-head maps
+    assert drift([str(pair[0]), str(pair[1])], MeasureSpec(k=1, null_draws=4), head_maps="general",
+                 roles=["attn_v"]).gauge_fixing.startswith("canonical, aligned to checkpoint 0")
 
 
 def test_align_refuses_state_dicts_of_different_shapes_naming_the_tensor():

@@ -16,7 +16,9 @@ applies their inverses to B with :mod:`geodrift.gauge.orbit`'s maps:
 4. the residual rotation **refitted on every residual-side weight** (the embedding, the head and every
    projection's residual side, the layers as step 3 left them), and steps 3-4 repeated while the rotation
    still moves (at most :data:`MAX_PASSES` passes): a model whose embedding does not fix the rotation (a
-   vocabulary smaller than the width, a zero embedding) is aligned by its layers.
+   vocabulary smaller than the width, a zero embedding) is aligned by its layers. Attention enters the refit
+   only where its per-head maps can be exact (``general``, or two balanced models): rotations alone cannot undo
+   a V/O or Q/K map that is not orthogonal, and the attention left apart would pull the rotation off the rest.
 
 For an exact reparametrisation every step is exact, and the aligned B equals the folded A up to
 float error; for two independently trained models each step is the best fit of its kind, and the
@@ -229,7 +231,7 @@ def align_folded(a: StateDict, b: StateDict, shape: GaugeShape, *, head_maps: st
             b.update({layer_key(index, name): value for name, value in done.items()})
             # what was recovered is the first pass's (later passes refine near the identity); the fits, the last's
             layers.append(info) if passes == 1 else _refit(layers[index], info)
-        turn = nearest_rotation(full_cross(a, b, shape, attention=head_maps != "none"))
+        turn = nearest_rotation(full_cross(a, b, shape, attention=head_maps == "general" or scales == "keep"))
         moved = float(torch.linalg.matrix_norm(turn - torch.eye(turn.shape[0], dtype=turn.dtype)))
         b = rotate_residual(b, shape, turn, in_place=True)
         if moved <= ROTATION_SETTLED:
@@ -238,9 +240,10 @@ def align_folded(a: StateDict, b: StateDict, shape: GaugeShape, *, head_maps: st
              "head permutation (linear_sum_assignment on OV and QK cosines)"]
     steps += [f"V/O map per key-value head ({head_maps})", f"Q/K map per RoPE pair ({head_maps})"] \
         if head_maps != "none" else []
+    attention = head_maps == "general" or scales == "keep"
     steps += ["hidden permutation with signs (Gate + |Up + Down| scores)",
               "Up/Down scaling" if scales == "fit" else "Up/Down scales kept (balanced)",
-              f"residual rotation refitted on every residual-side weight{'' if head_maps != 'none' else ' but attention'}"
+              f"residual rotation refitted on every residual-side weight{'' if attention else ' but attention'}"
               f" ({passes} pass{'es' if passes > 1 else ''})"]
     error = weight_error(a, b, shape)
     report = AlignmentReport(rot_residual, naive, error, layers, steps, time.perf_counter() - t0, passes,
@@ -332,7 +335,8 @@ def starting_cross(a: StateDict, b: StateDict, shape: GaugeShape) -> tuple[torch
 
 def full_cross(a: StateDict, b: StateDict, shape: GaugeShape, attention: bool = True) -> torch.Tensor:
     """:func:`token_cross` plus every projection's residual side (readers' columns, writers' rows); without
-    ``attention``, Q/K/V/O are left out (their per-head maps were not fitted, so their head sides differ by them)."""
+    ``attention``, Q/K/V/O are left out (their per-head maps could not be undone exactly, so their head sides
+    differ by them)."""
     cross = token_cross(a, b)
     for layer in range(shape.n_layers):
         for name in READERS + WRITERS:

@@ -65,18 +65,23 @@ class LayerAlignment:
 
 
 def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head_maps: str = "general",
-                scales: str = "fit", score: str = "cosine") -> tuple[Layer, LayerAlignment]:
+                scales: str = "fit", score: str = "cosine", rotation: torch.Tensor | None = None
+                ) -> tuple[Layer, LayerAlignment]:
     """B's layer mapped into the reference layer's gauge (heads, per-head maps, signed hidden units, scales).
 
     Args:
-        ref, layer: the two layers' seven projections (float64, folded, one residual frame).
+        ref, layer: the two layers' seven projections (float32 or float64, folded).
         shape: the heads; index: the layer's index (named in notes).
         head_maps: ``general``, ``orthogonal`` or ``none`` (see the module docstring).
         scales: ``fit`` (B's Up/Down split set to A's) or ``keep``.
         score: ``cosine`` or ``inner`` (for two balanced layers: the matching then minimises the distance).
+        rotation: ``R`` taking B's residual frame to A's (readers ``W R^T``, writers ``R W``) when ``layer`` is still in
+            its own; None: the two share one. Every map fitted here acts on the head or hidden side and commutes
+            with ``R``, so A's layer is turned into B's frame instead (readers ``W R``, writers ``R^T W``) and B
+            aligned to it there.
 
     Returns:
-        ``(aligned layer, what was recovered)``; ``layer`` is not modified.
+        ``(aligned layer, what was recovered)``, in ``layer``'s frame; ``layer`` is not modified.
 
     Example:
         >>> from geodrift.gauge.orbit import random_gauge, toy_state_dict
@@ -90,6 +95,9 @@ def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head
         >>> max(float((out[n] - a[n]).abs().max()) for n in names) < 1e-9, info.mutual_best_share
         (True, 1.0)
     """
+    if rotation is not None:  # A's layer in B's frame
+        r = rotation.to(ref["q_proj"].dtype)
+        ref = {name: r.T @ w if name in ("o_proj", "down_proj") else w @ r for name, w in ref.items()}
     a, b = _as_state(ref), _as_state(layer)
     kv_perm, q_perms, heads_kept = _match_heads(a, b, shape)
     b = permute_heads(b, shape, 0, kv_perm, q_perms)
@@ -98,13 +106,13 @@ def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head
     if head_maps != "none":
         b, vo = _fit_vo(a, b, shape, head_maps == "orthogonal", notes, index)
         b, qk = _fit_qk(a, b, shape, head_maps == "orthogonal")
-    cols, signs, info = _match_units(a, b, score)
+    cols, signs, info = match_units(_mlp(a), _mlp(b), score)
     b = permute_mlp(b, 0, torch.from_numpy(cols))
     factor = signs * (_balance_scales(a, b) if scales == "fit" else torch.ones_like(signs))
     b = scale_mlp(b, 0, factor)
     log_scale = factor.abs().log()
     out = {name: b[layer_key(0, name)] for name in layer}
-    return out, LayerAlignment(index, info[0], info[1], _matched_cosine(a, b), float(log_scale.std())
+    return out, LayerAlignment(index, info[0], info[1], info[2], float(log_scale.std())
                                if scales == "fit" and log_scale.numel() > 1 else 0.0, heads_kept, vo, qk,
                                float((signs < 0).double().mean()), notes)
 
@@ -135,10 +143,19 @@ def _head_similarity(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], sha
     sims = []
     for x, y, kv_first in (("o_proj", "v_proj", False), ("q_proj", "k_proj", True)):
         cross = pair(w["a"][x], w["a"][y], w["b"][x], w["b"][y], kv_first)
-        self_a = pair(w["a"][x], w["a"][y], w["a"][x], w["a"][y], kv_first).diagonal()
-        self_b = pair(w["b"][x], w["b"][y], w["b"][x], w["b"][y], kv_first).diagonal()
-        sims.append(cross / (self_a.reshape(-1, 1) * self_b.reshape(1, -1)).clamp_min(_TINY).sqrt())
+        norms = [_head_norms(w[side][x], w[side][y], shape, kv_first) for side in ("a", "b")]
+        sims.append(cross / (norms[0].reshape(-1, 1) * norms[1].reshape(1, -1)).clamp_min(_TINY).sqrt())
     return ((sims[0] + sims[1]) / 2).numpy()
+
+
+def _head_norms(x: torch.Tensor, y: torch.Tensor, shape: GaugeShape, kv_first: bool) -> torch.Tensor:
+    # ||X_h Y_g(h)||_F^2 per query head from hd x hd Grams: O_h V_g (x = O's columns) or Q_h^T K_g (x = Q's rows)
+    hd, d = shape.head_dim, x.shape[1] if kv_first else x.shape[0]
+    heads = x.reshape(shape.n_heads, hd, d) if kv_first else x.reshape(d, shape.n_heads, hd).transpose(0, 1).mT
+    x_gram = heads @ heads.mT  # (n_heads, hd, hd)
+    kv = y.reshape(shape.n_kv_heads, hd, y.shape[1])
+    y_gram = (kv @ kv.mT).repeat_interleave(shape.group, 0)
+    return (x_gram * y_gram).sum((1, 2))
 
 
 def _match_heads(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], shape: GaugeShape
@@ -211,42 +228,41 @@ def _fit_vo(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], shape: Gauge
     return b, (num / den) ** 0.5 if den else 0.0
 
 
-def _pair_rows(sd: dict[str, torch.Tensor], name: str, shape: GaugeShape, kv: int, pair: int) -> torch.Tensor:
-    # (heads, 2, d): the pair's two rows of K's head kv, or of every query head of its group
-    heads = [kv] if name == "k_proj" else range(kv * shape.group, (kv + 1) * shape.group)
-    return torch.stack([sd[layer_key(0, name)][shape.head_rows(h, pair=pair)] for h in heads])
-
-
-def _pair_products(target: torch.Tensor, source: torch.Tensor) -> tuple[float, float, float]:
-    # (<source, target>, <J source, target>, ||source||^2) over (..., 2, d) rows, J = [[0, -1], [1, 0]]: source and
-    # J source are orthogonal and of one norm, so the least-squares (c, s) of target ~ (c I + s J) source are the
-    # first two over the third, and the rotation R(theta) nearest has theta = atan2(second, first)
-    turned = torch.stack([-source[..., 1, :], source[..., 0, :]], -2)
-    return float((source * target).sum()), float((turned * target).sum()), float(source.pow(2).sum())
+def _pair_products(a: torch.Tensor, b: torch.Tensor, heads: int, group: int, half: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # Per KV head and RoPE pair (HF half-split rows), summed over the group's heads: (<B, A>, <J B, A>, ||B||^2), each
+    # (heads, pairs), J = [[0, -1], [1, 0]] on the pair's two rows. B and J B are orthogonal and of one norm, so the
+    # least-squares (c, s) of A ~ (c I + s J) B are the first two over the third, and the nearest rotation R(theta)
+    # has theta = atan2(second, first).
+    d = a.shape[1]
+    a1, a2 = a.reshape(heads, group, 2, half, d).unbind(2)
+    b1, b2 = b.reshape(heads, group, 2, half, d).unbind(2)
+    first = ((b1 * a1).sum((1, 3)) + (b2 * a2).sum((1, 3))).double()
+    second = ((b1 * a2).sum((1, 3)) - (b2 * a1).sum((1, 3))).double()
+    energy = (b1.pow(2).sum((1, 3)) + b2.pow(2).sum((1, 3))).double()
+    return first, second, energy
 
 
 def _fit_qk(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], shape: GaugeShape,
             orthogonal: bool) -> tuple[dict[str, torch.Tensor], float]:
     # Per KV head and RoPE pair, rho R(theta) on K's pair rows and R(theta) / rho on Q's
     # (orbit.transform_qk_all with r = 1 / rho, phi = theta).
-    k = layer_key(0, "k_proj")
-    num = den = 0.0
-    for g in range(shape.n_kv_heads):
-        rho = torch.ones(shape.pairs, dtype=torch.float64)
-        theta = torch.zeros(shape.pairs, dtype=torch.float64)
-        for i in range(shape.pairs):
-            ck, sk, ek = _pair_products(_pair_rows(a, "k_proj", shape, g, i), _pair_rows(b, "k_proj", shape, g, i))
-            cq, sq, eq = _pair_products(_pair_rows(a, "q_proj", shape, g, i), _pair_rows(b, "q_proj", shape, g, i))
-            if orthogonal:  # the rotation nearest on Q's and K's rows together
-                theta[i] = float(np.arctan2(sk + sq, ck + cq))
-            elif ek > _TINY and (ck, sk) != (0.0, 0.0):  # least squares on K's rows: rho R(theta) = (c I + s J)
-                rho[i], theta[i] = float(np.hypot(ck, sk)) / ek, float(np.arctan2(sk, ck))
-            elif eq > _TINY and (cq, sq) != (0.0, 0.0):  # K's pair rows are zero: Q's carry R(theta) / rho
-                rho[i], theta[i] = eq / float(np.hypot(cq, sq)), float(np.arctan2(sq, cq))
-        b = transform_qk_all(b, shape, 0, g, 1.0 / rho, theta)
-        rows = shape.head_rows(g)
-        num += float(torch.linalg.vector_norm(b[k][rows] - a[k][rows])) ** 2
-        den += float(torch.linalg.vector_norm(a[k][rows])) ** 2
+    q, k = layer_key(0, "q_proj"), layer_key(0, "k_proj")
+    n_kv, half = shape.n_kv_heads, shape.pairs
+    ck, sk, ek = _pair_products(a[k], b[k], n_kv, 1, half)
+    cq, sq, eq = _pair_products(a[q], b[q], n_kv, shape.group, half)
+    if orthogonal:  # the rotation nearest on Q's and K's rows together
+        rho, theta = torch.ones_like(ck), torch.atan2(sk + sq, ck + cq)
+    else:  # least squares on K's rows; where K's pair rows are zero, on Q's (which carry R(theta) / rho)
+        on_k = (ek > _TINY) & (ck.abs() + sk.abs() > 0)
+        on_q = ~on_k & (eq > _TINY) & (cq.abs() + sq.abs() > 0)
+        rho = torch.where(on_k, torch.hypot(ck, sk) / ek.clamp_min(_TINY),
+                          torch.where(on_q, eq / torch.hypot(cq, sq).clamp_min(_TINY), 1.0))
+        theta = torch.where(on_k, torch.atan2(sk, ck), torch.where(on_q, torch.atan2(sq, cq), 0.0))
+    for g in range(n_kv):
+        b = transform_qk_all(b, shape, 0, g, 1.0 / rho[g], theta[g])
+    num = float(torch.linalg.vector_norm((b[k] - a[k]).double())) ** 2
+    den = float(torch.linalg.vector_norm(a[k].double())) ** 2
     return b, (num / den) ** 0.5 if den else 0.0
 
 
@@ -260,33 +276,35 @@ def _mlp(sd: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def match_units(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...], score: str = "cosine"
-                ) -> tuple[np.ndarray, torch.Tensor, tuple[float, float]]:
-    """The signed hidden-unit matching of two MLPs (see the module docstring, step 4).
+                ) -> tuple[np.ndarray, torch.Tensor, tuple[float, float, float]]:
+    """The signed hidden-unit matching of two MLPs (see the module docstring, step 4): every score
+    ``S(i, j) = <g_i, g'_j> + |<u_i, u'_j> + <d_i, d'_j>|`` (float32 products), the row-wise best where it is a
+    permutation (then optimal: every row gets its largest score), else ``linear_sum_assignment``.
 
     Args:
         a, b: ``(gate rows, up rows, down columns)`` of each, each ``(d_ff, d)``.
         score: ``cosine`` or ``inner``.
 
     Returns:
-        ``(cols, signs, (identity share, mutual-best share))``: A's unit ``i`` is B's unit ``cols[i]`` times
-        ``signs[i]`` (float64 +-1).
+        ``(cols, signs, (identity share, mutual-best share, mean matched cosine))``: A's unit ``i`` is B's unit
+        ``cols[i]`` times ``signs[i]`` (float64 +-1).
     """
     prep = _unit if score == "cosine" else (lambda x: x)
-    gate = prep(a[0]).float() @ prep(b[0]).float().T
-    both = prep(a[1]).float() @ prep(b[1]).float().T + prep(a[2]).float() @ prep(b[2]).float().T
-    sim = (gate + both.abs()).double().numpy()
-    rows = np.arange(sim.shape[0])
-    cols = sim.argmax(axis=1)
-    if len(np.unique(cols)) != len(cols):  # the row-wise best is no permutation: solve the assignment
-        _, cols = linear_sum_assignment(sim, maximize=True)
-    mutual = (sim.argmax(axis=1) == cols) & (sim.argmax(axis=0)[cols] == rows)
-    signs = torch.where(both[torch.from_numpy(rows), torch.from_numpy(cols)] < 0, -1.0, 1.0).to(torch.float64)
-    return cols.astype(np.int64), signs, (float(np.mean(cols == rows)), float(mutual.mean()))
-
-
-def _match_units(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], score: str
-                 ) -> tuple[np.ndarray, torch.Tensor, tuple[float, float]]:
-    return match_units(_mlp(a), _mlp(b), score)
+    fa, fb = [prep(x).float() for x in a], [prep(x).float() for x in b]
+    n = fa[0].shape[0]
+    both = torch.cat(fa[1:], 1) @ torch.cat(fb[1:], 1).T
+    sim = (fa[0] @ fb[0].T).add_(both.abs())
+    best = sim.argmax(1)
+    if len(torch.unique(best)) == n:  # the row-wise best is a permutation: it is the assignment's optimum
+        cols = best.numpy()
+    else:
+        _, cols = linear_sum_assignment(sim.double().numpy(), maximize=True)
+    pick = torch.from_numpy(cols)
+    mutual = (sim.argmax(0)[pick] == torch.arange(n)).numpy()
+    signs = torch.where(both[torch.arange(n), pick] < 0, -1.0, 1.0).to(torch.float64)
+    cos = [(_unit(x) * _unit(y[pick])).sum(1) for x, y in zip(fa, fb, strict=True)]
+    matched = float(((cos[0] + (cos[1] + cos[2]) * signs.float()) / 3).mean())
+    return cols.astype(np.int64), signs, (float(np.mean(cols == np.arange(n))), float(np.mean(mutual)), matched)
 
 
 def _balance_scales(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -297,11 +315,6 @@ def _balance_scales(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> t
     ok = (na > _TINY) & (da > _TINY) & (nb > _TINY) & (db > _TINY)
     ratio = (na * db) / (da * nb).clamp_min(_TINY)
     return torch.where(ok, ratio.sqrt(), torch.ones_like(ratio))
-
-
-def _matched_cosine(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    cos = [(_unit(x) * _unit(y)).sum(1) for x, y in zip(_mlp(a), _mlp(b), strict=True)]
-    return float(((cos[0] + cos[1] + cos[2]) / 3).mean())
 
 
 __all__ = ["HEAD_MAPS", "Layer", "LayerAlignment", "align_layer", "match_units"]
