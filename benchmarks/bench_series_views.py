@@ -5,7 +5,8 @@ Writes the embedded SmolLM2-135M as a Hugging Face folder (float32, through ``ge
 training-series stand-in after it: each next checkpoint the previous one plus Gaussian noise of ``--eps`` of each
 matrix's std (a random walk). Then times, side by side in one run (each view right after the other, so both see
 the same load), ``drift`` of the first 2, 4 and 8 checkpoints and ``compare`` of the first two, in the default
-view (canonical reference, every other checkpoint aligned to it) and in ``--view folded``.
+view (canonical reference, every other checkpoint aligned to it) and in ``--view folded``: wall seconds, and
+the ratio in CPU seconds too (``time.process_time``, every thread of the process: steadier on a loaded machine).
 
 Usage (writes ``--out``, default benchmarks/RESULTS_series_views.md, stamped with the load):
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_series_views.py
@@ -66,22 +67,22 @@ def main() -> None:
         jobs.append(("compare of 2 checkpoints", 2, lambda view: compare(paths[0], paths[1], spec, view=view,
                                                                         layers=layers)))
         for label, n, job in jobs:
-            seconds = {}
+            seconds, cpu = {}, {}
             for view in (None, "folded"):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 job(view)
-                seconds[view] = time.perf_counter() - t0
-            rows.append((label, n, seconds[None], seconds["folded"]))
+                seconds[view], cpu[view] = time.perf_counter() - t0, time.process_time() - c0
+            rows.append((label, n, seconds[None], seconds["folded"], cpu[None], cpu["folded"]))
             print(rows[-1], flush=True)
     lines = [f"1 torch thread; the embedded SmolLM2-135M (float32 Hugging Face folders, layers "
              f"{args.layers or '0-29'}), each checkpoint the last plus noise of {args.eps:g} of each matrix's std; "
              f"k = 4, {args.null_draws} null draws. Default: canonical reference, every other checkpoint aligned to "
              "it; folded: norm gains folded, no gauge fixed.", "",
              "| job | checkpoints | default s | default s / checkpoint | folded s | folded s / checkpoint | "
-             "default / folded |", "|---|---|---|---|---|---|---|"]
-    for label, n, default, folded in rows:
+             "default / folded (wall) | default / folded (CPU) |", "|---|---|---|---|---|---|---|---|"]
+    for label, n, default, folded, cpu_default, cpu_folded in rows:
         lines.append(f"| {label} | {n} | {default:.1f} | {default / n:.2f} | {folded:.1f} | {folded / n:.2f} | "
-                     f"{default / folded:.2f} |")
+                     f"{default / folded:.2f} | {cpu_default / cpu_folded:.2f} |")
     print("\n".join(lines))
     s = stamp(command_line(), load_before=load_before, wall_s={"total": time.perf_counter() - t_start})
     title = "Drift and compare: the default view's gauge fixing against the folded view"

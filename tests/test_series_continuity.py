@@ -7,7 +7,10 @@ folder) and a simulator Llama (random norm gains, GQA), each perturbed by Gaussi
 - **continuity**: the default view's rotation angles (``drift``) and principal angles (``compare``) move
   like the raw view's: their mean at most :data:`MEAN_RATIO` times the raw mean, every one at most
   :data:`MAX_RATIO` times the raw maximum, each plus :data:`FLOOR_DEG` (the top-k SVD's own accuracy: the raw
-  view of two bitwise-equal layers reads up to 0.04 degrees on SmolLM2). Why these constants hold: the
+  view of two bitwise-equal layers reads up to 0.04 degrees on SmolLM2) and plus the turn of the residual frame
+  (:func:`token_frame_deg`: the default view's frame is fixed by the token rows, so noise on them turns it by about
+  ``eps sqrt(d / vocab)`` radians, which the raw view does not see; SmolLM2 at 1e-3: 0.007 degrees). Why the
+  constants hold: the
   default view aligns each checkpoint to the reference by the nearest point of its orbit, so the aligned
   weight distance never exceeds the distance of the two canonical forms (each step of the alignment is a nearest
   point given the others), and it stays within :data:`BALANCE_LIPSCHITZ` times the raw distance
@@ -38,7 +41,6 @@ from safetensors.torch import load_file, save_file
 from strategies import examples
 
 from geodrift.continuity import MeasureSpec
-from geodrift.gauge.align import weight_error
 from geodrift.gauge.orbit import GaugeShape, fold_gains, random_gauge
 from geodrift.lm.hf import save_hf
 from geodrift.lm.llama import LlamaLM
@@ -111,20 +113,30 @@ def _compare_angles(a: str, b: str, view: str | None) -> dict[tuple[str, str, in
     return {(r.role, r.space, r.layer): r.principal_angles_deg for r in compare(a, b, SPEC, view=view).subspaces}
 
 
-def _moves_like_raw(default: list[float], raw: list[float], what: str) -> None:
+def _moves_like_raw(default: list[float], raw: list[float], frame: float, what: str) -> None:
     mean_default, mean_raw = sum(default) / len(default), sum(raw) / len(raw)
-    assert mean_default <= MEAN_RATIO * mean_raw + FLOOR_DEG, (what, mean_default, mean_raw)
-    assert max(default) <= MAX_RATIO * max(raw) + FLOOR_DEG, (what, max(default), max(raw))
+    assert mean_default <= MEAN_RATIO * mean_raw + FLOOR_DEG + frame, (what, mean_default, mean_raw)
+    assert max(default) <= MAX_RATIO * max(raw) + FLOOR_DEG + frame, (what, max(default), max(raw))
+
+
+def token_frame_deg(base: Base, eps: float) -> float:
+    """How far (degrees) noise of relative size ``eps`` on the token rows alone turns the default view's residual
+    frame, which their Procrustes fixes: about ``eps sqrt(d / vocab)`` radians (the rotation's generator is the skew
+    part of ``E^T N``, of entries ``~ eps |E|^2 / sqrt(vocab d)``, over eigenvalues ``~ |E|^2 / d``). The raw view,
+    anchored in stored coordinates, does not turn: the whole of it is the default view's."""
+    vocab, d = base.sd["model.embed_tokens.weight"].shape
+    return math.degrees(eps * math.sqrt(d / vocab))
 
 
 def _continuity(base: Base, eps: float, scope: str, seed: int) -> None:
+    frame = token_frame_deg(base, eps)
     with tempfile.TemporaryDirectory() as tmp:
         other = base.write(base.perturbed(eps, scope, seed), Path(tmp) / "b")
         a = str(base.folder)
         default, raw = _drift_angles(a, other, None), _drift_angles(a, other, "raw")
-        _moves_like_raw(list(default.values()), list(raw.values()), f"drift eps={eps:.2e} {scope}")
+        _moves_like_raw(list(default.values()), list(raw.values()), frame, f"drift eps={eps:.2e} {scope}")
         default_c, raw_c = _compare_angles(a, other, None), _compare_angles(a, other, "raw")
-        _moves_like_raw([x for v in default_c.values() for x in v], [x for v in raw_c.values() for x in v],
+        _moves_like_raw([x for v in default_c.values() for x in v], [x for v in raw_c.values() for x in v], frame,
                         f"compare eps={eps:.2e} {scope}")
 
 
@@ -185,14 +197,25 @@ def test_an_exact_gauge_of_a_perturbed_smollm2_changes_no_default_number(smollm2
 @examples(6, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(eps=EPS, scope=SCOPE, seed=st.integers(0, 2**31 - 1))
 def test_the_aligned_distance_is_the_raw_distance(sim: Base, eps: float, scope: str, seed: int) -> None:
-    """The guarantee behind the constants: after the default view's gauge fixing, two checkpoints are as far apart as
-    their raw weights (gains folded), while their canonical forms alone can be far apart (the tie-breaks)."""
+    """The guarantee behind the constants: the default view hands the scan each checkpoint's weights aligned to the
+    reference's canonical ones, and they are as far apart as their raw weights (gains folded), while the two canonical
+    forms on their own can be far apart (the tie-breaks)."""
+    from geodrift.scanner.open import open_model
+    from geodrift.scanner.series_gauge import aligned_weightset, reference_weightset
+
     moved = sim.perturbed(eps, scope, seed)
-    raw = weight_error(fold_gains({k: v.double() for k, v in sim.sd.items()}, sim.shape),
-                       fold_gains({k: v.double() for k, v in moved.items()}, sim.shape), sim.shape)
+    raw = [fold_gains({k: v.double() for k, v in sd.items()}, sim.shape) for sd in (sim.sd, moved)]
     with tempfile.TemporaryDirectory() as tmp:
-        report = drift([str(sim.folder), sim.write(moved, Path(tmp) / "b")], MeasureSpec(k=1, null_draws=4),
-                       roles=["mlp_up"])
-    (alignment,) = report.alignment
-    assert alignment.aligned_weight_error <= BALANCE_LIPSCHITZ * raw, (alignment.aligned_weight_error, raw)
-    assert alignment.aligned_weight_error <= alignment.naive_weight_error * (1 + 1e-9)
+        reference, store = reference_weightset(open_model(str(sim.folder)))
+        canonical_a = {key: reference[key].double() for key in reference}
+        aligned, source = aligned_weightset(open_model(sim.write(moved, Path(tmp) / "b")), store, "orthogonal")
+        b = {key: aligned.before_rotation[0][key].double() for key in aligned}  # in B's own frame
+        turn = source.correction().double()  # R^T: readers W R^T, writers R W
+        canonical_b = {key: (turn.T @ w if key[0] in ("attn_o", "mlp_down") else w @ turn) for key, w in b.items()}
+    distance = (sum(float((canonical_b[k] - canonical_a[k]).pow(2).sum()) for k in canonical_a)
+                / sum(float(w.pow(2).sum()) for w in canonical_a.values())) ** 0.5
+    layers = [k for k in raw[0] if k.startswith("model.layers.") and k.endswith("proj.weight")]
+    raw_distance = (sum(float((raw[1][k] - raw[0][k]).pow(2).sum()) for k in layers)
+                    / sum(float(raw[0][k].pow(2).sum()) for k in layers)) ** 0.5
+    frame = math.radians(token_frame_deg(sim, eps))  # the token rows turn the frame: every matrix moves by that much
+    assert distance <= BALANCE_LIPSCHITZ * raw_distance + 2 * frame, (distance, raw_distance)

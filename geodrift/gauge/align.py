@@ -89,6 +89,12 @@ class AlignmentReport:
         mutual = float(np.mean([x.mutual_best_share for x in self.layers])) if self.layers else float("nan")
         cosine = float(np.mean([x.matched_cosine for x in self.layers])) if self.layers else float("nan")
         flips = float(np.mean([x.sign_flip_share for x in self.layers])) if self.layers else 0.0
+        fits = [max(x.vo_residual, x.qk_residual) for x in self.layers if not np.isnan(x.vo_residual)]
+        if np.isnan(self.aligned_weight_error):  # the default view's alignment: no distance, the fits say it
+            verdict = "one orbit apart (every fit exact)" if self.one_orbit else "not one orbit apart"
+            return (f"aligned B to A: hidden units matched with mean cosine {cosine:.3f} ({100 * mutual:.1f}% mutual "
+                    f"best, {100 * flips:.1f}% with a sign flip), V/O and Q/K fit residuals up to "
+                    f"{max(fits, default=float('nan')):.2e}: {verdict}")
         verdict = ("one orbit apart (an exact reparametrisation)" if self.aligned_weight_error <= ORBIT_TOLERANCE
                    else f"not one orbit apart: {self.aligned_weight_error / max(self.naive_weight_error, 1e-300):.1%}"
                    " of the distance is left")

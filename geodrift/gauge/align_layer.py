@@ -14,10 +14,10 @@ over the whole model by :mod:`geodrift.gauge.align`); what is left acts on the h
    ``rho R(theta)`` (the commutant of RoPE) on K's pair rows (on Q's where K's are zero), ``rho R(theta)`` on K and
    ``R(theta) / rho`` on Q; ``orthogonal``, the rotation nearest on Q's and K's rows together;
 4. **hidden units**: a permutation *with signs* (an Up row and its Down column may both change sign: Up
-   enters the gated product linearly). Units are scored by ``gate + |up + down|`` (cosines, or inner products
-   where both layers are balanced: then the score is the distance the match removes), each pair's sign the
-   sign of ``up + down``; the row-wise best match is taken when it is a permutation (then it is optimal: every
-   row gets its largest score), else ``linear_sum_assignment``;
+   enters the gated product linearly). Units are scored by the cosines ``gate + |up + down|``, or, between two
+   canonical layers, by their Gate rows' inner products (the nearest Gate rows; only the permutation moves
+   them), each match signed by ``up + down``; the row-wise best match is taken when it is a permutation (then it
+   is optimal: every row gets its largest score), else ``linear_sum_assignment``;
 5. **Up/Down scale** (``scales="fit"``): each matched unit of B scaled so that ``log(||Up_j|| / ||Down_j||)``
    equals A's (exact for a rescaled copy); ``scales="keep"`` leaves B's (balanced) split.
 
@@ -65,23 +65,19 @@ class LayerAlignment:
 
 
 def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head_maps: str = "general",
-                scales: str = "fit", score: str = "cosine", rotation: torch.Tensor | None = None
+                scales: str = "fit", score: str = "cosine", peaks: torch.Tensor | None = None
                 ) -> tuple[Layer, LayerAlignment]:
     """B's layer mapped into the reference layer's gauge (heads, per-head maps, signed hidden units, scales).
 
     Args:
-        ref, layer: the two layers' seven projections (float32 or float64, folded).
+        ref, layer: the two layers' seven projections (float32 or float64, folded, one residual frame).
         shape: the heads; index: the layer's index (named in notes).
         head_maps: ``general``, ``orthogonal`` or ``none`` (see the module docstring).
         scales: ``fit`` (B's Up/Down split set to A's) or ``keep``.
-        score: ``cosine`` or ``inner`` (for two balanced layers: the matching then minimises the distance).
-        rotation: ``R`` taking B's residual frame to A's (readers ``W R^T``, writers ``R W``) when ``layer`` is still in
-            its own; None: the two share one. Every map fitted here acts on the head or hidden side and commutes
-            with ``R``, so A's layer is turned into B's frame instead (readers ``W R``, writers ``R^T W``) and B
-            aligned to it there.
+        score, peaks: :func:`match_units`'s (``gate`` for two canonical layers).
 
     Returns:
-        ``(aligned layer, what was recovered)``, in ``layer``'s frame; ``layer`` is not modified.
+        ``(aligned layer, what was recovered)``; ``layer`` is not modified.
 
     Example:
         >>> from geodrift.gauge.orbit import random_gauge, toy_state_dict
@@ -95,9 +91,6 @@ def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head
         >>> max(float((out[n] - a[n]).abs().max()) for n in names) < 1e-9, info.mutual_best_share
         (True, 1.0)
     """
-    if rotation is not None:  # A's layer in B's frame
-        r = rotation.to(ref["q_proj"].dtype)
-        ref = {name: r.T @ w if name in ("o_proj", "down_proj") else w @ r for name, w in ref.items()}
     a, b = _as_state(ref), _as_state(layer)
     kv_perm, q_perms, heads_kept = _match_heads(a, b, shape)
     b = permute_heads(b, shape, 0, kv_perm, q_perms)
@@ -106,7 +99,7 @@ def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head
     if head_maps != "none":
         b, vo = _fit_vo(a, b, shape, head_maps == "orthogonal", notes, index)
         b, qk = _fit_qk(a, b, shape, head_maps == "orthogonal")
-    cols, signs, info = match_units(_mlp(a), _mlp(b), score)
+    cols, signs, info = match_units(_mlp(a), _mlp(b), score, peaks)
     b = permute_mlp(b, 0, torch.from_numpy(cols))
     factor = signs * (_balance_scales(a, b) if scales == "fit" else torch.ones_like(signs))
     b = scale_mlp(b, 0, factor)
@@ -275,36 +268,105 @@ def _mlp(sd: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch
     return sd[layer_key(0, "gate_proj")], sd[layer_key(0, "up_proj")], sd[layer_key(0, "down_proj")].T
 
 
-def match_units(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...], score: str = "cosine"
+def match_units(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...], score: str = "cosine",
+                peaks: torch.Tensor | None = None, rotation: torch.Tensor | None = None, slack: float = 0.0
                 ) -> tuple[np.ndarray, torch.Tensor, tuple[float, float, float]]:
-    """The signed hidden-unit matching of two MLPs (see the module docstring, step 4): every score
-    ``S(i, j) = <g_i, g'_j> + |<u_i, u'_j> + <d_i, d'_j>|`` (float32 products), the row-wise best where it is a
-    permutation (then optimal: every row gets its largest score), else ``linear_sum_assignment``.
+    """The signed hidden-unit matching of two MLPs (see the module docstring, step 4).
 
     Args:
         a, b: ``(gate rows, up rows, down columns)`` of each, each ``(d_ff, d)``.
-        score: ``cosine`` or ``inner``.
+        score: ``cosine`` (``S(i, j) = cos(g_i, g'_j) + |cos(u_i, u'_j) + cos(d_i, d'_j)|``) or ``gate`` (two
+            canonical layers: the units matched by the cosines of their Gate rows, which no gauge but the permutation
+            moves, each match signed by its Up and Down rows).
+        peaks: with ``gate``, A's :func:`gate_peaks`: then the matching is tried near the diagonal first (two
+            canonical layers are sorted by Gate norm) and taken where certified (:func:`_near_diagonal`), which
+            scores ``O(d_ff)`` pairs instead of ``d_ff^2``.
+        rotation: ``R`` from B's residual frame to A's where B's rows are still in their own (readers ``W R^T``);
+            None: one frame.
+        slack: ``||R - I||`` (spectral) or more: up to :data:`NEAR_IDENTITY`, B's rows are scored in their own frame
+            (a cosine moves by at most ``slack`` under ``R``) and the result is taken only where the margins exceed
+            it; beyond, or where they do not, B's rows are turned into A's frame first.
 
     Returns:
         ``(cols, signs, (identity share, mutual-best share, mean matched cosine))``: A's unit ``i`` is B's unit
         ``cols[i]`` times ``signs[i]`` (float64 +-1).
     """
-    prep = _unit if score == "cosine" else (lambda x: x)
-    fa, fb = [prep(x).float() for x in a], [prep(x).float() for x in b]
+    fa, fb = [x.float() for x in a], [x.float() for x in b]
     n = fa[0].shape[0]
-    both = torch.cat(fa[1:], 1) @ torch.cat(fb[1:], 1).T
-    sim = (fa[0] @ fb[0].T).add_(both.abs())
-    best = sim.argmax(1)
-    if len(torch.unique(best)) == n:  # the row-wise best is a permutation: it is the assignment's optimum
-        cols = best.numpy()
-    else:
-        _, cols = linear_sum_assignment(sim.double().numpy(), maximize=True)
-    pick = torch.from_numpy(cols)
-    mutual = (sim.argmax(0)[pick] == torch.arange(n)).numpy()
-    signs = torch.where(both[torch.arange(n), pick] < 0, -1.0, 1.0).to(torch.float64)
-    cos = [(_unit(x) * _unit(y[pick])).sum(1) for x, y in zip(fa, fb, strict=True)]
+    if rotation is not None and slack > NEAR_IDENTITY:
+        fb, rotation, slack = [x @ rotation.float().T for x in fb], None, 0.0
+    found = None
+    if score == "gate" and peaks is not None:
+        found = _near_diagonal(_unit(fa[0]), _unit(fb[0]), peaks, slack)
+    if found is not None:
+        cols, mutual = found
+        cos = _pair_cosines(fa, fb, torch.from_numpy(cols))
+    if found is None or bool(((cos[1] + cos[2]).abs() <= 4 * slack).any()):  # every pair, in A's frame
+        if rotation is not None:
+            fb, rotation, slack = [x @ rotation.float().T for x in fb], None, 0.0
+        ua, ub = [_unit(x) for x in fa], [_unit(x) for x in fb]
+        sim = ua[0] @ ub[0].T
+        if score == "cosine":
+            sim.add_((torch.cat(ua[1:], 1) @ torch.cat(ub[1:], 1).T).abs())
+        best = sim.argmax(1)
+        if len(torch.unique(best)) == n:  # the row-wise best is a permutation: it is the assignment's optimum
+            cols = best.numpy()
+        else:
+            _, cols = linear_sum_assignment(sim.double().numpy(), maximize=True)
+        mutual = (sim.argmax(0)[torch.from_numpy(cols)] == torch.arange(n)).numpy()
+        cos = _pair_cosines(fa, fb, torch.from_numpy(cols))
+    signs = torch.where(cos[1] + cos[2] < 0, -1.0, 1.0).to(torch.float64)
     matched = float(((cos[0] + (cos[1] + cos[2]) * signs.float()) / 3).mean())
     return cols.astype(np.int64), signs, (float(np.mean(cols == np.arange(n))), float(np.mean(mutual)), matched)
+
+
+def _pair_cosines(fa: list[torch.Tensor], fb: list[torch.Tensor], pick: torch.Tensor) -> list[torch.Tensor]:
+    # cos(a_i, b_pick[i]) for gate, up and down rows, without normalising whole matrices
+    out = []
+    for x, y in zip(fa, fb, strict=True):
+        y = y.index_select(0, pick)
+        out.append(torch.linalg.vecdot(x, y) / (x.norm(dim=1) * y.norm(dim=1)).clamp_min(_TINY))
+    return out
+
+
+_BAND = 8  # _near_diagonal: B's units scored against A's within this many places of the same index
+NEAR_IDENTITY = 0.05  # match_units: a residual rotation this close to the identity need not be applied to B's rows
+
+
+def gate_peaks(gate: torch.Tensor) -> torch.Tensor:
+    """Per hidden unit ``i``, the largest ``cos(g_i, g_k)`` over the other units ``k`` of one layer's Gate rows
+    (float32; ``d_ff^2 d`` work once per reference layer): what :func:`_near_diagonal` certifies a matching against."""
+    g = _unit(gate.float())
+    sim = g @ g.T
+    sim.fill_diagonal_(-float("inf"))
+    return sim.max(1).values
+
+
+def _near_diagonal(ga: torch.Tensor, gb: torch.Tensor, peaks: torch.Tensor, slack: float = 0.0
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    # Two canonical layers of nearby checkpoints (unit Gate rows): each of A's units is B's unit of nearly the same
+    # index. Score the pairs within _BAND places, take each row's best, and certify it: when that is a permutation
+    # sigma with |g'_sigma(k) - g_k| <= delta for every k, any other score S(i, j) = <g_i, g_k> + <g_i, g'_j - g_k>
+    # (k = sigma^-1 j != i) is at most peak_i + delta, so a row whose best exceeds that has its best certified; if
+    # every row does, the row-wise best is the assignment's optimum. B's rows may still be in a frame ``slack`` from
+    # A's (every score, and delta, then within slack of the true one): the margins must exceed it. Returns
+    # (cols, mutual flags) or None.
+    n = ga.shape[0]
+    scores = torch.full((n, 2 * _BAND + 1), -float("inf"))  # column o: row i against B's unit i + o - _BAND
+    for o in range(-_BAND, _BAND + 1):
+        lo, hi = max(0, -o), min(n, n - o)
+        if lo < hi:
+            scores[lo:hi, o + _BAND] = torch.linalg.vecdot(ga[lo:hi], gb[lo + o:hi + o])
+    top = scores.topk(2, dim=1)
+    cols = top.indices[:, 0] + torch.arange(n) - _BAND
+    if len(torch.unique(cols)) != n:
+        return None
+    best, runner_up = top.values[:, 0], top.values[:, 1]
+    delta = float((gb[cols] - ga).norm(dim=1).max()) + slack
+    if not bool((best - slack > torch.maximum(peaks + delta, runner_up + slack)).all()):
+        return None
+    # mutual too: any other row k scores column cols[i] at most peak_i + delta as well (the self-products are symmetric)
+    return cols.numpy(), np.ones(n, dtype=bool)
 
 
 def _balance_scales(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -317,4 +379,4 @@ def _balance_scales(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> t
     return torch.where(ok, ratio.sqrt(), torch.ones_like(ratio))
 
 
-__all__ = ["HEAD_MAPS", "Layer", "LayerAlignment", "align_layer", "match_units"]
+__all__ = ["HEAD_MAPS", "NEAR_IDENTITY", "Layer", "LayerAlignment", "align_layer", "gate_peaks", "match_units"]

@@ -286,8 +286,8 @@ def gauge_fixing(view: str, aligned: bool, reference: str, head_maps: str) -> st
             "none": "no per-head maps"}[head_maps]
     if view == "canonical":
         return (f"canonical, aligned to {reference}: every checkpoint at the canonical point of its orbit (balanced), "
-                f"then brought to the point nearest the reference by the residual rotation, head and signed "
-                f"hidden-unit permutations and {maps} (exact and continuous)")
+                f"then brought to the point nearest the reference by the residual rotation of the token rows, head "
+                f"and signed hidden-unit permutations and {maps} (exact and continuous)")
     if aligned:
         return (f"{view}, aligned to {reference}: norm gains folded, then B brought into the reference's gauge "
                 f"(residual rotation, permutations, scales, {maps})")

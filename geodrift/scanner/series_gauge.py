@@ -11,11 +11,11 @@ is therefore fixed *relative to the reference* (checkpoint 0 of ``drift``, A of 
 2. every other checkpoint is canonicalised too, which fixes every non-orthogonal gauge (the balanced Up/Down
    split, V/O factorisation and Q/K scale: continuous functions of the weights), and is then brought to the
    point of its remaining orbit nearest the reference's, by orthogonal maps only (:class:`AlignedLayers`): the
-   residual rotation from the token rows (embedding and folded head, which no other gauge moves), per layer the
-   head permutation, a rotation per key-value head on V/O and per RoPE pair on Q/K, and a signed permutation of
-   the hidden units (:func:`geodrift.gauge.align_layer.align_layer`, inner-product scores: each step is the
-   nearest point given the others), and finally the residual rotation refitted on every residual-side weight,
-   applied to the singular vectors after the decomposition.
+   residual rotation by Procrustes on the token rows (the embedding and folded head, the residual-side weights
+   no other gauge moves; where they do not fix it, every layer's Gate rows too), and per layer the head
+   permutation, a rotation per key-value head on V/O and per RoPE pair on Q/K, and a signed permutation of the
+   hidden units (:func:`geodrift.gauge.align_layer.align_layer`: the nearest Gate rows, certified near the
+   diagonal where the checkpoints are close, each match signed by its Up and Down rows).
 
 Why this is exact and continuous. Exact: a gauge of a checkpoint leaves its canonical form unchanged up to
 orthogonal maps (the tie-breaks and the residual rotation), which the nearest-point alignment then removes;
@@ -23,25 +23,27 @@ a gauge of the reference moves its canonical form by orthogonal maps only, which
 (nearest points are equivariant under isometries) and which leave every cross-checkpoint ``|cos|`` and
 principal angle unchanged, since they act on both sides. Continuous: the balanced forms move continuously with
 the weights, and the nearest orthogonal maps near the identity are continuous functions of the cross matrices;
-no tie-break of one checkpoint enters a cross-checkpoint number. And the aligned distance never exceeds the
-distance of the two canonical forms with the residual rotation fitted (each step is a nearest point, so it can
-only shorten it): the ``alignment`` report gives both.
+no tie-break of one checkpoint enters a cross-checkpoint number. The ``alignment`` report gives the distance of the
+two canonical forms (the residual rotation fitted) and what is left after the alignment (measured: the raw
+distance, within a few percent; ``tests/test_series_continuity.py``).
+
+Cost: per checkpoint, one product of the token rows and, per layer, the layer turned into the reference's frame
+and the small per-head fits; the hidden units are scored near the diagonal only when certified (else every pair:
+the reference's Gate self-products, once per series, bound the rest). ``benchmarks/bench_series_views.py``.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import ORBIT_TOLERANCE, WRITERS, AlignmentReport, nearest_rotation
-from geodrift.gauge.align_layer import LayerAlignment, align_layer
-from geodrift.gauge.canonical import PROJECTIONS
+from geodrift.gauge.align_canonical import align_canonical_layer, head_features
+from geodrift.gauge.align_layer import LayerAlignment, align_layer, gate_peaks
 from geodrift.gauge.orbit import GaugeShape
 from geodrift.scanner.canonical_view import CanonicalLayers, canonical_weightset, check_canonical
 from geodrift.scanner.checkpoint import Checkpoint
@@ -71,11 +73,25 @@ class ReferenceStore:
     head: torch.Tensor | None  # None: tied to the embedding
     gain: torch.Tensor | None  # the final norm's gain (None: none)
     layers: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    gate_peaks: dict[int, torch.Tensor] = field(default_factory=dict)
+    head_features: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def tokens(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(embedding, folded head)``, float64: the head (the embedding where tied) times the final norm's gain,
         as :func:`geodrift.gauge.orbit.fold_gains` folds it."""
         return folded_tokens(self.embedding, self.head, self.gain)
+
+    def features(self, layer: int) -> torch.Tensor:
+        """:func:`geodrift.gauge.align_canonical.head_features` of the layer, computed once."""
+        if layer not in self.head_features:
+            self.head_features[layer] = head_features(self.layer(layer), self.shape)
+        return self.head_features[layer]
+
+    def peaks(self, layer: int) -> torch.Tensor:
+        """:func:`geodrift.gauge.align_layer.gate_peaks` of the layer's Gate rows, computed once."""
+        if layer not in self.gate_peaks:
+            self.gate_peaks[layer] = gate_peaks(self.layer(layer)["gate_proj"])
+        return self.gate_peaks[layer]
 
     def layer(self, layer: int) -> dict[str, torch.Tensor]:
         """The canonical layer, float32.
@@ -116,10 +132,12 @@ class ReferenceLayers(CanonicalLayers):
 class AlignedLayers(CanonicalLayers):
     """A checkpoint's canonical layers brought, by orthogonal maps, to the point nearest the reference's.
 
-    Everything happens in B's own residual frame: the reference's layer is turned into it by the first rotation
-    ``R0`` (from the token rows), B's canonical layer aligned to that, and the matrices handed to the scan stay in
-    B's frame; :meth:`correction` is the rotation refitted on every weight seen (``R = R0 D``), which the
-    measurement applies to the singular vectors once every layer is done.
+    The rotation ``R`` of the token rows takes B's residual frame to the reference's; each canonical layer is
+    aligned on its head and hidden side in its own frame (:func:`geodrift.gauge.align_canonical.align_canonical_layer`:
+    only V's and K's rows, and Gate's where the checkpoints are far apart, are turned into the reference's frame for
+    the fits), and the measurement rotates the singular vectors by ``R`` afterwards (:meth:`correction`, the
+    WeightSet's ``before_rotation``). With ``head_maps="general"`` each layer is turned into the reference's frame,
+    aligned by least squares (:func:`geodrift.gauge.align_layer.align_layer`) and turned back.
     """
 
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape, reference: ReferenceStore,
@@ -128,15 +146,9 @@ class AlignedLayers(CanonicalLayers):
                          lambda: load_canonical(ckpt, ("embed", None)), shape, label=ckpt.label)
         self.ckpt, self.reference, self.head_maps = ckpt, reference, head_maps
         self.layer_info: dict[int, LayerAlignment] = {}
-        self._start: torch.Tensor | None = None
-        self._tokens = torch.zeros(0, dtype=torch.float64)  # E_B^T E_A + H_B^T H_A (float64)
-        self._token_norms = (0.0, 0.0)  # ||E_B||^2 + ||H_B||^2, the same of A
-        # over the layers aligned so far, B's frame: sum of X^T Y (readers' rows; writers: X Y^T) of B aligned (X) and
-        # A turned into B's frame (Y); ||X - Y||^2 after and before the head-side alignment; ||Y||^2
-        self._cross = torch.zeros(0, dtype=torch.float64)
-        self._after = self._before = self._theirs = 0.0
+        self._start: tuple[torch.Tensor, float] | None = None
         self._notes: list[str] = []
-        self._sums_lock = threading.Lock()
+        self._lock_start = threading.Lock()
 
     def sign_reference(self) -> torch.Tensor:
         # the signs are tie-breaks the alignment undoes: any reference will do, none refuses
@@ -145,108 +157,83 @@ class AlignedLayers(CanonicalLayers):
         except GeodriftError:
             return torch.zeros(self.reference.embedding.shape[1], dtype=torch.float64)
 
-    def start(self) -> torch.Tensor:
-        """The first residual rotation ``R0`` from B's frame to A's (readers ``W R0^T``, writers ``R0 W``): from the
-        token rows, or where they fix no rotation (a vocabulary smaller than the width, a zero embedding) from every
-        layer's Gate rows matched by norm too (a pass over the Gate rows first)."""
-        with self._sums_lock:
+    def start(self) -> tuple[torch.Tensor, float]:
+        """``(R, ||R - I||)``: the residual rotation from B's frame to the reference's (readers ``W R^T``, writers
+        ``R W``) by Procrustes on the token rows (the embedding and the folded head, which no other gauge moves);
+        where they fix no rotation (a vocabulary smaller than the width, a zero embedding), on every layer's Gate
+        rows matched by norm too (a pass over the Gate rows first)."""
+        with self._lock_start:
             if self._start is None:
-                cross, mine, theirs = token_cross(self.reference, *token_rows(self.ckpt))
+                cross = token_cross(self.reference, *token_rows(self.ckpt))
                 s = torch.linalg.svdvals(cross)
-                start = cross.clone()
                 if float(s[-1]) <= _DEGENERATE * max(float(s[0]), 1e-300):
                     rank = int((s > _DEGENERATE * max(float(s[0]), 1e-300)).sum())
                     for layer in sorted({layer for _, layer in self.loaders}):
                         ga = self.reference.layer(layer)["gate_proj"]  # canonical: sorted by norm
                         gb = self.loaders[("mlp_gate", layer)]().to(torch.float32)
-                        start += (gb[torch.argsort(gb.norm(dim=1), descending=True, stable=True)].T @ ga).double()
+                        cross += (gb[torch.argsort(gb.norm(dim=1), descending=True, stable=True)].T @ ga).double()
                     self._notes.append(f"{self.label}: its token embedding and head fix the residual rotation in "
-                                       f"{rank} of {s.numel()} dimensions; it was started from every layer's Gate "
-                                       "rows matched by norm and refitted on every weight")
-                self._start = nearest_rotation(start)
-                self._tokens, self._token_norms = cross, (mine, theirs)
-                self._cross = torch.zeros_like(cross)
+                                       f"{rank} of {s.numel()} dimensions; it was fitted on every layer's Gate rows "
+                                       "matched by norm too")
+                rotation = nearest_rotation(cross)
+                distance = float(torch.linalg.matrix_norm(rotation - torch.eye(rotation.shape[0],
+                                                                              dtype=rotation.dtype), ord=2))
+                self._start = (rotation.to(torch.float32), distance)
             return self._start
 
     def compute(self, layer: int) -> dict[str, torch.Tensor]:
-        r0 = self.start().to(torch.float32)
-        mine = super().compute(layer)
-        ref = {name: r0.T @ w if name in WRITERS else w @ r0 for name, w in self.reference.layer(layer).items()}
-        done, info = align_layer(ref, mine, self.shape, layer, head_maps=self.head_maps, scales="keep", score="inner")
-        cross = torch.zeros_like(self._cross)
-        after = before = theirs = 0.0
-        for name in PROJECTIONS:
-            after += float((done[name] - ref[name]).pow(2).sum(dtype=torch.float64))
-            before += float((mine[name] - ref[name]).pow(2).sum(dtype=torch.float64))
-            theirs += float(ref[name].pow(2).sum(dtype=torch.float64))
-            if name in ATTENTION and self.head_maps == "none":
-                continue  # their head sides were not aligned: they would pull the rotation off the rest
-            w = done[name]
-            cross += (w @ ref[name].T if name in WRITERS else w.T @ ref[name]).double()
-        with self._sums_lock:
+        rotation, distance = self.start()
+        mine, ref = super().compute(layer), self.reference.layer(layer)
+        if self.head_maps == "general":  # least squares in the reference's frame, turned back
+            turned = {name: rotation @ w if name in WRITERS else w @ rotation.T for name, w in mine.items()}
+            done, info = align_layer(ref, turned, self.shape, layer, head_maps="general", scales="keep",
+                                     score="gate", peaks=self.reference.peaks(layer))
+            done = {name: rotation.T @ w if name in WRITERS else w @ rotation for name, w in done.items()}
+        else:
+            done, info = align_canonical_layer(ref, mine, self.shape, layer, rotation, self.reference.peaks(layer),
+                                               self.head_maps, slack=distance, features=self.reference.features(layer))
+        with self._lock_start:
             self.layer_info[layer] = info
-            self._cross += cross
-            self._after += after
-            self._before += before
-            self._theirs += theirs
         return done
 
-    def _turn(self) -> torch.Tensor:
-        # D: the rotation, in B's frame, refitted on the token rows and every layer aligned so far (R = R0 D)
-        r0 = self.start()
-        return nearest_rotation(self._cross + self._tokens @ r0)
-
-    def rotation(self) -> torch.Tensor:
-        """The residual rotation from B's frame to A's, refitted on the token rows and every layer aligned so far."""
-        return self.start() @ self._turn()
-
     def correction(self) -> torch.Tensor:
-        """:meth:`rotation` as the ``basis`` of :func:`geodrift.gauge.canonical.rotate_residual` (``R^T``: the
-        decomposed matrices are in B's frame, their residual-side vectors ``v -> R v``)."""
-        return self.rotation().T.contiguous()
+        """``R`` as the ``basis`` of :func:`geodrift.gauge.canonical.rotate_residual` (``R^T``: the decomposed matrices
+        are in B's frame, their residual-side vectors ``v -> R v``)."""
+        return self.start()[0].double().T.contiguous()
 
     def report(self) -> AlignmentReport:
-        """What was recovered (after every layer): the relative distances over the token rows and every layer aligned
-        (before: the two canonical forms with the first rotation; after: with every map), the token rows' fit."""
-        r0, turn = self.start(), self._turn()
-        mine, theirs = self._token_norms
-        tokens = self._tokens @ r0  # B's token rows against A's turned into B's frame
-        eye = torch.eye(turn.shape[0], dtype=turn.dtype)
-        token_start = max(mine + theirs - 2 * float(torch.trace(tokens)), 0.0)
-        token_end = max(mine + theirs - 2 * float(torch.trace(turn @ tokens)), 0.0)
-        layers_end = max(self._after - 2 * float(torch.trace((turn - eye) @ self._cross)), 0.0)
-        total = max(theirs + self._theirs, 1e-300)
-        before = math.sqrt((token_start + self._before) / total)
-        after = math.sqrt((token_end + layers_end) / total)
+        """What was recovered (after every layer): per layer the matches and fit residuals; the weight distances are
+        not computed here (NaN: that needs every matrix turned into the reference's frame), and the two are reported
+        one orbit apart where every fit is exact (every unit matched as mutual best with matched cosine 1, V/O and
+        Q/K residuals 0, to :data:`geodrift.gauge.align.ORBIT_TOLERANCE`)."""
         infos = [self.layer_info[layer] for layer in sorted(self.layer_info)]
+        exact = bool(infos) and all(
+            x.mutual_best_share == 1.0 and x.matched_cosine >= 1 - ORBIT_TOLERANCE
+            and (self.head_maps == "none" or max(x.vo_residual, x.qk_residual) <= ORBIT_TOLERANCE) for x in infos)
         steps = ["canonical form (balanced: every non-orthogonal gauge fixed)",
                  "residual rotation (Procrustes on embedding and head rows)",
-                 "head permutation (linear_sum_assignment on OV and QK cosines)"]
+                 "head permutation (linear_sum_assignment on the heads' OV and QK singular values)"
+                 if self.head_maps != "general" else "head permutation (linear_sum_assignment on OV and QK cosines)"]
         steps += [f"V/O map per key-value head ({self.head_maps})", f"Q/K map per RoPE pair ({self.head_maps})"] \
             if self.head_maps != "none" else []
-        steps += ["hidden permutation with signs (Gate + |Up + Down| inner products)",
-                  "residual rotation refitted on every residual-side weight (applied to the singular vectors)"]
+        steps += ["hidden permutation with signs (nearest Gate rows, signed by Up and Down)"]
         notes = self._notes + [note for x in infos for note in x.notes]
-        return AlignmentReport(math.sqrt(token_start / max(theirs, 1e-300)), before, after, infos, steps, 0.0, 1,
-                               after <= ORBIT_TOLERANCE, notes)
+        return AlignmentReport(float("nan"), float("nan"), float("nan"), infos, steps, 0.0, 1, exact, notes)
 
 
 def token_cross(reference: ReferenceStore, embedding: torch.Tensor, head: torch.Tensor | None,
-                gain: torch.Tensor | None) -> tuple[torch.Tensor, float, float]:
-    """``(E_B^T E_A + H_B^T H_A, ||E_B||^2 + ||H_B||^2, ||E_A||^2 + ||H_A||^2)`` in float64 (precise distances need it)
-    for B's token rows against the reference's, the heads folded; a head tied in both is the embedding's product
-    scaled (``H = E diag(g)``), not a second product."""
-    ea, eb = reference.embedding.double(), embedding.double()
-    cross = eb.T @ ea
-    norms = [float(x.pow(2).sum()) for x in (eb, ea)]
+                gain: torch.Tensor | None) -> torch.Tensor:
+    """``E_B^T E_A + H_B^T H_A`` (float32 products, float64 result) for B's token rows against the reference's, the
+    heads folded; a head tied in both is the embedding's product scaled (``H = E diag(g)``), not a second product."""
+    ea, eb = reference.embedding.float(), embedding.float()
+    cross = (eb.T @ ea).double()
     if reference.head is None and head is None:  # both tied: H = E diag(g)
         gb = torch.ones(eb.shape[1], dtype=torch.float64) if gain is None else gain.double()
         ga = torch.ones(ea.shape[1], dtype=torch.float64) if reference.gain is None else reference.gain.double()
-        cross += gb.reshape(-1, 1) * cross * ga.reshape(1, -1)
-        return cross, norms[0] + float((eb * gb).pow(2).sum()), norms[1] + float((ea * ga).pow(2).sum())
+        return cross + gb.reshape(-1, 1) * cross * ga.reshape(1, -1)
     _, hb = folded_tokens(embedding, head, gain)
     _, ha = folded_tokens(reference.embedding, reference.head, reference.gain)
-    return cross + hb.T @ ha, norms[0] + float(hb.pow(2).sum()), norms[1] + float(ha.pow(2).sum())
+    return cross + (hb.float().T @ ha.float()).double()
 
 
 def reference_weightset(ckpt: Checkpoint) -> tuple[WeightSet, ReferenceStore]:
@@ -259,8 +246,8 @@ def reference_weightset(ckpt: Checkpoint) -> tuple[WeightSet, ReferenceStore]:
 
 
 def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: str) -> tuple[WeightSet, AlignedLayers]:
-    """A checkpoint's canonical WeightSet aligned to ``reference``: its matrices in the first rotation's frame, the
-    refitted rotation applied to the singular vectors by the measurement (``before_rotation``)."""
+    """A checkpoint's canonical WeightSet aligned to ``reference``: its matrices in its own frame, the rotation to the
+    reference's applied to the singular vectors by the measurement (``before_rotation``)."""
     shape = check_canonical(ckpt)
     if shape != reference.shape:
         raise GeodriftError(f"{ckpt.label} has {shape.n_heads}/{shape.n_kv_heads} heads of {shape.head_dim} but "
@@ -269,8 +256,7 @@ def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: st
     folded = weightset(ckpt, "folded")
     source = AlignedLayers(ckpt, folded, shape, reference, head_maps)
     ws = canonical_weightset(ckpt, folded, source.embedding, source)
-    correction: Callable[[], torch.Tensor] = source.correction
-    return WeightSet(ws.entries, origin=ws.origin, view="canonical", before_rotation=(ws, correction)), source
+    return WeightSet(ws.entries, origin=ws.origin, view="canonical", before_rotation=(ws, source.correction)), source
 
 
 __all__ = ["AlignedLayers", "ReferenceLayers", "ReferenceStore", "aligned_weightset", "folded_tokens",
