@@ -209,8 +209,8 @@ def test_the_aligned_distance_is_the_raw_distance(sim: Base, eps: float, scope: 
         reference, store = reference_weightset(open_model(str(sim.folder)))
         canonical_a = {key: reference[key].double() for key in reference}
         aligned, source = aligned_weightset(open_model(sim.write(moved, Path(tmp) / "b")), store, "orthogonal")
-        b = {key: aligned.before_rotation[0][key].double() for key in aligned}  # in B's own frame
-        turn = source.correction().double()  # R^T: readers W R^T, writers R W
+        b = {key: aligned[key].double() for key in aligned}  # in B's own frame
+        turn = source.start()[0].double().T  # R^T of the token rows: readers W R^T, writers R W
         canonical_b = {key: (turn.T @ w if key[0] in ("attn_o", "mlp_down") else w @ turn) for key, w in b.items()}
     distance = (sum(float((canonical_b[k] - canonical_a[k]).pow(2).sum()) for k in canonical_a)
                 / sum(float(w.pow(2).sum()) for w in canonical_a.values())) ** 0.5

@@ -171,19 +171,22 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str | None = No
     """
     ws, heads = plan_checkpoint(model, spec, view=view, roles=roles, layers=layers, ov=ov, names=names,
                                 max_memory=max_memory)
-    source = None
-    if reference is not None:
-        ckpt = model if isinstance(model, Checkpoint) else open_model(model, names)
-        aligned, source = aligned_weightset(ckpt, reference, head_maps)
-        ws = aligned.select(roles, layers)
-    report, kept = _measure(ws, heads, spec, progress)
-    return report, kept, None if source is None else source.report()
+    if reference is None:
+        report, kept = _measure(ws, heads, spec, progress)
+        return report, kept, None
+    ckpt = model if isinstance(model, Checkpoint) else open_model(model, names)
+    aligned, source = aligned_weightset(ckpt, reference, head_maps)
+    report, kept = _measure(aligned.select(roles, layers), heads, spec, progress, source.rotated)
+    return report, kept, source.report()
 
 
-def _measure(ws: WeightSet, heads: tuple[int, int] | None, spec: MeasureSpec, progress: Progress | None
-             ) -> tuple[Report, Spectra]:
+def _measure(ws: WeightSet, heads: tuple[int, int] | None, spec: MeasureSpec, progress: Progress | None,
+             turn: Callable[[Spectra], Spectra] | None = None) -> tuple[Report, Spectra]:
+    # decomposed, turned into the reference's residual frame (an aligned checkpoint: turn), assembled, truncated
     derive = ov_composite_hook(*heads) if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None
     spectra = decompose(ws, spec, progress, derive)
+    if turn is not None:
+        spectra = turn(spectra)
     report = assemble(spectra, spec, ws.origin, ws.view, trajectory=True)
     report.notes += ws.notes
     kept = {key: SVDTriplets(t.U[:, :spec.k].clone(), t.S[:spec.k].clone(), t.Vh[:spec.k].clone(), t.frobenius_sq,
@@ -231,9 +234,10 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
     alignment = alignment or aligned
     notes += _shape_notes(series) + [f"checkpoint {t}: {rep.summary()}" for t, rep in enumerate(alignment, 1)]
     view = reports[0].view
+    fixing = gauge_fixing(view, bool(alignment), "checkpoint 0", head_maps)
     return DriftReport([r.origin for r in reports], spec.k, spec.null_draws, spec.seed, view, reports,
-                       rotation_drift(series, spec.null_draws, spec.seed, view), notes, alignment,
-                       gauge_fixing(view, bool(alignment), "checkpoint 0", head_maps))
+                       rotation_drift(series, spec.null_draws, spec.seed, view), [f"gauge fixing: {fixing}", *notes],
+                       alignment, fixing)
 
 
 def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
@@ -269,10 +273,11 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
     if not rows:
         raise GeodriftError(f"compare: {report_a.origin} and {report_b.origin} share no projection of the same shape "
                             "and layers; compare checkpoints of one architecture")
+    fixing = gauge_fixing(view, bool(alignment), "A", head_maps)
     return CompareReport(report_a.origin, report_b.origin, spec.k, spec.null_draws, spec.seed, view,
-                         [report_a, report_b], rows, notes + _shape_notes([spectra_a, spectra_b])
-                         + [r.summary() for r in alignment], alignment[0] if alignment else None,
-                         gauge_fixing(view, bool(alignment), "A", head_maps))
+                         [report_a, report_b], rows, [f"gauge fixing: {fixing}", *notes]
+                         + _shape_notes([spectra_a, spectra_b]) + [r.summary() for r in alignment],
+                         alignment[0] if alignment else None, fixing)
 
 
 def gauge_fixing(view: str, aligned: bool, reference: str, head_maps: str) -> str:
@@ -364,6 +369,7 @@ def _decompose_series(models: list[Any], view: str, spec: MeasureSpec, progress:
         _, heads = plan_checkpoint(ckpt, spec, **options)
         ws, store = reference_weightset(ckpt)
         first = [(*_measure(ws.select(options.get("roles"), options.get("layers")), heads, spec, progress), None)]
+        store.spectra = first[0][1]  # the reference's kept triplets: the others' residual rotation is refitted on them
         rest = [(model, spec, {**options, "reference": store, "head_maps": head_maps}) for model in models[1:]]
     if backend == "ray":
         def done(_: int, result: tuple[Report, Spectra, AlignmentReport | None]) -> None:

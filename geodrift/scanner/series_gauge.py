@@ -14,8 +14,11 @@ is therefore fixed *relative to the reference* (checkpoint 0 of ``drift``, A of 
    residual rotation by Procrustes on the token rows (the embedding and folded head, the residual-side weights
    no other gauge moves; where they do not fix it, every layer's Gate rows too), and per layer the head
    permutation, a rotation per key-value head on V/O and per RoPE pair on Q/K, and a signed permutation of the
-   hidden units (:func:`geodrift.gauge.align_layer.align_layer`: the nearest Gate rows, certified near the
-   diagonal where the checkpoints are close, each match signed by its Up and Down rows).
+   hidden units (:func:`geodrift.gauge.align_canonical.align_canonical_layer`, in the checkpoint's own frame:
+   heads by their OV/QK singular values, V/O and Q/K rotations on V's and K's rows, hidden units by their Gate
+   rows near the diagonal, certified, each match signed by its Up and Down rows); the scan decomposes the
+   aligned layers, and their singular vectors are turned by the residual rotation refitted on every
+   residual-side weight: the token rows and every projection's top-k part (:meth:`AlignedLayers.rotated`).
 
 Why this is exact and continuous. Exact: a gauge of a checkpoint leaves its canonical form unchanged up to
 orthogonal maps (the tie-breaks and the residual rotation), which the nearest-point alignment then removes;
@@ -23,13 +26,16 @@ a gauge of the reference moves its canonical form by orthogonal maps only, which
 (nearest points are equivariant under isometries) and which leave every cross-checkpoint ``|cos|`` and
 principal angle unchanged, since they act on both sides. Continuous: the balanced forms move continuously with
 the weights, and the nearest orthogonal maps near the identity are continuous functions of the cross matrices;
-no tie-break of one checkpoint enters a cross-checkpoint number. The ``alignment`` report gives the distance of the
-two canonical forms (the residual rotation fitted) and what is left after the alignment (measured: the raw
-distance, within a few percent; ``tests/test_series_continuity.py``).
+no tie-break of one checkpoint enters a cross-checkpoint number. ``tests/test_series_continuity.py`` checks both,
+and that the aligned weights are as far from the reference's as the raw weights are. The single scan needs
+none of this: its numbers compare one checkpoint's layers, whose common residual frame cancels, so it computes
+no residual basis and no alignment (:mod:`geodrift.scanner.canonical_view`).
 
-Cost: per checkpoint, one product of the token rows and, per layer, the layer turned into the reference's frame
-and the small per-head fits; the hidden units are scored near the diagonal only when certified (else every pair:
-the reference's Gate self-products, once per series, bound the rest). ``benchmarks/bench_series_views.py``.
+Cost (``benchmarks/bench_series_views.py``): per checkpoint, its canonical form (as a single scan's), one
+product of the token rows, and per layer the small per-head fits and ``O(d_ff d)`` for the hidden units when
+the checkpoints are close (every pair, ``d_ff^2 d``, where the certificate fails); the reference's Gate
+self-cosines once per series. The reference's canonical layers are kept in memory (float32) while the others are
+read (``--max-memory`` counts them).
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ from geodrift.errors import GeodriftError
 from geodrift.gauge.align import ORBIT_TOLERANCE, WRITERS, AlignmentReport, nearest_rotation
 from geodrift.gauge.align_canonical import align_canonical_layer, head_features
 from geodrift.gauge.align_layer import LayerAlignment, align_layer, gate_peaks
+from geodrift.gauge.canonical import rotate_residual
 from geodrift.gauge.orbit import GaugeShape
+from geodrift.linalg import SVDTriplets
 from geodrift.scanner.canonical_view import CanonicalLayers, canonical_weightset, check_canonical
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.readers import load_canonical, norm_gain, weightset
@@ -73,6 +81,7 @@ class ReferenceStore:
     head: torch.Tensor | None  # None: tied to the embedding
     gain: torch.Tensor | None  # the final norm's gain (None: none)
     layers: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    spectra: dict[tuple[str, int], SVDTriplets] = field(default_factory=dict)  # its kept triplets, once decomposed
     gate_peaks: dict[int, torch.Tensor] = field(default_factory=dict)
     head_features: dict[int, torch.Tensor] = field(default_factory=dict)
 
@@ -132,12 +141,12 @@ class ReferenceLayers(CanonicalLayers):
 class AlignedLayers(CanonicalLayers):
     """A checkpoint's canonical layers brought, by orthogonal maps, to the point nearest the reference's.
 
-    The rotation ``R`` of the token rows takes B's residual frame to the reference's; each canonical layer is
+    The rotation ``R0`` of the token rows takes B's residual frame to the reference's; each canonical layer is
     aligned on its head and hidden side in its own frame (:func:`geodrift.gauge.align_canonical.align_canonical_layer`:
     only V's and K's rows, and Gate's where the checkpoints are far apart, are turned into the reference's frame for
-    the fits), and the measurement rotates the singular vectors by ``R`` afterwards (:meth:`correction`, the
-    WeightSet's ``before_rotation``). With ``head_maps="general"`` each layer is turned into the reference's frame,
-    aligned by least squares (:func:`geodrift.gauge.align_layer.align_layer`) and turned back.
+    the fits); after the decomposition :meth:`rotated` refits the residual rotation on every residual-side weight
+    and turns the singular vectors by it. With ``head_maps="general"`` each layer is turned into the reference's
+    frame by ``R0``, aligned by least squares (:func:`geodrift.gauge.align_layer.align_layer`) and turned back.
     """
 
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape, reference: ReferenceStore,
@@ -147,6 +156,8 @@ class AlignedLayers(CanonicalLayers):
         self.ckpt, self.reference, self.head_maps = ckpt, reference, head_maps
         self.layer_info: dict[int, LayerAlignment] = {}
         self._start: tuple[torch.Tensor, float] | None = None
+        self._tokens = torch.zeros(0, dtype=torch.float64)  # the token rows' cross (B^T A)
+        self.final: torch.Tensor | None = None  # the rotation refitted on every weight (:meth:`rotated`)
         self._notes: list[str] = []
         self._lock_start = threading.Lock()
 
@@ -176,9 +187,8 @@ class AlignedLayers(CanonicalLayers):
                                        f"{rank} of {s.numel()} dimensions; it was fitted on every layer's Gate rows "
                                        "matched by norm too")
                 rotation = nearest_rotation(cross)
-                distance = float(torch.linalg.matrix_norm(rotation - torch.eye(rotation.shape[0],
-                                                                              dtype=rotation.dtype), ord=2))
-                self._start = (rotation.to(torch.float32), distance)
+                distance = float(torch.linalg.matrix_norm(rotation - torch.eye(rotation.shape[0], dtype=rotation.dtype)))
+                self._start, self._tokens = (rotation.to(torch.float32), distance), cross
             return self._start
 
     def compute(self, layer: int) -> dict[str, torch.Tensor]:
@@ -196,10 +206,21 @@ class AlignedLayers(CanonicalLayers):
             self.layer_info[layer] = info
         return done
 
+    def rotated(self, spectra: dict[tuple[str, int], SVDTriplets]) -> dict[tuple[str, int], SVDTriplets]:
+        """B's decomposed layers (its own frame) with their residual-side vectors turned into the reference's frame by
+        the residual rotation **refitted on every residual-side weight**: the token rows, and every projection's
+        top-``k`` part ``U S V^T`` against the reference's (:meth:`ReferenceStore.spectra`; attention only with
+        per-head maps), which anchors the frame in the layers too (fine-tuning moves the rows of the tokens it sees
+        more than the layers). Exact for an exact copy; continuous save where a ``k``-th singular value crosses the
+        next (the top-``k`` part jumps there)."""
+        self.final = nearest_rotation(self._tokens + principal_cross(spectra, self.reference.spectra,
+                                                                     self.head_maps != "none"))
+        return rotate_residual(spectra, self.final.T.contiguous())
+
     def correction(self) -> torch.Tensor:
-        """``R`` as the ``basis`` of :func:`geodrift.gauge.canonical.rotate_residual` (``R^T``: the decomposed matrices
-        are in B's frame, their residual-side vectors ``v -> R v``)."""
-        return self.start()[0].double().T.contiguous()
+        """The rotation's transpose, as the ``basis`` of :func:`geodrift.gauge.canonical.rotate_residual` (vectors
+        ``v -> R v``): the refitted one (:meth:`rotated`) once computed, else the token rows'."""
+        return (self.final if self.final is not None else self.start()[0].double()).T.contiguous()
 
     def report(self) -> AlignmentReport:
         """What was recovered (after every layer): per layer the matches and fit residuals; the weight distances are
@@ -219,6 +240,33 @@ class AlignedLayers(CanonicalLayers):
         steps += ["hidden permutation with signs (nearest Gate rows, signed by Up and Down)"]
         notes = self._notes + [note for x in infos for note in x.notes]
         return AlignmentReport(float("nan"), float("nan"), float("nan"), infos, steps, 0.0, 1, exact, notes)
+
+
+READ_SIDE = ("attn_q", "attn_k", "attn_v", "mlp_gate", "mlp_up")  # residual side: v (rows' columns)
+WRITE_SIDE = ("attn_o", "mlp_down")  # residual side: u
+
+
+def principal_cross(b: dict[tuple[str, int], SVDTriplets], a: dict[tuple[str, int], SVDTriplets],
+                    attention: bool = True) -> torch.Tensor:
+    """``sum X_B^T X_A`` (readers) and ``W_B W_A^T`` (writers) over the projections both decomposed, each matrix by its
+    top-``k`` part ``U S V^T`` (float64, ``d x d``): B's head and hidden sides are aligned to A's, its residual side
+    in its own frame; the cross :func:`geodrift.gauge.align.nearest_rotation` turns into the residual rotation."""
+    cross: torch.Tensor | None = None
+    for key, tb in b.items():
+        ta = a.get(key)
+        if ta is None or key[0] not in READ_SIDE + WRITE_SIDE or (not attention and key[0].startswith("attn")):
+            continue
+        k = min(tb.S.shape[0], ta.S.shape[0])
+        ub, sb, vb = tb.U[:, :k].double(), tb.S[:k].double(), tb.Vh[:k].double().T
+        ua, sa, va = ta.U[:, :k].double(), ta.S[:k].double(), ta.Vh[:k].double().T
+        if key[0] in READ_SIDE:  # X = U S V^T, residual side V: X_B^T X_A = V_B S_B (U_B^T U_A) S_A V_A^T
+            part = (vb * sb) @ (ub.T @ ua) @ (va * sa).T
+        else:  # W = U S V^T, residual side U: W_B W_A^T = U_B S_B (V_B^T V_A) S_A U_A^T
+            part = (ub * sb) @ (vb.T @ va) @ (ua * sa).T
+        cross = part if cross is None else cross + part
+    if cross is None:
+        raise GeodriftError("no projection decomposed in both checkpoints: nothing to fit the residual rotation on")
+    return cross
 
 
 def token_cross(reference: ReferenceStore, embedding: torch.Tensor, head: torch.Tensor | None,
@@ -246,8 +294,8 @@ def reference_weightset(ckpt: Checkpoint) -> tuple[WeightSet, ReferenceStore]:
 
 
 def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: str) -> tuple[WeightSet, AlignedLayers]:
-    """A checkpoint's canonical WeightSet aligned to ``reference``: its matrices in its own frame, the rotation to the
-    reference's applied to the singular vectors by the measurement (``before_rotation``)."""
+    """A checkpoint's canonical WeightSet aligned to ``reference`` on its head and hidden side, its matrices in its own
+    residual frame: decompose it, then turn its triplets by :meth:`AlignedLayers.rotated`."""
     shape = check_canonical(ckpt)
     if shape != reference.shape:
         raise GeodriftError(f"{ckpt.label} has {shape.n_heads}/{shape.n_kv_heads} heads of {shape.head_dim} but "
@@ -255,8 +303,7 @@ def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: st
                             f"{reference.shape.head_dim}; a series needs checkpoints of one architecture")
     folded = weightset(ckpt, "folded")
     source = AlignedLayers(ckpt, folded, shape, reference, head_maps)
-    ws = canonical_weightset(ckpt, folded, source.embedding, source)
-    return WeightSet(ws.entries, origin=ws.origin, view="canonical", before_rotation=(ws, source.correction)), source
+    return canonical_weightset(ckpt, folded, source.embedding, source), source
 
 
 __all__ = ["AlignedLayers", "ReferenceLayers", "ReferenceStore", "aligned_weightset", "folded_tokens",
