@@ -1,5 +1,7 @@
 """The long fuzz run of the commands: >= 5,000 hostile command lines for scan, inspect, drift, compare, compress
-prune|share and sweep, through the real CLI entry, in-process, and hostile calls of the Python face.
+prune|share and sweep, through the real CLI entry, in-process, and hostile calls of the Python face - with issue 39's
+classes (tests/_fuzz_classes.py): degenerate and non-finite weights, colliding outputs, user files and folders named
+like geodrift's own under --force, numpy/list state dicts, path-like and bytes paths, geodrift.read.
 
 Usage::
 
@@ -10,8 +12,9 @@ Usage::
 The harness (the user's area, the case generator, the accepted outcomes) is tests/_fuzz_commands.py,
 the same code the bounded default test runs. Each case gets a per-case timeout (SIGALRM: a case without
 an outcome in time is a hang); every file of the user's area is hashed before and after each case.
-Reports the count of every outcome (per command), the tracebacks and multi-line errors, the hangs,
-the cases that changed a user's file, the temporary files left behind and the non-finite successes;
+Reports the count of every outcome (per command), the tracebacks (by the deepest geodrift file) and multi-line
+errors, the hangs, the cases that changed or deleted a user's file or folder, the temporary files left behind, the
+non-finite successes, the colliding outputs accepted and the JSON that did not read back;
 ``--results`` appends a section that opens with geodrift.io.provenance's stamp (benchmarks/_stamp.py).
 """
 
@@ -27,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _fuzz_classes import ITEM_3_FILES, is_item_3  # noqa: E402
 from _fuzz_commands import build_area, run_cases  # noqa: E402
 
 
@@ -43,6 +47,7 @@ def _worker(job: tuple[int, int, int, int]) -> tuple[Counter[str], Counter[str],
     with tempfile.TemporaryDirectory(prefix="geodrift-fuzz-commands-") as tmp:
         root = Path(tmp)
         area = build_area(root / "area")
+        lookalikes = {p for p in root.rglob("*.tmp")}  # the user's files named like temporary files
         scratch = root / "scratch"
         scratch.mkdir()
         for start in range(first, first + count, BATCH):
@@ -52,7 +57,7 @@ def _worker(job: tuple[int, int, int, int]) -> tuple[Counter[str], Counter[str],
             by_command.update(per_command)
             findings += outcomes.findings
             changed += batch_changed
-            stale += len([p for p in root.rglob("*") if p.name.endswith(".tmp")])
+            stale += len([p for p in root.rglob("*") if p.name.endswith(".tmp") and p not in lookalikes])
             print(f"cases {start}..{start + size - 1}: {dict(outcomes.counts)}", file=sys.stderr, flush=True)
     return totals, by_command, findings, changed, stale
 
@@ -91,14 +96,18 @@ def main() -> None:
         stale += part_stale
     wall = time.perf_counter() - start
     bad = sum(n for k, n in totals.items() if k.startswith(("traceback:", "exit:")) or k == "multiline-error")
+    collisions, readback = totals["collision-accepted"], totals["readback-failed"]
+    item_3 = sum(n for k, n in totals.items() if is_item_3(k))
     nonfinite = totals["nonfinite-success"]
     lines = [
         f"cases: {args.cases} (seed {args.seed}, per-case timeout {args.timeout} s, {args.workers} process(es)), "
         f"wall {wall:.0f} s",
         "outcomes: " + ", ".join(f"{k} {n}" for k, n in sorted(totals.items())),
         "per command: " + ", ".join(f"{k} {n}" for k, n in sorted(by_command.items())),
-        f"tracebacks (incl. multi-line errors and other exits): {bad}; hangs: {totals['hang']}; "
-        f"cases that changed a user's file: {changed}; stale temp files: {stale}; non-finite successes: {nonfinite}",
+        f"tracebacks (incl. multi-line errors and other exits): {bad}, of which from alignment or the canonical view "
+        f"on degenerate weights (issue 39 item 3, {', '.join(ITEM_3_FILES)}): {item_3}; hangs: {totals['hang']}; "
+        f"cases that changed or deleted a user's file or folder: {changed}; stale temp files: {stale}; non-finite "
+        f"successes: {nonfinite}; colliding outputs accepted: {collisions}; JSON not read back: {readback}",
     ]
     print("\n".join(lines))
     for finding in findings[:50]:
@@ -112,7 +121,7 @@ def main() -> None:
                    *[f"- {line}" for line in lines]]
         with args.results.open("a", encoding="utf-8") as handle:
             handle.write("\n".join(section) + "\n")
-    sys.exit(1 if bad or totals["hang"] or changed or stale or nonfinite else 0)
+    sys.exit(1 if bad or totals["hang"] or changed or stale or nonfinite or collisions or readback else 0)
 
 
 if __name__ == "__main__":

@@ -132,3 +132,21 @@ class SaveDtype(Choice):
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
+
+
+class MergeMethod(Choice):
+    """``merge --method`` (``geodrift.merging.names.METHODS``)."""
+
+    linear = "linear"
+    slerp = "slerp"
+    task_arithmetic = "task-arithmetic"
+    ties = "ties"
+    dare = "dare"
+
+
+class AlignMode(Choice):
+    """``merge --align`` (``geodrift.merging.names.ALIGN_MODES``)."""
+
+    auto = "auto"
+    on = "on"
+    off = "off"

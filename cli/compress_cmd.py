@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from geodrift.compress.share_run import ShareResult
 
 app = typer.Typer(help="Layer pruning and calibration-whitened low-rank compression, judged by held-out perplexity.",
+                  short_help="Layer pruning and low-rank compression, judged by perplexity.",
                   no_args_is_help=True)
 
 Model = Annotated[str | None, typer.Argument(help="A Llama-family .gguf, .safetensors or Hugging Face folder (with "
@@ -92,7 +93,7 @@ def _show(result: PruneResult | ShareResult, doc: dict[str, Any], figure: Callab
         announce("wrote " + ", ".join(str(p) for p in written), quiet=quiet)
 
 
-@app.command("prune")
+@app.command("prune", short_help="Which layers can go? Perplexity after removing 1..N.")
 def prune_command(
     model: Model = None, corpus: Corpus = None,
     max_remove: Annotated[int, typer.Option("--max-remove", help="N: evaluate n = 1..N removed layers.")] = 10,
@@ -113,6 +114,9 @@ def prune_command(
     json_out: JsonOut = None, csv_out: Csv = None, plot: Plot = None, as_json: AsJson = False,
     threads: Threads = 1, dpi: Dpi = 300, wide: Wide = False, quiet: Quiet = False, force: SaveForce = False,
     max_memory: MaxMemory = "8G",
+    full: Annotated[bool, typer.Option("--full", help="Print every table: ± SE, the random orders' mean ± std, the "
+                                       "orders beaten, the layers removed, per-layer scores, correlations, each "
+                                       "claim's measurement and the cost (default: perplexities and claims).")] = False,
 ) -> None:
     """Which layers can go? Held-out perplexity after removing n = 1..N layers, per ranking method."""
     from geodrift.jobs.compress import PruneRequest, run_prune
@@ -129,10 +133,10 @@ def prune_command(
         result = run_prune(request, events)
     _show(result, prune_document(result), functools.partial(plot_prune, result, plot, dpi) if plot else None,
           json_out=json_out, csv_out=csv_out, as_json=as_json, quiet=quiet,
-          render=lambda: render_prune(result, wide=wide))
+          render=lambda: render_prune(result, wide=wide, full=full))
 
 
-@app.command("share")
+@app.command("share", short_help="Whitened low-rank compression at equal parameters.")
 def share_command(
     model: Model = None, corpus: Corpus = None,
     split: Annotated[str | None, typer.Option("--split", help="sources: calibrate on the stdlib docstrings, evaluate on "

@@ -1,19 +1,36 @@
 """The console entry point: the signal policy first, then the command line.
 
-``geodrift.io.signals.install`` runs before typer or any command module is imported, so Ctrl-C at any
+``geodrift.io.signals.install`` runs before typer or any command module is imported (and, before it, a handler
+that only records a signal, installed when this module is imported), so Ctrl-C at any
 moment - even while the CLI is still starting - prints one ``interrupted`` line and exits 130
 (SIGTERM: 143), with the temporary files of atomic writes removed (see ``geodrift/io/signals.py``).
 """
 
 from __future__ import annotations
 
+import signal as _signal
+
+# Until the policy is installed (importing it takes a few milliseconds), a signal is only recorded; it is
+# delivered again once the policy's handler is in place.
+_EARLY: list[int] = []
+
+
+def _record(signum: int, frame: object) -> None:
+    _EARLY.append(signum)
+
+
+for _signum in (_signal.SIGINT, _signal.SIGTERM):
+    _signal.signal(_signum, _record)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Run ``geodrift`` under the signal policy (the ``[project.scripts]`` target)."""
     from geodrift.io import signals
 
-    signals.install()
     try:
+        signals.install()  # inside the try: a signal arriving while it runs is the policy's already
+        if _EARLY:
+            _signal.raise_signal(_EARLY[0])
         from geodrift.cli.main import main as run
 
         run(argv)

@@ -16,7 +16,7 @@ from geodrift.cli.options import Wide
 app = typer.Typer()
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="Each tensor of a checkpoint and what the scan reads it as.")
 def inspect_command(
     model: Annotated[str | None, typer.Argument(help="A .gguf file, a .safetensors file or a Hugging Face model "
                                                 "folder. Default: the embedded SmolLM2-135M-Instruct (Q4_1 GGUF).")] = None,
@@ -24,10 +24,12 @@ def inspect_command(
                                                "as in scan --roles) to try (tensors it leaves out are listed as "
                                                "unmapped).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the inventory as JSON on stdout.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="One row per tensor (default: one row per role and layer "
+                                       "range, the summary first).")] = False,
     wide: Wide = False,
 ) -> None:
     """List every tensor of a checkpoint with the projection it is scanned as, or why it is not scanned."""
     from geodrift.jobs.inspect import InspectRequest, run_inspect
     from geodrift.render.results import show_inventory
 
-    show_inventory(run_inspect(InspectRequest(model, names)), as_json=as_json, wide=wide)
+    show_inventory(run_inspect(InspectRequest(model, names)), as_json=as_json, wide=wide, full=full)

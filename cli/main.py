@@ -17,7 +17,10 @@ import typer
 from geodrift import __version__
 from geodrift.cli import (
     compress_cmd,
+    explain_cmd,
+    finetune_cmd,
     inspect_cmd,
+    merge_cmd,
     prove_cmd,
     reproduce_cmd,
     scan_cmd,
@@ -47,7 +50,10 @@ app.add_typer(prove_cmd.app)
 app.add_typer(simulate_cmd.app, name="simulate")
 app.add_typer(compress_cmd.app, name="compress")
 app.add_typer(sweep_cmd.app)
+app.add_typer(finetune_cmd.app)
 app.add_typer(reproduce_cmd.app)
+app.add_typer(explain_cmd.app)
+app.add_typer(merge_cmd.app)
 
 
 def _show_version(value: bool) -> None:

@@ -12,7 +12,7 @@ from geodrift.cli.options import Dpi, Quiet, Wide
 app = typer.Typer()
 
 
-@app.command("prove")
+@app.command("prove", short_help="The symmetry claims: sympy proofs, checked numerically.")
 def prove(
     claims: Annotated[list[str] | None, typer.Argument(help="Claims to verify (default: all): equivariance, "
                                                       "breaking, commutants, gauge, noether, residual, attention, "

@@ -14,7 +14,7 @@ from geodrift.cli.options import SweepBackend as Backend
 app = typer.Typer()
 
 
-@app.command("reproduce")
+@app.command("reproduce", short_help="The whole paper, reproduced into one stamped report.")
 def reproduce_command(
     quick: Annotated[bool, typer.Option("--quick", help="Shorter runs, one seed (about 30 minutes on a shared "
                                         "2-core CPU); default: the README's full-length commands (hours).")] = False,

@@ -15,7 +15,7 @@ from geodrift.cli.options import Dpi, MaxMemory, Quiet, RayAddress, ScanBackend,
 app = typer.Typer()
 
 
-@app.command("scan")
+@app.command("scan", short_help="Per-projection continuity of a checkpoint, with its verdicts.")
 def scan_command(
     model: Annotated[str | None, typer.Argument(help="A .gguf file, a .safetensors file or a Hugging Face model "
                                                 "folder. Default: the embedded SmolLM2-135M-Instruct (Q4_1 GGUF).")] = None,

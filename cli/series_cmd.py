@@ -37,7 +37,7 @@ HeadMaps = Annotated[choices.HeadMaps, typer.Option(
     "models), general (least squares: recovers any exact reparametrisation, e.g. AWQ's V/O scales) or none.")]
 
 
-@app.command("drift")
+@app.command("drift", short_help="A training series: each layer's rotation from the first.")
 def drift_command(
     checkpoints: Annotated[list[str], typer.Argument(help="Two or more checkpoints of one training run, in order "
                                                      "(.gguf, .safetensors, Hugging Face folders, .pt pickles).")],
@@ -69,7 +69,7 @@ def drift_command(
     announce_written(written, quiet=quiet)
 
 
-@app.command("compare")
+@app.command("compare", short_help="Two models: the angles between their top-k subspaces.")
 def compare_command(
     a: Annotated[str, typer.Argument(help="The first model (e.g. the base).")],
     b: Annotated[str, typer.Argument(help="The second model (e.g. its fine-tune or compressed copy).")],

@@ -21,7 +21,8 @@ from geodrift.cli.options import SweepBackend as Backend
 if TYPE_CHECKING:
     from geodrift.jobs.simulate import Simulation
 
-app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.", no_args_is_help=True)
+app = typer.Typer(help="Train small networks with the paper's ablations and track continuity.",
+                  short_help="Train small networks with the paper's ablations.", no_args_is_help=True)
 
 Ablation = Annotated[list[str] | None, typer.Option(
     "--ablation", help="Repeatable, applied to every configuration in order: a named ablation (see the command's "

@@ -19,7 +19,7 @@ from geodrift.cli.options import SweepBackend as Backend
 app = typer.Typer(help="Run grids of independent simulator runs on a local process pool or on Ray.")
 
 
-@app.command("sweep")
+@app.command("sweep", short_help="A grid of simulator runs on a process pool or on Ray.")
 def sweep_command(
     grid_file: Annotated[Path, typer.Argument(help="A grid file (.toml or .json; format in the README, 'Sweeps and "
                                               "one-command reproduction').", show_default=False)],

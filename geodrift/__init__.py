@@ -1,7 +1,8 @@
 """geodrift: geometric continuity of weight singular vectors across depth.
 
-Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` (``geodrift.api``), loaded on
-first use - ``import geodrift`` imports neither torch nor any subpackage.
+Python API: ``geodrift.scan(model_or_path, ...) -> ScanReport`` and ``geodrift.merge(A, B, out=...)``
+(``geodrift.api``), ``geodrift.drift([...]) -> Drift`` and ``geodrift.compare(a, b) -> Comparison``
+(``geodrift.api_series``), loaded on first use - ``import geodrift`` imports neither torch nor any subpackage.
 
 Importing this package has no side effects (no logging set-up, no device probing), with one
 exception for source checkouts, described below.
@@ -37,6 +38,8 @@ def __getattr__(name: str) -> object:
     # itself lives in ``geodrift.api`` (above the scanner, ``geodrift.scanner``, and the renderers).
     import importlib
 
-    if name in ("scan", "ScanReport"):
+    if name in ("scan", "ScanReport", "merge", "read"):
         return getattr(importlib.import_module("geodrift.api"), name)
+    if name in ("drift", "compare", "Drift", "Comparison"):  # geodrift drift / compare, the same way
+        return getattr(importlib.import_module("geodrift.api_series"), name)
     raise AttributeError(f"module 'geodrift' has no attribute {name!r}")

@@ -30,7 +30,7 @@ from typing import Any
 
 from geodrift.continuity import Report
 from geodrift.errors import GeodriftError
-from geodrift.jobs.request import check_integer, kind_of, shown, usable_path
+from geodrift.jobs.request import as_path, check_integer, kind_of, shown, usable_path
 from geodrift.jobs.scan import DEFAULT_MAX_MEMORY, ScanRequest, run_scan
 from geodrift.scanner.mapping import NameRule
 
@@ -38,10 +38,12 @@ from geodrift.scanner.mapping import NameRule
 KEYWORDS = {"--roles": "roles=", "--layers": "layers=", "--k": "k=", "--null-draws": "null_draws=",
             "--seed": "seed=", "--view": "view=", "--names": "names=", "--ov": "ov=", "--full-spectrum": "full_spectrum=",
             "--device": "device=", "--skip-nonfinite": "skip_nonfinite=", "--max-memory": "max_memory=",
-            "--dpi": "dpi="}
+            "--dpi": "dpi=", "--align": "align=", "--head-maps": "head_maps="}
 _FLAG = re.compile("|".join(re.escape(flag) + r"\b(?!-)" for flag in sorted(KEYWORDS, key=len, reverse=True)))
 # An option followed by a number or a device ("use --k 32 or less", "use --device cpu") reads as a keyword with
 # its value ("use k=32 or less", "use device=cpu").
+# Switches a message advises turning on ("skip it with --skip-nonfinite") read as the keyword set to True.
+_SWITCHES = {"--skip-nonfinite": "skip_nonfinite=True", "--full-spectrum": "full_spectrum=True"}
 _FLAG_VALUE = re.compile(f"(?:{_FLAG.pattern}) (?=\\d|cuda|cpu)")
 FIGURE_KINDS = ("continuity", "trajectory", "experts")
 
@@ -120,7 +122,7 @@ def keyword_errors(given: Mapping[str, Any]) -> Iterator[None]:
             name = KEYWORDS[first.group(0)]
             text = f"{name}{shown(given[name[:-1]])}{text[first.end():]}"
         text = _FLAG_VALUE.sub(lambda m: KEYWORDS[m.group(0)[:-1]], text)
-        raise GeodriftError(_FLAG.sub(lambda m: KEYWORDS[m.group(0)], text)) from None
+        raise GeodriftError(_FLAG.sub(lambda m: _SWITCHES.get(m.group(0), KEYWORDS[m.group(0)]), text)) from None
 
 
 def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str | list[int] | None = None,
@@ -130,7 +132,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
          config: dict[str, Any] | None = None, ov: bool = ScanRequest.ov,
          full_spectrum: bool = ScanRequest.full_spectrum, device: str = ScanRequest.device,
          skip_nonfinite: bool = ScanRequest.skip_nonfinite, max_memory: str | int = DEFAULT_MAX_MEMORY,
-         progress: Callable[[str], None] | None = None) -> ScanReport:
+         progress: bool | Callable[[str], None] | None = None) -> ScanReport:
     """Scan a model: per-projection continuity with noise floors, verdicts and trajectory shape.
 
     The same job as ``geodrift scan`` (:func:`geodrift.jobs.scan.run_scan`, one code path, the same defaults
@@ -138,8 +140,10 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     random floor ``sqrt(2/(pi d))``, the theory's verdicts with their criteria, and App. A.2's trajectory shape.
 
     Args:
-        model: None (the embedded SmolLM2-135M-Instruct), a path, an ``nn.Module`` or a state dict
-            (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``).
+        model: None (the embedded SmolLM2-135M-Instruct), a path (str, bytes or any ``os.PathLike``), an
+            ``nn.Module`` or a state dict (bare, or wrapped as ``{"model": ...}`` / ``{"state_dict": ...}``) whose
+            values are tensors, numpy arrays or lists of numbers (converted; anything else at a weight's name is
+            refused).
         roles: ``"q,k,gate"``, ``["q", "attn_k"]``, ``"router,experts"`` (the ``--roles`` names,
             ``geodrift.weights.ROLE_NAMES``, or canonical ones; None = all).
         layers: ``"0-9,20"`` or ``[0, 1, ...]`` (None = all).
@@ -153,7 +157,9 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         ov: also measure the OV composite ``W_O W_V`` (needs the head counts from a config).
         skip_nonfinite: skip (and list in ``.notes``) matrices holding NaN/Inf instead of refusing the model.
         max_memory: refuse a scan whose memory estimate exceeds this (``"8G"``, ``"512M"`` or bytes).
-        progress: called with ``"role[layer]"`` after each matrix.
+        progress: ``True``: a progress bar (tqdm's - the notebook widget in Jupyter - where tqdm is installed, else
+            geodrift's on stderr; :class:`geodrift.render.progress.PythonProgress`); a function: called with
+            ``"role[layer]"`` after each matrix (checked first: it must take one argument); None or False (the default): silent.
 
     Returns:
         ScanReport (a ``geodrift.continuity.Report``): ``.roles``, ``.role("q")``, ``.summary()``, ``.plot()``,
@@ -171,6 +177,7 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
         >>> k.verdict, k.path_verdict  # shared frame; depth path: 4 layers are too few to judge  # doctest: +SKIP
         ('holds', 'n/a')
     """
+    model, names = as_path(model), as_path(names)  # a path-like object or a bytes path is a path
     given: dict[str, Any] = {"roles": roles, "layers": layers, "k": k, "null_draws": null_draws, "seed": seed, "view": view,
              "architecture": architecture, "ov": ov, "full_spectrum": full_spectrum, "device": device,
              "skip_nonfinite": skip_nonfinite, "max_memory": max_memory}
@@ -178,8 +185,23 @@ def scan(model: Any = None, *, roles: str | list[str] | None = None, layers: str
     call = "geodrift.scan(" + ", ".join([shown(model)] * (model is not None) + [
         f"{name}={shown(value)}" for name, value in given.items() if _differs(value, defaults[name])]) + ")"
     request = ScanRequest(model=model, names=names, config=config, call=call, **given)
-    with keyword_errors({**given, "names": names, "config": config, "progress": progress}):
-        return ScanReport.of(run_scan(request, progress).report)
+    with keyword_errors({**given, "names": names, "config": config, "progress": progress}), \
+            progress_bar(progress, "scanning") as (advance, on_total):
+        return ScanReport.of(run_scan(request, advance, on_total).report)
+
+
+@contextlib.contextmanager
+def progress_bar(progress: Any, title: str) -> Iterator[tuple[Any, Callable[[int], None] | None]]:
+    """The job's callbacks for a ``progress=`` keyword: ``True`` draws a bar (:class:`~geodrift.render.progress.PythonProgress`,
+    counting matrices), a function is called with each matrix's label, None or False is silent; anything else
+    reaches the job's own check (``progress=...: must be ...``)."""
+    if progress is True:
+        from geodrift.render.progress import PythonProgress
+
+        with PythonProgress(title, "matrices") as bar:
+            yield bar.advance, bar.set_total
+        return
+    yield (None if progress is False else progress), None
 
 
 def _differs(value: Any, default: Any) -> bool:
@@ -214,3 +236,118 @@ def claim_figure(path: str | Path | None, dpi: Any, overwrite: Any) -> None:
         check_dpi(int(dpi))
     claim_outputs([(named, Path(path))], overwrite=overwrite,
                   fix="pass overwrite=True to replace it, or choose another name (nothing was written)")
+
+
+# geodrift.merge's keywords as the command line names them in messages.
+MERGE_KEYWORDS = {"--base": "base=", "--method": "method=", "--align": "align=", "--weights": "weights=", "--t": "t=",
+                  "--density": "density=", "--scale": "scale=", "--out": "out=", "--max-memory": "max_memory=",
+                  "--force": "force="}
+_MERGE_FLAG = re.compile("|".join(re.escape(f) + r"\b(?!-)" for f in sorted(MERGE_KEYWORDS, key=len, reverse=True)))
+
+
+def merge(*models: str | Path | None, out: str | Path, base: str | Path | None = None, method: str = "linear",
+          align: str = "auto", weights: tuple[float, ...] | list[float] | None = None, t: float = 0.5,
+          density: float = 0.5, scale: float = 1.0, seed: int = 0, force: bool = False,
+          max_memory: str = "8G") -> Any:
+    """``geodrift merge`` from Python: the same job (:func:`geodrift.jobs.merge.run_merge`), checks and folder.
+
+    Example::
+
+        import geodrift
+        result = geodrift.merge("ft-a", "ft-b", base="base", method="ties", out="merged")
+        print("\\n".join(result.lines()))
+
+    Returns:
+        The :class:`~geodrift.merging.run.MergeResult` (the pre-merge check per model, the files written).
+
+    Raises:
+        GeodriftError: as the command, with options named as keywords (``base=``, ``out=``).
+    """
+    from geodrift.jobs.merge import MergeRequest, run_merge
+
+    request = MergeRequest(models=tuple(models), out=None if out is None else Path(out), base=base, method=method,
+                           align=align, weights=None if weights is None else tuple(float(w) for w in weights), t=t,
+                           density=density, scale=scale, seed=seed, force=force, max_memory=max_memory)
+    given = {"base": base, "method": method, "align": align, "weights": weights, "t": t, "density": density,
+             "scale": scale, "out": out, "max_memory": max_memory, "force": force}
+    try:
+        return run_merge(request)
+    except GeodriftError as error:
+        text = str(error)
+        first = _MERGE_FLAG.match(text)
+        if first and text[first.end():first.end() + 1] == ":":  # "--base: ..." -> "base=None: ..."
+            text = f"{MERGE_KEYWORDS[first.group(0)]}{shown(given[MERGE_KEYWORDS[first.group(0)][:-1]])}{text[first.end():]}"
+        text = re.sub(f"({_MERGE_FLAG.pattern}) ", lambda m: MERGE_KEYWORDS[m.group(1)], text)  # "--method ties"
+        raise GeodriftError(_MERGE_FLAG.sub(lambda m: MERGE_KEYWORDS[m.group(0)], text)) from None
+
+
+# What each kind of JSON document is read back as: the type its command's job returns.
+_READERS = {
+    "continuity_report": ("geodrift.jobs.scan", "ScanResult"),
+    "drift_report": ("geodrift.scanner.series", "DriftReport"),
+    "compare_report": ("geodrift.scanner.series", "CompareReport"),
+    "inventory": ("geodrift.jobs.inspect", "Inventory"),
+    "proofs": ("geodrift.prove.runner", "ProveReport"),
+    "compress_prune": ("geodrift.compress.prune", "PruneResult"),
+    "compress_share": ("geodrift.compress.share_run", "ShareResult"),
+    "run_record": ("geodrift.sim.record", "RunRecord"),
+}
+
+
+def read(source: str | Path | Mapping[str, Any]) -> Any:
+    """Read back any JSON document geodrift wrote, as the object its command returns.
+
+    ``scan --json-out`` (``--full`` too) gives a :class:`~geodrift.jobs.scan.ScanResult` (``.report``, a
+    :class:`ScanReport`; ``.gauge``, the gauge diagnosis or None); ``drift``/``compare`` a ``DriftReport`` /
+    ``CompareReport``; ``inspect --json`` an ``Inventory``; ``prove --json`` a ``ProveReport``; ``compress
+    prune|share`` a ``PruneResult``/``ShareResult``; a run's ``run.json`` a ``RunRecord``. The tables of
+    ``simulate``/``sweep``/``reproduce`` (kinds ``reproduction``, ``paper_reproduction``) come back as the JSON
+    object. Numbers written as null because they were NaN or infinite come back as they were.
+
+    Args:
+        source: the file's path (str, bytes or os.PathLike), or the object ``json.load`` gave.
+
+    Raises:
+        GeodriftError: not a geodrift document, a newer MAJOR schema, or a document that does not have the fields of
+            its kind - naming the file.
+
+    Example:
+        >>> read({"schema_version": "1.2", "kind": "paper_reproduction", "mode": "smoke"})["mode"]
+        'smoke'
+    """
+    import importlib
+
+    from geodrift.io.atomic import payload_of
+    from geodrift.io.documents import from_jsonable, read_document
+
+    source = as_path(source)
+    doc = read_document(source)
+    where = str(source) if isinstance(source, Path) else "the document"
+    if doc["kind"] not in _READERS:
+        return doc
+    module, name = _READERS[doc["kind"]]
+    cls = getattr(importlib.import_module(module), name)
+    payload = payload_of(doc)
+    try:
+        if doc["kind"] == "continuity_report":
+            result = cls.from_dict(doc)
+            result.report = ScanReport.of(result.report)
+            return result
+        if doc["kind"] == "run_record":
+            return cls.from_dict(payload)
+        if doc["kind"] == "inventory":
+            from geodrift.scanner.inventory import TensorRow
+
+            return cls(**{**{k: payload[k] for k in ("model", "format", "architecture", "summary")},
+                          "tensors": from_jsonable(list[TensorRow], payload["tensors"], "/tensors")})
+        made = from_jsonable(cls, {**payload, "saved": None} if "saved" in payload else payload)
+        if "saved" in payload:
+            from geodrift.compress.saved import saved_from_dict
+
+            made.saved = saved_from_dict(doc["kind"].removeprefix("compress_"), payload["saved"])
+        return made
+    except (KeyError, TypeError) as error:
+        raise GeodriftError(f"{where}: a {doc['kind']} document without the fields this geodrift reads ({error})") \
+            from None
+    except GeodriftError as error:
+        raise GeodriftError(f"{where}: {error}") from None

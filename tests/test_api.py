@@ -121,6 +121,7 @@ def test_the_readme_notebook_example_runs_as_written(tmp_path: Path, monkeypatch
     block = re.search(r"<!-- api-example -->\n```python\n(.*?)```", text, re.S)
     assert block is not None, "README: the Python API example (after <!-- api-example -->) is missing"
     assert "report.plot(" in block.group(1) and "report.summary()" in block.group(1)
+    assert '"gauge"' in block.group(1) and "report.view" in block.group(1)  # what a reader needs to read a row
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
     exec(compile(block.group(1), "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
@@ -143,13 +144,17 @@ def test_summary_has_the_summary_csv_columns_and_its_k1_rows(tmp_path: Path):
     assert list(summary.columns) == list(from_csv.columns)
     k1 = from_csv[from_csv.k == 1].reset_index(drop=True)
     assert len(summary) == len(report.roles) * 2 == len(k1)
-    # each verdict on the row of the space it judged (the predicted one; both of V's), not on the other
+    # each verdict on the row of the space it judged (the predicted one; both of V's in this raw view), not on the
+    # other; V's as every face says it (none/found), the others' as judged
     judged = [row.space == row.predicted_space or row.predicted_space == "none" for row in k1.itertuples()]
     assert sum(judged) == len(report.roles) + (report.role("v") is not None)
     for column in ("verdict", "criterion", "path_verdict", "path_criterion"):
+        said = {"verdict": 0, "path_verdict": 1}
         assert [v for v, j in zip(summary[column], judged, strict=True) if j] == [
-            getattr(report.role(role), column) for role, j in zip(k1.role, judged, strict=True) if j]
+            report.role(role).said()[said[column]] if column in said else getattr(report.role(role), column)
+            for role, j in zip(k1.role, judged, strict=True) if j]
         assert summary[column][[not j for j in judged]].isna().all()
+    assert set(summary[summary.role == "attn_v"].verdict) <= {"none", "found"}
     assert summary["mean"].tolist() == pytest.approx(k1["mean"].tolist(), abs=1e-12)
     q = report.role("q")
     row = summary[(summary.role == "attn_q") & (summary.space == "v")].iloc[0]
@@ -171,7 +176,7 @@ def test_role_accepts_the_roles_names_and_the_repr_is_a_few_lines():
     assert report.role("router") is None and report.role("attn_ov") is None  # no head counts in memory: no OV
     text = repr(report)
     assert len(text.splitlines()) <= 6 and len(text) < 600
-    assert text.startswith("ScanReport(LlamaLM (in memory), raw weights, k=1, 8 null draws, seed 0)")
+    assert text.startswith("ScanReport(LlamaLM (in memory), raw view, k=1, 8 null draws, seed 0)")
     assert "7 projections (Q K V O Gate Up Down) over 4 layers 0..3" in text
     assert "shared frame: " in text and "depth path: " in text and "geodrift.scan(<LlamaLM>, k=1, null_draws=8)" in text
 
@@ -255,6 +260,7 @@ def test_fingerprint_samples_stay_in_range_past_two_to_the_24_elements():
     assert tensors_fingerprint({"w": big}) != tensors_fingerprint({"w": big.clone().index_fill_(0, picks[-1:], 1)})
 
 
+@pytest.mark.heavy  # the default run has this face on real-sized models in tests/test_real_sized.py
 def test_the_embedded_model_loaded_through_transformers_scans_in_memory_like_its_gguf():
     """A real-sized model in memory (the embedding has 28.3 M elements, past float32's 2^24 integers)."""
     transformers = pytest.importorskip("transformers")
@@ -289,7 +295,47 @@ def test_the_figure_has_no_overlapping_text_and_a_legend_for_every_band(tmp_path
     assert "Q · predicted v1\nframe " in titles[0]
     legend = [t.get_text() for t in figure.legends[0].get_texts()]
     assert {"v1 (input space)", "u1 (output space)", "null of v1 (mean to +3 sd)", "null of u1 (mean to +3 sd)",
-            "random floor √(2/πd)"} == set(legend)
+            "random floor √(2/πd)", "thick: predicted space"} == set(legend)
+    _assert_every_line_style_is_in_the_legend(figure)
+    assert figure._suptitle.get_text().startswith("frame ") and " · raw view\n" in figure._suptitle.get_text()
     # every title lies within the figure (none cut at its edge)
     width = figure.get_window_extent().width
     assert all(0 <= ax.title.get_window_extent().x0 and ax.title.get_window_extent().x1 <= width for ax in figure.axes)
+
+
+def _assert_every_line_style_is_in_the_legend(figure) -> None:
+    # each (colour, line style) drawn in a panel has a legend entry drawn the same way (a null band's entry holds
+    # its dashed mean too); a predicted space's thicker line has the "thick" entry
+    from matplotlib.colors import to_hex
+
+    def styles(lines):
+        return {(to_hex(line.get_color()), line.get_linestyle()) for line in lines}
+
+    from matplotlib.lines import Line2D
+
+    drawn = styles(line for ax in figure.axes for line in ax.get_lines())
+    legend = styles(figure.legends[0].findobj(Line2D))
+    assert drawn <= legend, drawn - legend
+
+
+def test_the_canonical_figure_names_its_verdict_and_view_and_greys_the_aligned_spaces():
+    from matplotlib.colors import to_hex
+
+    from geodrift.render.figures import ALIGNED_COLOR, PREDICTED_WIDTH
+
+    report = geodrift.scan(layers="0-3", null_draws=8, k=1)
+    assert report.view == "canonical"
+    figure = report.plot()
+    judged = [r for r in report.roles if r.verdict in ("holds", "fails")]
+    frame = sum(r.verdict == "holds" for r in judged)
+    assert figure._suptitle.get_text().startswith(f"frame {frame}/{len(judged)}, path ")
+    assert "canonical view" in figure._suptitle.get_text()
+    assert overlapping_texts(figure) == []
+    _assert_every_line_style_is_in_the_legend(figure)
+    for ax, role in zip(figure.axes, report.roles, strict=True):
+        grey = [line for line in ax.get_lines() if to_hex(line.get_color()) == to_hex(ALIGNED_COLOR)]
+        aligned = [x for x, space in role.spaces.items() if space.gauge == "aligned"]
+        assert len(grey) == len(aligned)  # each aligned space one grey line, no null band
+        assert len(ax.collections) == 2 - len(aligned)  # the null bands of the measured spaces only
+        thick = [line for line in ax.get_lines() if line.get_linewidth() == PREDICTED_WIDTH]
+        assert len(thick) == (role.predicted_space is not None)

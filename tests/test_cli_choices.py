@@ -47,6 +47,10 @@ def test_each_choice_lists_exactly_the_names_the_library_accepts(tmp_path: Path)
     from geodrift.sim.config import TrackConfig
 
     assert sorted(_values(choices.HeadMaps)) == sorted(HEAD_MAPS) and DEFAULT_HEAD_MAPS == choices.HeadMaps.orthogonal
+    from geodrift.merging.names import ALIGN_MODES
+    from geodrift.merging.names import METHODS as MERGE_METHODS
+
+    assert _values(choices.MergeMethod) == list(MERGE_METHODS) and _values(choices.AlignMode) == list(ALIGN_MODES)
 
     assert [TrackConfig(view=v).view for v in _values(choices.TrackView)] == ["raw", "canonical"]
     with pytest.raises(GeodriftError, match="--view"):
@@ -85,6 +89,8 @@ def test_a_choice_is_its_plain_name_wherever_the_library_uses_it():
     (["compress", "share"], "--save-method", choices.ShareMethod),
     (["compress", "share"], "--save-format", choices.SaveFormat),
     (["compress", "share"], "--save-dtype", choices.SaveDtype),
+    (["merge"], "--method", choices.MergeMethod),
+    (["merge"], "--align", choices.AlignMode),
 ])
 def test_help_lists_every_choice_of_an_option(command: list[str], option: str, choice: type[choices.Choice]):
     result = CliRunner().invoke(app, [*command, "--help"], env={"COLUMNS": "400", "TERMINAL_WIDTH": "400"})

@@ -170,3 +170,29 @@ def test_the_json_fields_and_csv_columns_are_documented(tiny: Path, tmp_path: Pa
         header = csv.read_text().splitlines()[0].split(",")
         assert not [c for c in header if f"`{c}`" not in _section("## The compress CSVs")], header
     assert "## kind: `compress_share`" in DOC
+
+
+def test_prune_at_its_default_depth_and_methods_prints_at_most_60_lines_at_80_columns(tmp_path: Path, monkeypatch,
+                                                                                      capsys):
+    """The brief default: the perplexity table (n = 1..10, every method, the random median), the claims with each
+    criterion once at the full width, the --full pointer and the summary, every line wrapped to 80 columns; --full
+    prints the rest. Only the text sizes are small (they change numbers, not rows)."""
+    from test_compress import tiny_llama_folder
+
+    from geodrift.jobs.compress import PruneRequest, run_prune
+    from geodrift.render.compress import prune_summary, render_prune
+
+    folder = tiny_llama_folder(tmp_path / "llama", n_layers=11)
+    monkeypatch.setenv("COLUMNS", "80")
+    result = run_prune(PruneRequest(model=folder, seq_len=16, eval_windows=2, calib_windows=2, greedy_windows=1))
+    assert len(result.random_mean) == 10 and len(result.curves) == 5 and len(result.random_curves) == 20
+    render_prune(result)
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    assert len(lines) <= 60 and max(map(len, lines)) <= 80, "\n".join(lines)
+    flat = " ".join(" ".join(lines).split())
+    assert all(flat.count(v.criterion) == 1 for v in {v.criterion: v for v in result.verdicts}.values())
+    assert flat.endswith(prune_summary(result)) and "--full:" in flat  # the summary last, wrapped
+    assert "Per-layer scores" not in flat and "Cost of each ranking" not in flat
+    render_prune(result, full=True)
+    full = capsys.readouterr().out
+    assert "Per-layer scores" in full and "Cost of each ranking" in full

@@ -58,7 +58,7 @@ def _lines(page: Path) -> list[tuple[int, str]]:
 
 def test_the_app_has_the_commands_the_readme_lists():
     assert {"scan", "drift", "compare", "prove", "simulate mlp", "simulate transformer", "compress prune",
-            "compress share", "sweep", "reproduce", "inspect"} <= set(COMMANDS)
+            "compress share", "sweep", "reproduce", "inspect", "merge"} <= set(COMMANDS)
 
 
 def _segment(line: str, at: int) -> str:

@@ -140,3 +140,92 @@ def test_inspect_lists_a_factored_folder_saying_what_its_factors_are(saved: Path
     rows = json.loads(capsys.readouterr().out)["tensors"]
     factors = [r for r in rows if r["name"].endswith((".first.weight", ".second.weight")) or "shared" in r["name"]]
     assert factors and all("low-rank factor of geodrift's factored save" in r["detail"] for r in factors), factors[:2]
+
+
+# Bounded work on hostile saves (issue 39, item 2): each refusal comes at once, in bounded memory, from a subprocess
+# with a deadline and an address-space limit (a hang or a runaway allocation fails the test, never the machine).
+def _load_in_a_subprocess(folder: Path, timeout_s: float = 60) -> tuple[str, float]:
+    import subprocess
+    import sys
+    import time
+
+    script = ("import resource, sys\nresource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+              "from geodrift.compress.factorized import load_factored\nfrom geodrift.errors import GeodriftError\n"
+              "try:\n    load_factored(sys.argv[1])\nexcept GeodriftError as e:\n    print('error:', e)\n"
+              "else:\n    print('loaded')\n")
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"load_factored({str(folder)!r}) gave no answer within {timeout_s} s")
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip(), time.perf_counter() - start
+
+
+def test_a_fifo_config_json_is_refused_without_opening_it(saved: Path, tmp_path: Path) -> None:
+    # It blocked forever (read_text on a FIFO); the CLI readers refused the same FIFO at once.
+    import os
+
+    folder = tmp_path / "copy"
+    shutil.copytree(saved, folder)
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")
+    out, _ = _load_in_a_subprocess(folder, timeout_s=60)
+    assert out.startswith("error:") and "config.json" in out and "FIFO" in out, out
+    (folder / "config.json").unlink()
+    shutil.copy(saved / "config.json", folder / "config.json")
+    (folder / "model.safetensors").unlink()
+    os.mkfifo(folder / "model.safetensors")
+    out, _ = _load_in_a_subprocess(folder, timeout_s=60)
+    assert out.startswith("error:") and "model.safetensors" in out and "FIFO" in out, out
+
+
+@pytest.mark.parametrize("layers", [5000, 99999])
+def test_a_config_far_past_the_stored_layers_is_refused_before_a_model_is_laid_out(saved: Path, tmp_path: Path,
+                                                                                    layers: int) -> None:
+    # 5000 layers took 19.8 s and 663 MB; 99999 ran for minutes toward 13 GB (the meta model of the config's layers).
+    folder = tmp_path / "copy"
+    shutil.copytree(saved, folder)
+    _config(folder, lambda c: c.update(num_hidden_layers=layers))
+    out, seconds = _load_in_a_subprocess(folder, timeout_s=90)
+    assert out.startswith("error:") and f"num_hidden_layers = {layers}" in out and "0..2" in out, out
+    assert "\n" not in out
+
+
+MORE_DAMAGE: dict[str, tuple[Callable[[Path], None], str, str]] = {
+    "factors all NaN": (lambda f: _tensors(f, lambda t: t.update({n: torch.full_like(v, float("nan")) for n, v in
+                                                                  t.items() if n.endswith(".first.weight")})),
+                        "model.safetensors", "NaN"),
+    "one factor +Inf": (lambda f: _tensors(f, lambda t: t.update({n: v.index_fill(0, torch.tensor([0]), float("inf"))
+                                                                  for n, v in t.items() if "geodrift.shared" in n})),
+                        "model.safetensors", "geodrift.shared"),
+    "a config.json past 16 MiB": (lambda f: (f / "config.json").write_text((f / "config.json").read_text()
+                                                                          + " " * (17 << 20)),
+                                  "config.json", "bytes"),
+    "an embedding of another width than the config": (lambda f: _config(f, lambda c: c.update(vocab_size=7)),
+                                                      "model.embed_tokens.weight", "vocab_size"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MORE_DAMAGE))
+def test_more_damage_is_one_error_naming_the_file_and_the_entry(saved: Path, tmp_path: Path, case: str) -> None:
+    damage, file, entry = MORE_DAMAGE[case]
+    folder = tmp_path / "copy"
+    shutil.copytree(saved, folder)
+    damage(folder)
+    with pytest.raises(GeodriftError) as info:
+        load_factored(folder)
+    message = str(info.value)
+    assert "\n" not in message and file in message and entry in message, message
+
+
+def test_a_path_like_or_bytes_folder_loads(saved: Path) -> None:
+    # Any os.PathLike and a bytes path were refused ("must be a path").
+    class Where:
+        def __fspath__(self) -> str:
+            return str(saved)
+
+    for folder in (Where(), str(saved).encode()):
+        model = load_factored(folder)  # type: ignore[arg-type]
+        assert model.model.layers[0].self_attn.q_proj.first is model.model.layers[1].self_attn.q_proj.first

@@ -1,7 +1,7 @@
 """The canonical view: the same numbers and verdicts for any two checkpoints that differ by an exact gauge.
 
 Real parts: a simulator-size LlamaLM (GQA, 8 layers: enough for the depth-path verdict) and the
-embedded SmolLM2-135M, gauged by :func:`geodrift.gauge.orbit.random_gauge` (every generator: folded
+embedded SmolLM2-135M (its first 8 layers by default; the whole model under ``-m heavy``), gauged by :func:`geodrift.gauge.orbit.random_gauge` (every generator: folded
 gains, a residual rotation, V/O with condition numbers up to 100, Q/K and Up/Down log-scales with
 sigma up to 1, hidden and head permutations), scanned through ``geodrift.scan`` and the CLI (a
 safetensors folder written by ``save_hf``, against the embedded GGUF).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _gauge import differences, rebuild, write_copy
+from _gauge import differences, rebuild, smollm2_layers, write_copy
 from hypothesis import HealthCheck, given
 from strategies import examples, gauge_draws
 
@@ -28,7 +28,6 @@ from geodrift.gauge.canonical import canonicalise
 from geodrift.gauge.orbit import GaugeShape, random_gauge
 from geodrift.lm.hf import hf_config, save_hf
 from geodrift.lm.llama import LlamaLM
-from geodrift.pretrained import llama_from_checkpoint, open_llama
 
 SAME = 1e-5  # every number of two canonical reports (relative beyond 1)
 FUNCTION = 1e-5  # max |dlogit| / max |logit| (the RMSNorm runs in float32)
@@ -74,9 +73,12 @@ def small_report(small: Model) -> geodrift.ScanReport:
     return small.scan(small.sd, null_draws=40)
 
 
-@pytest.fixture(scope="module")
-def smollm2() -> Model:
-    return Model(llama_from_checkpoint(open_llama(None)), tokens=8)
+@pytest.fixture(scope="module", params=[pytest.param(8, id="smollm2-8-layers"),
+                                        pytest.param(None, id="smollm2", marks=pytest.mark.heavy)])
+def smollm2(request: pytest.FixtureRequest) -> Model:
+    """The embedded SmolLM2's real weights in float64: its first 8 layers (the default run; the scans read layers
+    0-7 either way) or the whole model (``heavy``: a float64 copy is 1.1 GB and a gauge check holds three)."""
+    return Model(smollm2_layers(request.param), tokens=8)
 
 
 SMOLLM2_SCAN = {"layers": "0-7", "null_draws": 20}
@@ -160,7 +162,7 @@ def test_canonical_view_refuses_an_architecture_whose_gauge_group_is_not_derived
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())  # wrapped at 80 columns
     assert "note: view: raw, the default where geodrift has not derived the gauge group" in text
-    assert "raw weights" in text and "(gauge-invariant)" not in text
+    assert "raw view" in text and "(gauge-invariant)" not in text
 
 
 def _geodrift(*args: str) -> subprocess.CompletedProcess[str]:
@@ -196,10 +198,10 @@ def test_done_when_the_cli_prints_the_same_canonical_numbers_for_an_exactly_repa
     assert table == [line for line in other_text.splitlines() if "│" in line or "|" in line]
     (counts_a, _, verdicts_a), (counts_b, _, verdicts_b) = _summary(base_text), _summary(other_text)
     assert (counts_a, verdicts_a) == (counts_b, verdicts_b)  # the summary line but its model's name
-    assert "canonical weights (gauge-invariant)" in verdicts_a
-    text = " ".join(base_text.split())  # the gauge line (wrapped): the view, invariant, the paper's metric
-    assert "gauge: canonical view" in text and "is invariant under the network's exact reparametrisations" in text
-    assert "the paper's metric is --view raw" in text
+    assert "canonical view (gauge-invariant)" in verdicts_a
+    text = " ".join(base_text.split())  # the view line (wrapped): what aligned means, the paper's metric
+    assert "canonical view" in text and "aligned: ordered by the view itself, not measured" in text
+    assert "paper's numbers: --view raw" in text
     raw_a, _ = _scan_json(None, "raw", tmp_path / "c.json", "--roles", "o,up")
     raw_b, _ = _scan_json(copy, "raw", tmp_path / "d.json", "--roles", "o,up")
     moved_numbers = differences(Report.from_dict(raw_a), Report.from_dict(raw_b), 0.01)
@@ -213,8 +215,8 @@ def _summary(text: str) -> tuple[str, str, str]:
     start = max(i for i, line in enumerate(lines) if line.startswith("frame ") and "predictions hold" in line)
     line = " ".join(" ".join(lines[start:]).split())
     counts, rest = line.split(" predictions hold on ", 1)
-    model, after = rest.split(", canonical weights", 1)
-    return counts, model, "canonical weights" + after
+    model, after = rest.split(", canonical view", 1)
+    return counts, model, "canonical view" + after
 
 
 def test_compare_in_the_canonical_view_finds_a_gauged_copy_identical_and_the_raw_view_does_not(

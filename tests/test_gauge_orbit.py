@@ -1,7 +1,8 @@
 """The exact gauges of geodrift.gauge.orbit leave the function unchanged, one generator at a time and all at once.
 
 Real models: a small random LlamaLM (GQA, random norm gains) and the embedded SmolLM2-135M (tied
-embeddings, 3 KV heads of 3 query heads) loaded into geodrift's LlamaLM, both run in float64. The
+embeddings, 3 KV heads of 3 query heads; its first 8 layers by default, the whole model under ``-m heavy``)
+loaded into geodrift's LlamaLM, both run in float64. The
 RMSNorm computes in float32 (as Hugging Face's does), so the stated tolerance is float32's:
 ``max |dlogit| <= 1e-5 * max |logit|`` (SmolLM2 measured 7e-7 relative under every generator at once).
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _gauge import rebuild
+from _gauge import rebuild, smollm2_layers
 
 from geodrift.errors import GeodriftError
 from geodrift.gauge.orbit import (
@@ -29,7 +30,6 @@ from geodrift.gauge.orbit import (
     transform_vo,
 )
 from geodrift.lm.llama import LlamaLM
-from geodrift.pretrained import llama_from_checkpoint, open_llama
 
 RELATIVE = 1e-5
 
@@ -61,9 +61,12 @@ def small() -> Case:
     return Case(model, tokens=9, seed=0)
 
 
-@pytest.fixture(scope="module")
-def smollm2() -> Case:
-    return Case(llama_from_checkpoint(open_llama(None)), tokens=12, seed=1)
+@pytest.fixture(scope="module", params=[pytest.param(8, id="smollm2-8-layers"),
+                                        pytest.param(None, id="smollm2", marks=pytest.mark.heavy)])
+def smollm2(request: pytest.FixtureRequest) -> Case:
+    """SmolLM2's real weights: its first 8 layers (the default run) or the whole model (``heavy``: float64 copies
+    of 1.1 GB each)."""
+    return Case(smollm2_layers(request.param), tokens=12, seed=1)
 
 
 @pytest.mark.parametrize("generator", GENERATORS)

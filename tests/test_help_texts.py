@@ -50,3 +50,13 @@ def test_help_is_literal_whole_and_fits(path: tuple[str, ...], width: int):
     for source in _texts(COMMANDS[path]):
         for token in BRACKETED.findall(source):
             assert token in flat, f"{' '.join(path)} --help lost {token!r} of {source!r}"
+
+
+@pytest.mark.parametrize("path", [p for p, c in sorted(COMMANDS.items()) if getattr(c, "commands", None)],
+                         ids=lambda p: " ".join(p) or "geodrift")
+def test_every_command_summary_in_a_list_is_whole_at_80_columns(path: tuple[str, ...]):
+    # click cuts a summary it derives from the help with "..."; each command states a short one that fits
+    result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"})
+    listed = result.output.split("Commands:", 1)[1].splitlines()
+    assert [line for line in listed if line.rstrip().endswith("...") or len(line) > 80] == [], result.output
+    assert all(len(line.split()) > 2 for line in listed if line.strip())  # each on one line, with its summary

@@ -31,7 +31,7 @@ def test_the_embedded_model_lists_every_tensor_with_its_role():
     q3 = next(r for r in rows if r.name == "blk.3.attn_q.weight")
     assert (q3.kind, q3.layer, q3.detail, q3.dtype, q3.shape) == ("attn_q", 3, "Q, layer 3", "Q4_1", (576, 576))
     norm = next(r for r in rows if r.name == "blk.3.attn_norm.weight")
-    assert "Q, K, V" in norm.detail and "--view folded" in norm.detail
+    assert norm.detail == "norm gain of Q, K, V (input side), layer 3"  # folded by the folded and canonical views
 
 
 def _mystery_model(folder: Path) -> tuple[Path, Path]:
@@ -85,8 +85,31 @@ def test_inspect_cli_prints_json_and_a_table_that_fits_80_columns(tmp_path: Path
     monkeypatch.setenv("COLUMNS", "80")
     result = runner.invoke(app, ["inspect", str(folder)])
     assert result.exit_code == 0, result.output
-    assert "…" not in result.stdout and "model.layers.1.self_attn.q_proj.weight" in result.stdout
-    assert result.stdout.rstrip().splitlines()[-1].startswith(f"{folder} (hf-folder, llama):")
+    assert "…" not in result.stdout and "model.layers.{0-1}.self_attn.q_proj.weight" in result.stdout
+    assert " ".join(result.stdout.split()).startswith(f"{folder} (hf-folder, llama):")  # the summary first
+    full = runner.invoke(app, ["inspect", str(folder), "--full"])
+    assert full.exit_code == 0 and "model.layers.1.self_attn.q_proj.weight" in full.stdout
+
+
+def test_inspect_of_the_embedded_model_fits_30_lines_summary_first_one_row_per_role_and_layer_range(monkeypatch):
+    import math
+
+    from rich.cells import cell_len
+
+    monkeypatch.setenv("COLUMNS", "80")
+    brief, full = (runner.invoke(app, ["inspect", *flag]) for flag in ([], ["--full"]))
+    assert brief.exit_code == full.exit_code == 0, brief.output
+    lines = brief.stdout.rstrip().splitlines()
+    assert sum(max(1, math.ceil(cell_len(line) / 80)) for line in lines) <= 30, brief.stdout
+    assert lines[0].startswith("SmolLM2-135M-Instruct.Q4_1.gguf (embedded default) (gguf, llama): 272 tensors")
+    names = [line.split("│")[1].strip() for line in lines if line.startswith("│") and line.split("│")[1].strip()]
+    assert names == ["token_embd.weight", *(f"blk.{{0-29}}.{n}.weight" for n in (
+        "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_norm")),
+        "output_norm.weight", "blk.{0-29}.ffn_norm.weight"]
+    flat = " ".join(brief.stdout.split())
+    assert "scanned: Q, layers 0-29" in flat and "folded only" not in flat and "--full" in flat
+    assert "(folded and canonical views)" in flat  # where the norm gains are used: no stale "--view folded only"
+    assert all(f"blk.{layer}.attn_q.weight" in full.stdout for layer in range(30))  # --full: every tensor
 
 
 def test_inspect_lists_tensors_grouped_by_role_in_layer_number_order():

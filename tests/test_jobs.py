@@ -22,8 +22,8 @@ from geodrift.jobs.scan import ScanRequest, run_scan
 from geodrift.jobs.series import CompareRequest, DriftRequest, run_compare, run_drift
 from tests._checkpoints import hf_config, llama_state, write_hf_folder
 
-# Options of a command that are its rendering, not its job's.
-RENDERING = {"as_json", "wide", "quiet"}
+# Options of a command that are its rendering, not its job's (inspect's --full; scan's --full is its job's too).
+RENDERING = {"as_json", "wide", "quiet", "full"}
 # Each command's positional inputs -> the request field that holds them.
 INPUTS = {"checkpoints": "checkpoints", "a": "a", "b": "b", "model": "model"}
 
@@ -47,10 +47,12 @@ def test_every_option_of_a_command_is_a_field_of_its_request_with_the_same_defau
             assert _default(parameter.default) == defaults[field], (command.__name__, name)
 
 
-def test_the_python_face_has_the_scan_requests_defaults() -> None:
-    defaults = {f.name: f.default for f in fields(ScanRequest)}
-    for name, parameter in inspect.signature(geodrift.scan).parameters.items():
-        if name != "progress":
+@pytest.mark.parametrize(("face", "request_type"), [("scan", ScanRequest), ("drift", DriftRequest),
+                                                    ("compare", CompareRequest)])
+def test_the_python_face_has_the_requests_defaults(face: str, request_type: type) -> None:
+    defaults = {f.name: f.default for f in fields(request_type)}
+    for name, parameter in inspect.signature(getattr(geodrift, face)).parameters.items():
+        if name != "progress" and parameter.default is not inspect.Parameter.empty:
             assert parameter.default == defaults[name], name
 
 
@@ -89,13 +91,34 @@ def test_a_progress_that_is_not_a_function_is_refused_by_every_job() -> None:
 def test_the_jobs_claim_every_output_before_reading_a_model(tmp_path: Path) -> None:
     users = tmp_path / "s.pairs.csv"  # derived from --csv s.csv: a user's file there is never overwritten
     users.write_text("mine")
-    missing = tmp_path / "no-such-model.safetensors"
+    missing = tmp_path / "unreadable-model.safetensors"  # it exists (a missing one is refused first of all)
+    missing.write_bytes(b"not a checkpoint")
     with pytest.raises(GeodriftError, match=r"^--csv .*s\.pairs\.csv: the file exists and geodrift did not write it"):
         run_scan(ScanRequest(model=missing, csv_out=tmp_path / "s.csv"))
     (tmp_path / "d.rotation.csv").write_text("mine")
     with pytest.raises(GeodriftError, match=r"^--csv .*d\.rotation\.csv: the file exists"):
         run_drift(DriftRequest([missing, missing], csv_out=tmp_path / "d.csv"))
     assert users.read_text() == "mine"
+
+
+@pytest.mark.parametrize("argv", [["scan", "nope.gguf"], ["drift", "nope-a", "nope-b"], ["compare", "a", "nope"],
+                                  ["inspect", "nope.gguf"], ["scan", "--plot", "f.gif"], ["scan", "--max-memory", "3Q"],
+                                  ["scan", "--names", "nope.json"], ["drift", "a", "b", "--plot", "f.png", "--dpi", "5"]])
+def test_bad_paths_and_options_are_refused_before_torch_is_imported(argv: list[str], tmp_path: Path) -> None:
+    """A missing model or --names file, a --plot suffix, --dpi, --max-memory: one line, exit 2, and torch never
+    imported (what makes the refusal take well under a second; benchmarks/bench_cli_startup.py times it)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    code = ("import sys; from geodrift.cli.entry import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    print('torch' in sys.modules, e.code, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("error: ") and lines[-1] == "False 2", proc.stderr
 
 
 def test_the_scan_job_reports_its_total_before_the_first_matrix_and_drift_takes_models_in_memory(

@@ -27,9 +27,10 @@ PACKAGES = {ROOT / "geodrift": "geodrift", ROOT / "cli": "geodrift.cli", ROOT / 
 LAYERS = {
     "geodrift.errors": 0, "geodrift.io": 0, "geodrift.weights": 0, "geodrift": 0, "geodrift.proofs": 0,
     "geodrift.linalg": 1, "geodrift.metrics": 2, "geodrift.gauge": 2, "geodrift.continuity": 3, "geodrift.lm": 4,
-    "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.api": 11,
+    "geodrift.scanner": 5, "geodrift.sim": 5, "geodrift.api": 11, "geodrift.api_series": 11,
     "geodrift.prove": 6, "geodrift.sweep": 6, "geodrift.pretrained": 6,
-    "geodrift.compress": 7, "geodrift.reproduction": 8, "geodrift.jobs": 9, "geodrift.render": 10,
+    "geodrift.finetune": 6,  # fine-tuning runs: models through pretrained; the sweep runs them as a job kind
+    "geodrift.compress": 7, "geodrift.merging": 7, "geodrift.reproduction": 8, "geodrift.jobs": 9, "geodrift.render": 10,
     "geodrift.cli": 11, "geodrift.__main__": 11,
 }
 # The only modules that may import the scanner together with the language model or the simulators.
@@ -135,7 +136,7 @@ def test_the_language_model_imports_neither_the_scanner_nor_the_simulators_and_c
     for name in GRAPH:
         if name.startswith("geodrift.lm"):
             assert not _touches(name) & {"geodrift.scanner", "geodrift.sim"}, name
-        if name.startswith("geodrift.compress"):
+        if name.startswith(("geodrift.compress", "geodrift.merging")):
             assert not _touches(name) & {"geodrift.scanner", "geodrift.sim"}, name
         if name.startswith(("geodrift.continuity", "geodrift.metrics", "geodrift.linalg", "geodrift.gauge")):
             assert not _touches(name) & {"geodrift.sim", "geodrift.scanner", "geodrift.lm", "geodrift.render",
@@ -253,7 +254,8 @@ NOT_LIBRARY = ("geodrift.render", "geodrift.cli", "geodrift.errors")
 MAX_BODY_LINES = 40
 COMMANDS = {"scan_cmd:scan", "series_cmd:drift", "series_cmd:compare", "inspect_cmd:inspect", "prove_cmd:prove",
             "simulate_cmd:mlp", "simulate_cmd:transformer", "compress_cmd:prune", "compress_cmd:share",
-            "sweep_cmd:sweep", "reproduce_cmd:reproduce"}
+            "sweep_cmd:sweep", "reproduce_cmd:reproduce", "explain_cmd:explain",
+            "merge_cmd:merge", "finetune_cmd:finetune"}
 
 
 def _library(module: str) -> bool:

@@ -156,3 +156,59 @@ def test_a_corrupt_tensor_is_refused_by_name_or_skipped_and_listed(tmp_path: Pat
     doc = json.loads(capsys.readouterr().out)
     assert any("skipped mlp_up[1]" in note and "up_proj" in note for note in doc["notes"]), doc["notes"]
     assert "nonfinite" not in doc
+
+
+# Issue 39, item 4: one run's outputs are checked against each other before any work; a replaced set loses the
+# members the new run does not write (geodrift's only).
+COLLISIONS = [
+    (["scan"], ["--plot", "f.png", "--json-out", "f_trajectory.png"], "--plot f.png (which also writes"),
+    (["scan"], ["--csv", "s.csv", "--json-out", "s.pairs.csv"], "--csv s.csv (which also writes"),
+    (["scan"], ["--json-out", "r.csv", "--csv", "r.csv"], "--json-out r.csv and --csv r.csv"),
+    (["scan"], ["--plot", "f.png", "--json-out", "f_experts.png"], "--plot f.png (which also writes"),
+    (["drift", "{model}"], ["--plot", "d.png", "--json-out", "d_rotation.png"], "--plot d.png (which also writes"),
+    (["drift", "{model}"], ["--csv", "d.csv", "--json-out", "d.rotation.csv"], "--csv d.csv (which also writes"),
+    (["compare", "{model}"], ["--csv", "c.json", "--json-out", "./c.json"], "--json-out c.json and --csv c.json"),
+]
+
+
+@pytest.mark.parametrize(("command", "outputs", "said"), COLLISIONS)
+def test_two_outputs_of_one_run_naming_the_same_file_are_refused_before_any_work(
+        model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], outputs: list[str],
+        said: str) -> None:
+    # The later one silently won (exit 0): a JSON report written over the trajectory figure, the CSV over the JSON.
+    monkeypatch.chdir(tmp_path)
+    err = io.StringIO()
+    import contextlib
+
+    argv = [command[0], str(model), *[str(model) if a == "{model}" else a for a in command[1:]], "--k", "2",
+            "--null-draws", "4", "--quiet", *outputs]
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as done:
+        main(argv)
+    lines = err.getvalue().strip().splitlines()
+    assert done.value.code == 2 and len(lines) == 1 and said in lines[0] and "same file" in lines[0], lines
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+def test_the_compress_save_folder_and_an_output_file_of_the_same_name_are_refused(tmp_path: Path) -> None:
+    from geodrift.errors import GeodriftError
+    from geodrift.jobs.compress import ShareRequest, run_share
+
+    with pytest.raises(GeodriftError, match="--json-out .* and --save .* would write the same file"):
+        run_share(ShareRequest(model=tmp_path / "nope", save=tmp_path / "x", json_out=tmp_path / "x"))
+
+
+def test_a_replaced_set_loses_the_earlier_members_this_run_does_not_write(model: Path, tmp_path: Path) -> None:
+    # The old f_gauge.png (--full) and f_trajectory.png (3 layers) stayed beside a later run's f.png, which drew
+    # neither: a set of figures from two runs.
+    fig = tmp_path / "f.png"
+    assert _scan(model, "--plot", str(fig), "--full")[0] == 0
+    assert (tmp_path / "f_gauge.png").exists() and (tmp_path / "f_trajectory.png").exists()
+    assert _scan(model, "--plot", str(fig), "--layers", "0-1")[0] == 0  # no --full, 2 layers: no trajectory
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["f.png"]
+
+
+def test_a_users_file_under_a_member_name_the_run_does_not_write_is_left_alone(model: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "f_gauge.png"
+    mine.write_bytes(b"the user's own gauge figure")
+    assert _scan(model, "--plot", str(tmp_path / "f.png"))[0] == 0  # no --full: f_gauge.png is not this run's
+    assert mine.read_bytes() == b"the user's own gauge figure"

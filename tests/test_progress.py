@@ -134,3 +134,49 @@ def test_a_failed_job_leaves_its_count_as_it_was():
         bar.update(completed=1)
         raise RuntimeError
     assert "1/4" in out.getvalue() and "done" not in out.getvalue()
+
+
+def test_a_job_without_a_total_counts_units_with_no_slash_zero_and_no_eta():
+    # drift and compare learn their total only as they read: a spinner with the count, never "85/0 · ETA -1:59:15"
+    console, out = _console(terminal=False)
+    with JobProgress("reading 2 models", 0, "matrices", every=0.0, console=console) as bar:
+        for i in range(5):
+            bar.advance(f"attn_q[{i}]")
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(r"reading 2 models attn_q\[4\]: 5 matrices · .* · elapsed \d:\d\d:\d\d", lines[-2]), lines
+    assert "/0" not in out.getvalue() and "ETA" not in out.getvalue()
+    console, out = _console(terminal=True)
+    with JobProgress("reading 2 models", 0, "matrices", console=console) as bar:
+        for i in range(5):
+            bar.advance(f"attn_q[{i}]")
+        bar._bar.refresh()  # type: ignore[union-attr]
+    assert "5 matrices" in out.getvalue() and "/0" not in out.getvalue() and "ETA" not in out.getvalue()
+
+
+def test_the_eta_waits_until_it_is_stable():
+    # not after the first unit (it carries the start-up): after 3 more and 5 % of the total
+    console, _ = _console(terminal=False)
+    with JobProgress("scanning", 100, "matrices", console=console, quiet=True) as bar:
+        etas = []
+        for done in range(1, 8):
+            bar.update(completed=done)
+            etas.append(bar.eta())
+    assert etas[:4] == [None] * 4  # units 1..4: 3 after the first, but under 5 of 100
+    assert all(eta is not None and eta >= 0 for eta in etas[4:])
+
+
+def test_units_are_spelled_right():
+    assert rate_text(0.125, "matrices") == "8.0 s/matrix" and rate_text(0.5, "runs") == "2.0 s/run"
+
+
+def test_the_python_face_is_silent_by_default_and_draws_a_bar_with_progress_true(capsys):
+    import geodrift
+
+    geodrift.scan(layers="0-2", roles="k", k=1, null_draws=4, ov=False)
+    assert capsys.readouterr().err == ""
+    geodrift.scan(layers="0-2", roles="k", k=1, null_draws=4, ov=False, progress=True)
+    err = capsys.readouterr().err
+    assert "scanning" in err and "3/3" in err and "matrix" in err  # tqdm's bar (installed with gguf) or geodrift's
+    seen: list[str] = []
+    geodrift.scan(layers="0-2", roles="k", k=1, null_draws=4, ov=False, progress=seen.append)
+    assert seen == ["attn_k[0]", "attn_k[1]", "attn_k[2]"]

@@ -1,6 +1,8 @@
-"""The default scan output fits the eye: the embedded model's scan (the canonical view, its default) fits 60 rows at 80 columns, each projection's
-frame and path verdicts on the row of its numbers, every |cos| beside its z and permutation-null mean, the
-criteria stated once; ``--full`` (and its older name ``--detail``) prints every table.
+"""The default scan output fits a glance: the embedded model's scan (the canonical view, its default) fits 25 rows at
+80 columns, each projection's frame and path verdicts on the row of its numbers, every |cos| beside its z and
+permutation-null mean, one line on the view (what ``aligned`` means, where the paper's raw numbers are) and no
+criterion; ``--full`` (and its older name ``--detail``) prints every table and criterion, ``geodrift explain``
+what each verdict means.
 
 The real CLI runs in a real pipe (``COLUMNS=80``) on the real embedded SmolLM2-135M, all layers, default ``--k``;
 only ``--null-draws`` is small (it changes numbers, not the number of rows).
@@ -25,7 +27,7 @@ from geodrift.io.atomic import payload_of
 from geodrift.render import fmt
 from geodrift.render.scan import summary_line
 
-MAX_ROWS = 60
+MAX_ROWS = 25
 WIDTH = 80
 runner = CliRunner()
 
@@ -39,11 +41,11 @@ def _cell(vc) -> str:
     return f"{fmt(vc.mean)} z={vc.z:.0f} ({fmt(vc.null_mean)})"
 
 
-def test_the_default_scan_of_the_embedded_model_fits_60_rows_with_each_verdict_beside_its_numbers(tmp_path: Path):
+def test_the_default_scan_of_the_embedded_model_fits_25_rows_with_each_verdict_beside_its_numbers(tmp_path: Path):
     report_file = tmp_path / "scan.json"
     env = {**{k: v for k, v in os.environ.items() if k != "LINES"}, "COLUMNS": str(WIDTH)}
     proc = subprocess.run([sys.executable, "-m", "geodrift", "scan", "--null-draws", "10", "--quiet",
-                           "--json-out", str(report_file)],
+                           "--json-out", str(report_file), "--csv", str(tmp_path / "scan.csv")],
                           capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
@@ -69,19 +71,25 @@ def test_the_default_scan_of_the_embedded_model_fits_60_rows_with_each_verdict_b
         shown = sum(space.gauge != "aligned" for space in role.spaces.values())
         assert len(re.findall(r"\d\.\d{3}", line)) == 2 * len(re.findall(r"\d\.\d{3} z=-?\d+ \(\d\.\d{3}\)", line))
         assert len(re.findall(r"\d\.\d{3} z=-?\d+ \(\d\.\d{3}\)", line)) == shown == (2 if role.label == "OV" else 1)
-    flat = " ".join(text.split())  # the gauge line: the view, invariant, and where the paper's metric is
-    assert "gauge: canonical view" in flat and "the paper's metric is --view raw" in flat
-    # the criteria once, not per projection
-    assert text.count("path criterion: depth path") == 1
-    criteria = {r.criterion for r in report.roles}
-    assert text.count("frame criterion (") == len(criteria) < len(report.roles)
-    assert "Trajectory shape" not in text and "k=1" not in text and "--full" in text
+    flat = " ".join(text.split())  # the view line: what aligned means, where the paper's metric is
+    assert text.splitlines()[0].startswith("Geometric continuity") and "canonical view" in " ".join(text.splitlines()[:2])
+    assert "aligned: ordered by the view itself, not measured; paper's numbers: --view raw" in flat
+    assert "criterion:" not in text and "criterion (" not in text and "gauge:" not in text  # in --full, explain
+    assert "Trajectory shape" not in text and "k=1" not in text and "--full" in text and "geodrift explain" in text
     # the summary line, last, wrapped between words to the terminal's width (no line of the output is wider)
     lines = text.rstrip().splitlines()
     first = [i for i, line in enumerate(lines) if line.startswith("frame 8/8, path ")]
     assert len(first) == 1 and all(cell_len(line) <= WIDTH for line in lines), text
     assert " ".join(line.strip() for line in lines[first[0]:]) == summary_line(report)
-    assert "canonical weights (gauge-invariant)" in summary_line(report)
+    assert "canonical view (gauge-invariant)" in summary_line(report)
+    # the CSV: the view on every row; an aligned space's row marked and judged by no verdict; V's word as above
+    import csv
+
+    with open(tmp_path / "scan.csv", newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row["k"] == "1"]
+    assert {row["view"] for row in rows} == {"canonical"}
+    assert all(row["verdict"] == row["path_verdict"] == "" for row in rows if row["gauge"] == "aligned")
+    assert {row["verdict"] for row in rows if row["role"] == "attn_v" and row["gauge"] != "aligned"} <= {"none", "found"}
     assert "V (neither predicted): no frame, no path, as predicted" in summary_line(report)
 
 
@@ -94,6 +102,7 @@ def test_full_prints_every_table_and_detail_is_its_older_name(monkeypatch):
     for title in ("Depth profile", "Continuity by singular-vector index k", "Trajectory shape", "σ²-WA v"):
         assert title in full.stdout and title not in brief.stdout
     assert "Q: frame " in full.stdout and "frame criterion (" not in full.stdout  # per projection, not grouped
+    assert "path criterion: depth path" in full.stdout and "criterion:" not in brief.stdout
     assert full.stdout.splitlines()[-3:] == brief.stdout.splitlines()[-3:]  # the same summary (wrapped at 80)
 
 

@@ -13,6 +13,7 @@ import torch
 from geodrift.cli.main import main
 from geodrift.continuity import MeasureSpec
 from geodrift.continuity.series import paired_abs_cos, rotation_drift, subspace_comparison
+from geodrift.errors import GeodriftError
 from geodrift.linalg import SVDTriplets
 from geodrift.lm.hf import hf_step_dir
 from geodrift.scanner.series import compare, drift
@@ -79,7 +80,7 @@ def test_drift_and_compare_commands_write_tables_json_csv_and_figures(series: li
               "--csv", str(tmp_path / "d.csv"), "--plot", str(tmp_path / "d.png")])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert "rotation from checkpoint #0" in out and "3 checkpoints" in out
+    assert "rotation from #0" in out and "3 checkpoints" in out
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["kind"] == "drift_report" and len(doc["reports"]) == 3
     assert (tmp_path / "d.rotation.csv").read_text().startswith("model,role,label,space,dim,layer,checkpoint,abs_cos")
@@ -149,3 +150,92 @@ def test_drift_and_compare_json_fields_and_csv_columns_are_documented(series: li
         header = csv_text(rows).splitlines()[0].split(",")
         assert not [h for h in header if f"`{h}`" not in csv_doc], header
     assert "## kind: `drift_report`" in DOC
+
+
+@pytest.mark.parametrize("view", [None, "raw"])
+def test_every_face_of_drift_and_compare_names_the_view_and_shows_no_aligned_space_as_a_measurement(
+        series: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], view: str | None):
+    """Terminal, JSON, CSV and figures of both commands, in the default (canonical) view and the raw one: the view
+    and gauge fixing named; an aligned space (the canonical view's head/hidden side, continuity across depth) never a
+    number, a counted subspace or an unmarked line. Cross-checkpoint numbers are measurements in every space: the
+    canonical view aligns every checkpoint to the reference, its head and hidden side too (issue 38)."""
+    import csv
+    import re
+
+    paths, chosen = [str(p) for p in series], ["--view", view] if view else []
+    for command, inputs in (("drift", paths), ("compare", [paths[0], paths[-1]])):
+        out_dir = tmp_path / f"{command}-{view}"
+        with pytest.raises(SystemExit) as done:
+            main([command, *inputs, "--null-draws", "8", "--k", "2", "--quiet", *chosen, "--json-out",
+                  str(out_dir / "r.json"), "--csv", str(out_dir / "r.csv"), "--plot", str(out_dir / "f.svg")])
+        assert done.value.code == 0
+        text = capsys.readouterr().out
+        doc = json.loads((out_dir / "r.json").read_text())
+        expected = view or "canonical"
+        assert doc["view"] == expected and doc["gauge_fixing"]
+        flat = " ".join(text.split())
+        assert f"({expected} view, gauge: {doc['gauge_fixing']}" in flat  # the title names both
+        rows = doc["rotation"] if command == "drift" else doc["subspaces"]
+        assert {r["gauge"] for r in rows} == ({"invariant"} if expected == "canonical" else {"varies"})
+        continuity = {(r["role"], s): space["gauge"] for rep in doc["reports"] for r in rep["roles"]
+                      for s, space in r["spaces"].items()}
+        aligned = {key for key, gauge in continuity.items() if gauge == "aligned"}
+        assert bool(aligned) == (expected == "canonical")  # the head/hidden side's continuity across depth
+        table = [line for line in text.splitlines() if line.startswith("│") and "aligned" in line]
+        if command == "compare":  # every subspace compared and counted
+            assert not table
+            above = sum(r["overlap"] > r["overlap_null_mean"] + 3 * r["overlap_null_std"] for r in rows)
+            assert f"{above}/{len(rows)} (projection, space, layer) subspaces" in flat
+        else:  # an aligned space's continuity cell reads "aligned", no number beside it; its rotation is a number
+            keys = {tuple(c.strip() for c in line.strip("│").split("│")[:2]) for line in table}
+            assert len(keys) == len(aligned)
+            assert all(not re.search(r"\d\.\d{3}", line) for line in table)
+            assert "aligned spaces not counted" not in flat
+        with open(out_dir / "r.csv", newline="") as handle:
+            csv_rows = list(csv.DictReader(handle))
+        assert {r["view"] for r in csv_rows} == {expected} and all(r["gauge"] for r in csv_rows)
+        if command == "drift":  # no verdict on an aligned space's row
+            assert all(r["verdict"] == "" for r in csv_rows if r["gauge"] == "aligned")
+        svgs = [figure.read_text() for figure in sorted(out_dir.glob("f*.svg"))]  # drift: rotation, continuity
+        assert len(svgs) == (2 if command == "drift" else 1) and all(f"{expected} view" in svg for svg in svgs)
+        # an aligned space's continuity across depth is a grey line named in the legend (drift's continuity figure)
+        assert any("aligned by the view, not measured" in svg for svg in svgs) == (bool(aligned) and command == "drift")
+
+
+def test_geodrift_drift_and_compare_give_the_clis_numbers_with_summary_to_frame_and_plot(series: list[Path],
+                                                                                          tmp_path: Path):
+    """The Python face on the same weights as the command line: the same report (the JSON's fields, numbers to the
+    bit), DataFrames whose rows carry the view, the gauge fixing and each space's gauge, and the --plot figures."""
+    import geodrift
+
+    paths = [str(p) for p in series]
+    options = ["--null-draws", "8", "--k", "2", "--layers", "0-2", "--quiet"]
+    for command, inputs in (("drift", paths), ("compare", [paths[0], paths[-1]])):
+        with pytest.raises(SystemExit):
+            main([command, *inputs, *options, "--json-out", str(tmp_path / f"{command}.json")])
+    cli_drift, cli_compare = (json.loads((tmp_path / f"{c}.json").read_text()) for c in ("drift", "compare"))
+    py_drift = geodrift.drift(paths, null_draws=8, k=2, layers="0-2")
+    py_compare = geodrift.compare(paths[0], paths[-1], null_draws=8, k=2, layers="0-2")
+    for cli, py in ((cli_drift, py_drift), (cli_compare, py_compare)):
+        doc = json.loads(json.dumps(py.to_dict()))
+        for drop in ("schema_version", "kind"):
+            cli.pop(drop)
+        for report in cli["reports"] + doc["reports"]:  # the call and time: the only difference
+            report.pop("provenance", None)
+        assert doc == cli
+    summary = py_drift.summary()
+    assert {"angle_deg", "null_angle_deg", "random_angle_deg", "view", "gauge_fixing", "gauge"} <= set(summary)
+    assert len(summary) == 2 * len(py_drift.reports[0].roles) and set(summary.view) == {py_drift.view}
+    aligned = summary[summary.gauge == "aligned"]
+    assert len(aligned) and set(aligned.space) <= {"u", "v"}  # the canonical view's head/hidden side, marked
+    assert len(py_drift.to_frame()) == len(py_drift.rotation)
+    assert len(py_drift.to_frame(kind="continuity")) == 3 * len(summary)
+    assert len(py_compare.to_frame()) == len(py_compare.subspaces)
+    assert py_compare.summary().above_null.sum() <= len(py_compare.subspaces)
+    rotation = py_drift.plot(tmp_path / "drift.png", dpi=80)
+    assert (tmp_path / "drift.png").read_bytes()[:4] == b"\x89PNG"
+    assert "canonical view" in rotation._suptitle.get_text()
+    assert py_drift.plot(kind="continuity")._suptitle.get_text().startswith("Continuity across depth")
+    assert py_compare.plot()._suptitle.get_text().startswith("Top-2 subspaces")
+    with pytest.raises(GeodriftError, match=r"^k=2\.5: must be an integer"):
+        geodrift.drift(paths, k=2.5)

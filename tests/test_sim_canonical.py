@@ -116,3 +116,21 @@ def test_the_canonical_tracker_measures_rotation_drift_continuously_in_the_first
     for key in canonical:  # and step by step: no number jumps ahead of the raw view's largest move at that step
         step_raw = max(raw[k] for k in raw if k[2] == key[2])
         assert canonical[key] <= 10 * step_raw + 0.1, (key, canonical[key], step_raw)
+
+
+@pytest.mark.parametrize("view", ["raw", "canonical"])
+def test_simulate_names_its_tracking_view_and_greys_the_aligned_spaces(view: str, tmp_path, capsys):
+    """``geodrift simulate transformer --view``: the table's title, the summary and every figure name the view; in
+    the canonical view the head/hidden-side spaces are grey lines in the figures, no measurement."""
+    from geodrift.cli.main import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "transformer", "--preset", "tiny", "--steps", "2", "--view", view, "--no-smollm2",
+              "--quiet", "--plot", str(tmp_path / "f.svg")])
+    assert done.value.code == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert f"over 1 seed, {view} view) vs the paper" in flat and f"× 2 steps, {view} view" in flat
+    assert "1 run," in flat and "1 runs" not in flat
+    svgs = [path.read_text() for path in sorted(tmp_path.glob("f_*.svg"))]  # training and final-weights figures
+    assert len(svgs) == 2 and all(f"{view} view" in svg for svg in svgs)
+    assert all(("aligned by the view, not measured" in svg) == (view == "canonical") for svg in svgs)

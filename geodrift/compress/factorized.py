@@ -30,6 +30,7 @@ replaced by :class:`LowRankLinear` (shared factors are one module, so they stay 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -236,13 +237,19 @@ def _write_folder(folder: str | Path, state: dict[str, torch.Tensor], config: di
     return replace_folder(folder, write, force=force, inputs=inputs)
 
 
-def load_factored(folder: str | Path) -> Any:
+def load_factored(folder: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> Any:
     """A ``transformers.LlamaForCausalLM`` (eval mode) from a :func:`save_factored` folder.
 
-    The folder is checked against its own manifest first (:mod:`geodrift.compress.factored_check`): the
-    format version, the dtype, every entry's type, every factor present with the shape its projection
-    needs, every other tensor with the shape the config implies (the model is laid out on the meta
-    device to know them), the layers stored against ``num_hidden_layers``.
+    The folder is checked against its own manifest first (:mod:`geodrift.compress.factored_check`), with bounded
+    work: config.json and model.safetensors regular files (a FIFO is refused, never read), config.json at most
+    16 MiB; the format version, the dtype, every entry's type; from model.safetensors' header alone, the layers
+    stored against ``num_hidden_layers`` (both ways) and the embedding against the widths - all before a model is
+    laid out - then every factor present with the shape its projection needs and every other tensor with the
+    shape the config implies (the model laid out on the meta device). Only then are the tensors read (only
+    those the model uses), each checked to be finite.
+
+    Args:
+        folder: the saved folder: a str, a bytes path or a path-like object.
 
     Raises:
         GeodriftError: when transformers is missing, or the folder is not a factored geodrift model or is
@@ -252,19 +259,15 @@ def load_factored(folder: str | Path) -> Any:
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError:
         raise GeodriftError("loading a factored model needs transformers: pip install 'geodrift[hf]'") from None
-    from safetensors.torch import load_file
-
     from geodrift.compress import factored_check as check
 
     folder = check.folder_path(folder)
     config, spec = check.read_config(folder)
     projections = check.check_spec(folder / "config.json", spec, FORMAT, tuple(DTYPES))
     dtype = DTYPES[spec["dtype"]]
-    try:
-        tensors = load_file(str(folder / "model.safetensors"))
-    except Exception as error:  # safetensors' own error type, an OSError, a folder in the way
-        raise check.unreadable(folder, error) from None
-    check.check_layers(folder / "config.json", config, projections, HF_LLAMA_PROJECTIONS.values(), tensors)
+    header = check.read_header(folder)
+    check.check_layers(folder / "config.json", config, projections, HF_LLAMA_PROJECTIONS.values(), header)
+    check.check_widths(folder, config, header)
     # The Llama's own model type (folders written before the factored model type kept "llama" in config.json).
     config["model_type"] = spec.get("base_model_type", config.get("model_type"))
     config["architectures"] = spec.get("base_architectures", config.get("architectures"))
@@ -279,17 +282,19 @@ def load_factored(folder: str | Path) -> Any:
     for prefix, entry in projections.items():
         d_out, d_in = layout[prefix + ".weight"]
         for side, expected in (("first", (entry["rank"], d_in)), ("second", (d_out, entry["rank"]))):
-            if entry[side] not in tensors:
+            if entry[side] not in header:
                 raise check.missing_tensor(folder, entry[side], f"projection {prefix!r} ({side})")
-            check.check_tensor(folder, entry[side], tensors[entry[side]], expected, dtype,
+            check.check_tensor(folder, entry[side], header[entry[side]], expected, dtype,
                                f"projection {prefix!r} ({side}, rank {entry['rank']})")
     tied = bool(config.get("tie_word_embeddings"))
     dense = {name: shape for name, shape in layout.items()
              if name.rpartition(".")[0] not in projections and not (tied and name == "lm_head.weight")}
     for name, shape in dense.items():
-        if name not in tensors:
+        if name not in header:
             raise check.missing_tensor(folder, name, "the model (config.json)")
-        check.check_tensor(folder, name, tensors[name], shape, dtype, "config.json")
+        check.check_tensor(folder, name, header[name], shape, dtype, "config.json")
+    tensors = _read_tensors(folder, sorted({*dense, *(e[side] for e in projections.values()
+                                                       for side in ("first", "second"))}))
     model = LlamaForCausalLM(llama_config)
     model.to(dtype)  # type: ignore[arg-type]
     linears: dict[str, nn.Linear] = {}
@@ -309,3 +314,22 @@ def load_factored(folder: str | Path) -> Any:
     if tied:
         model.tie_weights()
     return model.eval()
+
+
+def _read_tensors(folder: Path, names: list[str]) -> dict[str, torch.Tensor]:
+    # The tensors the model uses (checked shapes), each read once and checked to be finite.
+    from safetensors import safe_open
+
+    from geodrift.compress import factored_check as check
+
+    tensors: dict[str, torch.Tensor] = {}
+    try:
+        with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
+            for name in names:
+                tensors[name] = handle.get_tensor(name)
+                check.check_finite(folder, name, tensors[name])
+    except GeodriftError:
+        raise
+    except Exception as error:  # safetensors' own error type, an OSError
+        raise check.unreadable(folder, error) from None
+    return tensors

@@ -80,3 +80,23 @@ def file_sizes(folder: str | Path) -> dict[str, int]:
 def saved_dict(saved: Saved | None) -> dict[str, Any]:
     """``saved``'s JSON, ``{}`` when nothing was saved (as the results wrote before the record was typed)."""
     return saved.to_dict() if saved is not None else {}
+
+
+def saved_from_dict(command: str, payload: Any) -> Saved | None:
+    """The :class:`Saved` a command's JSON ``saved`` key describes (``{}``: nothing was saved), the inverse of
+    :meth:`Saved.to_dict` for ``command`` (``prune`` or ``share``).
+
+    Example:
+        >>> saved_from_dict(PRUNED, {"folder": "small", "method": "x", "n": 1, "removed": [3], "kept": [0, 1, 2],
+        ...                          "tokenizer": []}).removed
+        (3,)
+    """
+    if not isinstance(payload, dict) or not payload:
+        return None
+    if command == PRUNED:
+        return Saved(str(payload["folder"]), PRUNED, str(payload["method"]), n=payload.get("n"),
+                     removed=tuple(payload.get("removed", ())), kept=tuple(payload.get("kept", ())),
+                     tokenizer=tuple(payload.get("tokenizer", ())))
+    return Saved(str(payload["folder"]), SHARED, str(payload["method"]), dict(payload.get("bytes", {})),
+                 ratio=payload.get("ratio"), format=payload.get("format"), dtype=payload.get("dtype"),
+                 dense_bytes=payload.get("dense_bytes"))

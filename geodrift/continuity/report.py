@@ -13,6 +13,7 @@ from typing import Any
 
 from geodrift.continuity.trajectory import TrajectoryShape
 from geodrift.errors import GeodriftError
+from geodrift.gauge.status import ALIGNED
 from geodrift.io.atomic import payload_of
 from geodrift.weights import canonical_role
 
@@ -20,6 +21,9 @@ from geodrift.weights import canonical_role
 FRAME_KINDS = ("pairs", "summary")
 # The summary's verdict columns, filled only on the rows of a space that a verdict judged.
 VERDICT_COLUMNS = ("verdict", "criterion", "path_verdict", "path_criterion")
+# V's verdicts as the faces say them (RoleReport.said): the theory predicts V neither frame nor path, so the
+# prediction "holds" when none is found and "fails" when one is.
+SAID = {"holds": "none", "fails": "found"}
 # How to get pandas (summary(), to_frame()): from PyPI, and in a checkout's venv (scripts/setup.sh installs it).
 PANDAS_HINT = "pip install pandas (in a checkout: .venv/bin/pip install -e '.[frame]', or bash scripts/setup.sh)"
 
@@ -100,6 +104,29 @@ class RoleReport:
     path_verdict: str  # "holds", "fails", "n/a", "no prediction" or "undefined"
     path_criterion: str
 
+    def said(self) -> tuple[str, str]:
+        """The frame and path verdicts as every table, file row and figure says them.
+
+        A predicted space (Q, K, Gate, Up: v; O, Down, OV: u) keeps ``holds``/``fails``. V is predicted to have
+        neither, so its "holds" is said ``none`` (no frame, or no path, as predicted) and its "fails" ``found``
+        (one the theory did not predict); the JSON's ``verdict`` keeps the judged outcome (:data:`SAID`).
+
+        Example:
+            >>> role = RoleReport("attn_v", "V", (4, 4), [0, 1], 1, {}, [], [], None, "holds", "", 0.0, {}, "fails", "")
+            >>> role.said()
+            ('none', 'found')
+        """
+        if self.predicted_space is not None:
+            return self.verdict, self.path_verdict
+        return SAID.get(self.verdict, self.verdict), SAID.get(self.path_verdict, self.path_verdict)
+
+    def judged_spaces(self) -> tuple[str, ...]:
+        """The spaces this projection's verdicts judged: the predicted one, or both of V's (and both spaces of a
+        projection without a prediction, whose "no prediction" concerns both); never an ``aligned`` space."""
+        spaces = ("v", "u") if self.predicted_space is None or self.verdict == "no prediction" \
+            else (self.predicted_space,)
+        return tuple(x for x in spaces if x not in self.spaces or self.spaces[x].gauge != ALIGNED)
+
 
 @dataclass(repr=False)
 class Report:
@@ -112,7 +139,7 @@ class Report:
         >>> Report("tensors", "raw", 2, 10, 0, []).to_dict()["k"]
         2
         >>> Report("tensors", "raw", 2, 10, 0, [])
-        Report(tensors, raw weights, k=2, 10 null draws, seed 0)
+        Report(tensors, raw view, k=2, 10 null draws, seed 0)
           no projections measured
     """
 
@@ -130,7 +157,7 @@ class Report:
     provenance: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
-        head = f"{type(self).__name__}({self.origin}, {self.view} weights, k={self.k}, " \
+        head = f"{type(self).__name__}({self.origin}, {self.view} view, k={self.k}, " \
                f"{self.null_draws} null draws, seed {self.seed})"
         if not self.roles:
             return f"{head}\n  no projections measured"
@@ -165,23 +192,33 @@ class Report:
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> Report:
-        """Inverse of :meth:`to_dict`.
+        """Inverse of :meth:`to_dict`; reads every continuity report geodrift writes: ``scan --json-out`` (with
+        ``--full``, whose ``gauge_diagnosis`` it leaves to :meth:`geodrift.jobs.scan.ScanResult.from_dict`),
+        ``simulate --out``'s ``report.json``, a bare :meth:`to_dict`. Non-finite numbers written as null come back
+        (the ``nonfinite`` note); keys a later MINOR schema version adds are skipped.
 
         Raises:
-            GeodriftError: when the payload is not a continuity report.
+            GeodriftError: when the payload is not a continuity report, or a newer MAJOR schema's.
         """
+        from geodrift.io.documents import from_jsonable, read_document
+
+        if isinstance(payload, dict) and "kind" in payload and "schema_version" in payload:
+            payload = read_document(payload, kinds=("continuity_report",))
+        if not isinstance(payload, dict) or not isinstance(payload.get("roles"), list):
+            raise GeodriftError("not a geodrift continuity report (no 'roles' list); pass what geodrift scan "
+                                "--json-out or Report.to_dict wrote")
         try:
-            payload = payload_of(payload)
-            roles = [_role_from_dict(r) for r in payload["roles"]]
-            across = [_role_from_dict(r) for r in payload.get("across_experts", [])]
-            trajectory = [TrajectoryShape(**t) for t in payload.get("trajectory", [])]
-            return cls(**{**payload, "roles": roles, "trajectory": trajectory, "across_experts": across})
-        except (KeyError, TypeError) as error:
-            raise GeodriftError(f"not a geodrift continuity report ({error}); re-create it with this version") from None
+            report = from_jsonable(cls, payload_of(payload))
+        except GeodriftError as error:
+            raise GeodriftError(f"not a geodrift continuity report ({error})") from None
+        assert isinstance(report, cls)
+        return report
 
     def rows(self) -> list[dict[str, Any]]:
         """Flat rows (one per role, space and k) for CSV output; experts compared within a layer
-        (``across_experts``) follow, their ``layers`` column counting the experts."""
+        (``across_experts``) follow, their ``layers`` column counting the experts. The verdict columns are
+        filled on the rows of the spaces the verdicts judged (:meth:`RoleReport.judged_spaces`), as said
+        (:meth:`RoleReport.said`); an ``aligned`` space's numbers are there, marked by its ``gauge`` column."""
         out = []
         for r in self.roles + self.across_experts:
             for s in r.spaces.values():
@@ -195,27 +232,18 @@ class Report:
                         "sigma2_null_mean": s.sigma2_null_mean,
                         "subspace_overlap": s.subspace_overlap, "subspace_baseline": s.subspace_baseline,
                         "gauge": s.gauge, "moved_by": " ".join(s.moved_by),
-                        "predicted_space": r.predicted_space or "none", "verdict": r.verdict,
-                        "path_verdict": r.path_verdict, "criterion": r.criterion,
-                        "path_criterion": r.path_criterion,
+                        "predicted_space": r.predicted_space or "none",
+                        **_verdict_cells(r, s.space),
                     })
         return out
 
     def summary_rows(self) -> list[dict[str, Any]]:
         """One row per projection and space: the ``k = 1`` rows of :meth:`rows` (the summary CSV's columns,
-        named as the JSON fields), verdicts and criteria included on the rows of the space(s) they judged
-        (the predicted space; both for V, predicted neither); None on a space no verdict judged ("no
-        prediction" stays on both rows of a projection the theory says nothing about)."""
-        judged = {r.role: ("v", "u") if r.predicted_space is None or r.verdict == "no prediction"
-                  else (r.predicted_space,) for r in self.roles + self.across_experts}
-        out = []
-        for row in self.rows():
-            if row["k"] != 1:
-                continue
-            if row["space"] not in judged.get(row["role"], ("v", "u")):
-                row.update(dict.fromkeys(VERDICT_COLUMNS))
-            out.append(row)
-        return out
+        named as the JSON fields), verdicts (as :meth:`RoleReport.said` says them: V's ``none``/``found``) and
+        criteria on the rows of the space(s) they judged (the predicted space; both of V's); None on a space no
+        verdict judged, an ``aligned`` space among them ("no prediction" stays on both rows of a projection the
+        theory says nothing about)."""
+        return [row for row in self.rows() if row["k"] == 1]
 
     def summary(self) -> Any:
         """The summary table: one row per projection and space (:meth:`summary_rows`).
@@ -331,7 +359,10 @@ class Report:
         return out
 
 
-def _role_from_dict(r: dict[str, Any]) -> RoleReport:
-    spaces = {name: SpaceContinuity(**{**s, "vectors": [VectorContinuity(**v) for v in s["vectors"]]})
-              for name, s in r["spaces"].items()}
-    return RoleReport(**{**r, "spaces": spaces, "shape": tuple(r["shape"])})
+def _verdict_cells(role: RoleReport, space: str) -> dict[str, str | None]:
+    # The verdict columns of one space's rows: the verdicts as said (RoleReport.said) on a space they judged,
+    # None on the others (the predicted space's partner, an aligned space).
+    if space not in role.judged_spaces():
+        return dict.fromkeys(VERDICT_COLUMNS)
+    frame, path = role.said()
+    return {"verdict": frame, "path_verdict": path, "criterion": role.criterion, "path_criterion": role.path_criterion}

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from geodrift import metrics
 from geodrift.continuity.measure import PermutationBank
 from geodrift.continuity.trajectory import lag_pairs
-from geodrift.gauge.status import ROTATION_NULL, null_kind
+from geodrift.gauge.status import INVARIANT, ROTATION_NULL, null_kind, space_gauge
 from geodrift.linalg import SVDTriplets
 from geodrift.weights import ROLE_LABELS, WeightKey
 
@@ -55,6 +55,7 @@ class RotationRow:
     null_std: float
     null_angle_deg: float  # arccos(null_mean): the angle two unrelated vectors of these coordinates make
     random_floor: float  # sqrt(2/(pi d))
+    gauge: str = "unknown"  # whether exact gauges of either checkpoint move it (series_gauge below)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class SubspaceRow:
     top1_null_mean: float = 0.0
     top1_null_std: float = 0.0
     random_floor: float = 0.0  # sqrt(2/(pi d))
+    gauge: str = "unknown"  # as RotationRow's
 
 
 def first_vectors(spectra: Spectra, role: str, layers: list[int], space: str, k: int = 1) -> torch.Tensor:
@@ -136,7 +138,8 @@ def rotation_drift(series: list[Spectra], draws: int, seed: int, view: str = "ra
                 for i, layer in enumerate(layers):
                     c, m = float(observed[i, 0]), float(mean[i, 0])
                     rows.append(RotationRow(role, ROLE_LABELS.get(role, role), space, dim, layer, t, c, _angle(c),
-                                            m, float(std[i, 0]), _angle(m), metrics.random_baseline(dim)))
+                                            m, float(std[i, 0]), _angle(m), metrics.random_baseline(dim),
+                                            series_gauge(view, role, space)))
     return rows
 
 
@@ -182,9 +185,17 @@ def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int, v
                     overlap=float(cosines[i].pow(2).mean()), overlap_null_mean=overlap_null[i][0],
                     overlap_null_std=overlap_null[i][1], overlap_random=kk / dim,
                     top1_abs_cos=float(top1[i]), top1_null_mean=top1_null[i][0], top1_null_std=top1_null[i][1],
-                    random_floor=metrics.random_baseline(dim),
+                    random_floor=metrics.random_baseline(dim), gauge=series_gauge(view, role, space),
                 ))
     return rows
+
+
+def series_gauge(view: str, role: str, space: str) -> str:
+    """The gauge status of a cross-checkpoint number: in the canonical view every space's is ``invariant`` (every
+    checkpoint is aligned to the reference, so its head and hidden side too are compared unit for unit, and no exact
+    gauge of either checkpoint moves the number: :mod:`geodrift.scanner.series_gauge`), else the view's
+    (:func:`geodrift.gauge.status.space_gauge`)."""
+    return INVARIANT if view == "canonical" else space_gauge(view, role, space)[0]
 
 
 def _permuted_overlap(A: torch.Tensor, B: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:

@@ -21,15 +21,25 @@ import numbers
 import os
 import re
 import shutil
-import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from geodrift.errors import GeodriftError
-from geodrift.io.manifest import record_written
+from geodrift.io import signals
+from geodrift.io.manifest import (
+    Manifests,
+    create,
+    is_expected,
+    list_token,
+    make_folders,
+    managed_root,
+    record_folder,
+    record_written,
+    temp_prefix,
+)
 
 # "MAJOR.MINOR": a MINOR bump only adds fields; a MAJOR bump renames, removes or changes one.
 SCHEMA_VERSION = "1.2"
@@ -41,7 +51,6 @@ NONFINITE_NOTE = (
     "+-Infinity means it overflowed or divided by zero (e.g. a z-score against a null without spread, "
     "weights beyond float32's range). 'path' is a JSON Pointer (RFC 6901) to each value, 'was' its value."
 )
-_NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 
 
 # Temporary files of atomic writes in progress: a signal handler (geodrift.io.signals) removes them
@@ -49,35 +58,20 @@ _NONFINITE_LISTED = 100  # paths listed in the note; 'count' has them all
 _PENDING: set[Path] = set()
 # The bookkeeping of those files (create + register, unregister + remove) must not be cut in half by
 # an interrupt - a file created but not yet registered would outlive the handler's clean-up. While it
-# runs, geodrift.io.signals' handler only records the signal (:func:`defer_signal`); it is re-raised after.
-_HOLD: dict[str, int | None] = {"depth": 0, "signum": None}
-# Output sets being written (output_set): their files wait, as temporary files, to be renamed together.
-_BATCH: list[list[tuple[Path, Path]]] = []
+# runs, geodrift.io.signals' handler only records the signal (signals.held); it is raised after.
+_signals_held = signals.held
 
 
-@contextmanager
-def _signals_held() -> Iterator[None]:
-    _HOLD["depth"] = int(_HOLD["depth"] or 0) + 1
-    try:
-        yield
-    finally:
-        _HOLD["depth"] = int(_HOLD["depth"] or 0) - 1
-        signum = _HOLD["signum"]
-        if signum is not None and not _HOLD["depth"]:
-            _HOLD["signum"] = None
-            signal.raise_signal(signum)  # the handler runs again, now outside the bookkeeping
+class _OutputSet:
+    """An output set being written (:func:`output_set`): its files wait, as temporary files, to be renamed together;
+    ``stale`` are the set's members this run does not write (:func:`retire`)."""
+
+    def __init__(self) -> None:
+        self.renames: list[tuple[Path, Path]] = []
+        self.stale: list[Path] = []
 
 
-def defer_signal(signum: int) -> bool:
-    """Record ``signum`` and return True while temp-file bookkeeping is in progress (else False).
-
-    The signal handler of :mod:`geodrift.io.signals` calls it first; a deferred signal is raised again
-    as soon as the bookkeeping ends, so an interrupt never leaves an unregistered temporary file.
-    """
-    if _HOLD["depth"]:
-        _HOLD["signum"] = signum
-        return True
-    return False
+_BATCH: list[_OutputSet] = []
 
 
 @contextmanager
@@ -95,14 +89,14 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
     """
     target = Path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_folder(target)
         with _signals_held():
-            fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            fd, name = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent)
             tmp = Path(name)
             _PENDING.add(tmp)
     except OSError as error:
         raise GeodriftError(_write_error(target, error)) from None
-    batch = _BATCH[-1] if _BATCH else None
+    batch = _BATCH[-1].renames if _BATCH else None
     try:
         os.close(fd)
         try:
@@ -131,11 +125,13 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 @contextmanager
 def output_set() -> Iterator[None]:
     """Replace a run's output files as a whole: every atomic write inside the block goes to its temporary file,
-    and all of them are renamed into place together when the block ends, with signals held.
+    and all of them are renamed into place together when the block ends, with signals held - and the set's
+    members this run did not write (:func:`retire`) are removed then, each only if the manifest proves it
+    geodrift's.
 
     An error or an interrupt before the end leaves every earlier file as it was (the previous run's JSON,
     CSV and figures stay one set) and removes the temporary files; a new set never lies beside half of an
-    old one.
+    old one, nor beside an old member it did not replace.
 
     Example:
         >>> import tempfile
@@ -149,27 +145,52 @@ def output_set() -> Iterator[None]:
         >>> sorted(p.name for p in folder.iterdir())
         []
     """
-    batch: list[tuple[Path, Path]] = []
+    batch = _OutputSet()
     _BATCH.append(batch)
     try:
         yield
         _BATCH.pop()
         with _signals_held():
-            for tmp, target in batch:
+            for tmp, target in batch.renames:
                 try:
                     os.replace(tmp, target)
                 except OSError as error:
                     raise GeodriftError(_write_error(target, error)) from None
                 _PENDING.discard(tmp)
                 record_written(target)
+            _remove_stale(batch)
     finally:
         if _BATCH and _BATCH[-1] is batch:
             _BATCH.pop()
         with _signals_held():
-            for tmp, _ in batch:
+            for tmp, _ in batch.renames:
                 _PENDING.discard(tmp)
                 if tmp.exists():
                     tmp.unlink()
+
+
+def retire(paths: Iterable[str | Path]) -> None:
+    """Inside :func:`output_set`: members of the set this run does not write (an earlier run's ``f_gauge.png``
+    beside a scan without ``--full``). When the set is renamed into place, each one the manifest proves
+    geodrift's is removed; a user's file of that name is left alone.
+
+    Raises:
+        RuntimeError: outside an :func:`output_set` block.
+    """
+    if not _BATCH:
+        raise RuntimeError("retire() is for the members of an output_set")
+    _BATCH[-1].stale.extend(Path(p) for p in paths)
+
+
+def _remove_stale(batch: _OutputSet) -> None:
+    written = {target.absolute() for _, target in batch.renames}
+    manifests = Manifests()
+    for path in batch.stale:
+        if path.absolute() not in written and manifests.owns(path, managed_root(path)):
+            try:
+                path.unlink()
+            except OSError as error:
+                raise GeodriftError(_write_error(path, error)) from None
 
 
 @contextmanager
@@ -186,9 +207,9 @@ def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
     """
     target = Path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_folder(target)
         with _signals_held():
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+            tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent))
             _PENDING.add(tmp)
     except OSError as error:
         raise GeodriftError(f"{option} {_write_error(target, error)}") from None
@@ -204,10 +225,11 @@ def atomic_folder(target: str | Path, option: str) -> Iterator[Path]:
             os.chmod(tmp, 0o777 & ~current_umask())
             with _signals_held():
                 if target.exists():
-                    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+                    old = Path(tempfile.mkdtemp(prefix=temp_prefix(target.name), suffix=".old", dir=target.parent))
                     _PENDING.add(old)
                     os.replace(target, old)  # an empty folder is replaced by the old one
                 os.replace(tmp, target)
+                record_folder(target)
         except OSError as error:
             raise GeodriftError(f"{option} {_write_error(target, error)}") from None
     finally:
@@ -271,7 +293,7 @@ def check_writable(target: str | Path, option: str) -> Path:
         if not os.access(ancestor, os.W_OK | os.X_OK):
             raise GeodriftError(f"{option} {target}: cannot create folders in {ancestor} (permission denied)")
         return target
-    _probe(target.parent, f".{target.name}.", PROBE_FILE_BYTES, option, target)
+    _probe(target.parent, target.name, PROBE_FILE_BYTES, option, target)
     return target
 
 
@@ -287,18 +309,21 @@ def check_free_space(folder: str | Path, option: str, size: int = PROBE_FOLDER_B
     Raises:
         GeodriftError: naming the option and the folder (``No space left on device``).
     """
-    _probe(Path(folder), ".space.", size, option, Path(folder))
+    _probe(Path(folder), "space", size, option, Path(folder))
 
 
 def _probe(folder: Path, prefix: str, size: int, option: str, named: Path) -> None:
-    # A temporary file in ``folder`` with ``size`` bytes allocated, then removed; an OS error names ``named``.
+    # A temporary file in ``folder`` with ``size`` bytes allocated, then removed - with signals held, so an interrupt
+    # never leaves it behind; an OS error names ``named``.
     try:
-        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=folder)
-        try:
-            _reserve(fd, size)
-        finally:
-            os.close(fd)
-            os.unlink(name)
+        list_token(folder)
+        with _signals_held():
+            fd, name = tempfile.mkstemp(prefix=temp_prefix(prefix), suffix=".tmp", dir=folder)
+            try:
+                _reserve(fd, size)
+            finally:
+                os.close(fd)
+                os.unlink(name)
     except OSError as error:
         raise GeodriftError(f"{option} {_write_error(named, error)}") from None
 
@@ -311,6 +336,18 @@ def _reserve(fd: int, size: int) -> None:
         if error.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             return
         raise
+
+
+def _prepare_folder(target: Path) -> None:
+    # The target's folder (each folder created listed in the manifest above it), the manifest an expected output
+    # gets, and this run's token listed there - all before the first temporary name exists.
+    make_folders(target.parent)
+    if is_expected(target) and managed_root(target) is None:
+        try:
+            create(target.parent)
+        except FileExistsError:  # the user's file of the manifest's name: nothing recorded, nothing changed
+            pass
+    list_token(target.parent)
 
 
 def remove_pending_temp_files() -> list[Path]:
@@ -399,7 +436,8 @@ def to_json(payload: Any, indent: int | None = None) -> str:
     replaced: list[dict[str, str]] = []
     clean = _finite_or_none(payload, "", replaced)
     if replaced and isinstance(clean, dict):
-        clean["nonfinite"] = {"note": NONFINITE_NOTE, "count": len(replaced), "values": replaced[:_NONFINITE_LISTED]}
+        # every one listed: a reader puts each back (geodrift.io.documents.restore_nonfinite)
+        clean["nonfinite"] = {"note": NONFINITE_NOTE, "count": len(replaced), "values": replaced}
     return json.dumps(clean, indent=indent, allow_nan=False, default=str)
 
 

@@ -73,6 +73,20 @@ def format_size(n_bytes: float) -> str:
     return f"{n_bytes:.1f} PiB"
 
 
+# What --view accepts (geodrift.scanner.readers.VIEWS is this; cli/choices.py View mirrors it).
+VIEWS = ("raw", "folded", "canonical")
+
+
+def missing_model(path: str | Path) -> GeodriftError:
+    """The one error for a model path that does not exist (the readers' and the jobs' early check).
+
+    Example:
+        >>> print(missing_model("nope.gguf"))
+        nope.gguf: no such file or folder; pass a .gguf/.safetensors file or a model folder
+    """
+    return GeodriftError(f"{path}: no such file or folder; pass a .gguf/.safetensors file or a model folder")
+
+
 def check_file(path: Path, what: str = "checkpoint file") -> os.stat_result:
     """``os.stat`` of ``path``, refusing anything but a regular file (never opens it).
 

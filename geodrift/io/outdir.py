@@ -25,15 +25,28 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from geodrift.errors import GeodriftError
 from geodrift.io.atomic import check_free_space
-from geodrift.io.manifest import MANIFEST, Manifests, create, entries, expect_output, is_owned, managed_root
+from geodrift.io.manifest import (
+    HEADER,
+    MANIFEST,
+    TEMP_NAME,
+    TOKEN,
+    Manifests,
+    create,
+    expect_output,
+    is_manifest,
+    is_owned,
+    listing,
+    make_folders,
+    managed_root,
+)
 
-__all__ = ["MANIFEST", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder", "expect_output",
-           "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
+__all__ = ["MANIFEST", "check_distinct", "check_file_target", "claim_outputs", "check_not_input", "check_replace_folder",
+           "expect_output", "foreign_files", "manage", "managed_root", "prepare_out", "replace_folder"]
 
 # The endings of the figure names geodrift writes (geodrift.render.sim_plots): <prefix>..._<kind>.<fmt>.
 PLOT_KINDS = ("continuity", "rotation", "pca_v1", "training", "depth", "gradient_rank", "datasize")
@@ -43,19 +56,34 @@ _CACHE = re.compile(r"smollm2-135m_scan_k\d+_n\d+_s\d+\.json")
 
 
 def manage(folder: str | Path) -> Path:
-    """Create ``folder`` and its manifest if missing (and drop entries of files no longer there); returns it."""
+    """Create ``folder`` and its manifest if missing (and drop entries of files and folders no longer there);
+    returns it."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folders(folder)
     manifest = folder / MANIFEST
-    if manifest.is_file():
-        listed = entries(folder)
-        lines = "".join(json.dumps(listed[p]) + "\n" for p in sorted(listed) if is_owned(folder / p, listed[p]))
-        from geodrift.io.atomic import write_text
-
-        write_text(manifest, lines)
-    else:
+    if not is_manifest(manifest):
         create(folder)
+        return folder
+    listed = listing(folder)
+    tokens = sorted(listed.tokens & (_tokens_left(folder) | {TOKEN}))
+    lines = [HEADER, *(json.dumps({"token": t}) for t in tokens),
+             *(json.dumps({"folder": f}) for f in sorted(listed.folders) if (folder / f).is_dir()),
+             *(json.dumps(listed.files[p]) for p in sorted(listed.files) if is_owned(folder / p, listed.files[p]))]
+    from geodrift.io.atomic import write_text
+
+    write_text(manifest, "\n".join(lines) + "\n")
     return folder
+
+
+def _tokens_left(folder: Path) -> set[str]:
+    # The tokens of temporary files and folders still under ``folder`` (a run killed midway): kept listed.
+    found = set()
+    for _, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            match = TEMP_NAME.fullmatch(name)
+            if match:
+                found.add(match.group(1))
+    return found
 
 
 def foreign_files(folder: str | Path, limit: int = 1) -> list[Path]:
@@ -206,6 +234,7 @@ def check_replace_folder(target: str | Path, *, force: bool, inputs: Iterable[st
     if target.exists() and not target.is_dir():
         raise GeodriftError(f"{option} {target}: is a file, not a folder; choose a folder name")
     _refuse_foreign(target, option)
+    _refuse_foreign_folders(target, option)
     old = _walk(target)
     if old and not force:
         raise GeodriftError(f"{option} {target}: already holds geodrift's earlier output ({len(old)} file(s), e.g. "
@@ -232,8 +261,49 @@ def check_file_target(path: str | Path, option: str,
         raise GeodriftError(f"{option} {path}: the file exists and geodrift did not write it; {fix}")
 
 
+def check_distinct(targets: Iterable[tuple[str, str | Path]], named: Mapping[str, str | Path | None] | None = None,
+                   inputs: Iterable[str | Path | None] = ()) -> None:
+    """Refuse two outputs of one run - named, or derived from a name - that resolve to the same file, and an output
+    that is an input file: one of them would silently replace the other.
+
+    Args:
+        targets: ``(what named it, path)`` pairs, every file the run may write (derived names included).
+        named: what the user gave each option (``{"--plot": "f.png"}``), to say which name a derived file comes from.
+        inputs: the files the run reads.
+
+    Raises:
+        GeodriftError: naming both outputs (or the output and the input) and the file.
+
+    Example:
+        >>> check_distinct([("--csv", "r.csv"), ("--json-out", "r.csv")])
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: --csv r.csv and --json-out r.csv would write the same file; give each output its own name (nothing was written)
+    """
+    given = {option: Path(value) for option, value in (named or {}).items() if value is not None}
+
+    def described(option: str, path: Path) -> str:
+        origin = given.get(option)
+        if origin is not None and _resolved(origin) != _resolved(path):
+            return f"{option} {origin} (which also writes {path})"
+        return f"{option} {path}"
+
+    read = {_resolved(Path(item)): Path(item) for item in inputs if item is not None and Path(item).is_file()}
+    seen: dict[Path, tuple[str, Path]] = {}
+    for option, target in targets:
+        path = Path(target)
+        key = _resolved(path)
+        if key in read:
+            raise GeodriftError(f"{described(option, path)} is the input {read[key]}; geodrift never writes over what it "
+                                "reads - choose another name (nothing was written)")
+        if key in seen:
+            raise GeodriftError(f"{described(*seen[key])} and {described(option, path)} would write the same file; "
+                                "give each output its own name (nothing was written)")
+        seen[key] = (option, path)
+
+
 def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool = False,
-                  fix: str = "choose another name or move it away (nothing was written)") -> None:
+                  fix: str = "choose another name or move it away (nothing was written)",
+                  named: Mapping[str, str | Path | None] | None = None, inputs: Iterable[str | Path | None] = ()) -> None:
     """The one output-file policy, for every file a command or a Python call writes - the named ones and the
     names derived from them (``NAME.pairs.csv``, ``NAME_trajectory.png``, ``NAME_experts.png``): run it on the
     whole list before the work. Each must be writable and, unless ``overwrite``, absent or geodrift's own
@@ -244,9 +314,11 @@ def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool 
         targets: ``(what named it, path)`` pairs, e.g. ``[("--plot", "fig.png"), ("--plot", "fig_trajectory.png")]``.
         overwrite: replace a file geodrift did not write (the Python API's ``overwrite=True``).
         fix: the end of the refusal's message.
+        named, inputs: as :func:`check_distinct`, run first.
 
     Raises:
-        GeodriftError: naming what named the file and the user's path (never a temporary file).
+        GeodriftError: two outputs resolving to one file, or an output that is an input (:func:`check_distinct`);
+            naming what named the file and the user's path (never a temporary file).
 
     Example:
         >>> claim_outputs([("--json-out", "/nonexistent-folder/r.json")])
@@ -254,6 +326,7 @@ def claim_outputs(targets: Iterable[tuple[str, str | Path]], *, overwrite: bool 
     from geodrift.io.atomic import check_writable
 
     listed = [(option, Path(path)) for option, path in targets]
+    check_distinct(listed, named, inputs)
     for option, path in listed:
         check_writable(path, option)
         if not overwrite:
@@ -268,6 +341,20 @@ def _refuse_foreign(folder: Path, option: str) -> None:
         raise GeodriftError(f"{option} {folder}: holds {foreign[0]}, which geodrift did not write; geodrift writes only "
                             f"into a new folder or one of its own outputs - move it out or choose another folder "
                             "(nothing was changed)")
+
+
+def _refuse_foreign_folders(target: Path, option: str) -> None:
+    # A whole-folder save replaces ``target`` and all below it: a folder the user made there (empty or not) is kept
+    # only by refusing.
+    manifests = Manifests()
+    for root, dirs, _ in os.walk(target):
+        for name in sorted(dirs):
+            sub = Path(root) / name
+            if not sub.is_symlink() and not manifests.owns_folder(sub):
+                raise GeodriftError(f"{option} {target}: holds the folder {sub}, which geodrift did not create; a "
+                                    "save replaces the whole folder - move it out or choose another folder (nothing "
+                                    "was changed)")
+        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
 
 
 def _figure_folder(plot: Path) -> tuple[Path, str]:
@@ -292,14 +379,21 @@ def _old_figures(plot: Path) -> list[Path]:
 
 
 def _delete(files: list[Path], folder: Path | None) -> list[Path]:
-    # The files, then the folders under ``folder`` left empty.
+    # The files (each proven geodrift's by the caller), then the folders under ``folder`` that geodrift created and
+    # that are left empty - or hold only their own manifest, which lists nothing left. A folder the user made stays.
     for path in files:
         path.unlink()
     if folder is None:
         return files
-    for sub in sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()),
-                      key=lambda p: len(p.parts), reverse=True):
-        if not any(sub.iterdir()):
+    manifests = Manifests()
+    subfolders = [p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()]
+    owned = [p for p in subfolders if manifests.owns_folder(p)]
+    for sub in sorted(owned, key=lambda p: len(p.parts), reverse=True):
+        left = list(sub.iterdir())
+        if left == [sub / MANIFEST] and is_manifest(sub / MANIFEST):
+            (sub / MANIFEST).unlink()
+            left = []
+        if not left:
             sub.rmdir()
     return files
 
@@ -316,7 +410,7 @@ def _iter_walk(folder: Path) -> Iterator[tuple[Path, Path | None]]:
     nearest: dict[Path, Path | None] = {}
     for root, dirs, files in os.walk(folder):
         base = Path(root)
-        here = base if (base / MANIFEST).is_file() else (
+        here = base if is_manifest(base / MANIFEST) else (
             nearest.get(base.parent) if base != folder else managed_root(base / MANIFEST))
         nearest[base] = here
         for name in sorted(files):

@@ -1,4 +1,4 @@
-"""The one signal policy of every geodrift command: SIGINT and SIGTERM end a run in one line.
+"""The one signal policy of every geodrift command: SIGINT and SIGTERM end a run in one line, at any moment.
 
 The console entry point (``geodrift.cli.entry``) calls :func:`install` as its first instruction,
 before typer or any command module is imported, so an interrupt during start-up is handled the
@@ -15,6 +15,19 @@ The handler raises :class:`Interrupted` (a ``BaseException``, so no ``except Exc
 it) in the main thread; the entry point catches it, cleans up, prints, and ends the process with
 ``os._exit`` so a reader thread busy on a large tensor cannot delay the exit. A second signal
 during that clean-up exits at once.
+
+An exception raised at an arbitrary instruction can land where Python cannot pass it on, so the handler
+raises only where it can:
+
+- while an atomic write's bookkeeping runs, or an output set is renamed into place (:func:`held`), the
+  signal is recorded and raised when the block ends;
+- inside an import (any frame of ``importlib``'s machinery on the stack: a module's body, a lazy
+  ``__getattr__``, an import lock's weakref callback), it is delivered again 20 ms later, until the
+  import is over - raised inside one it could leave a half-initialised module behind (numpy's lazy
+  attributes then recursed until a RecursionError);
+- in a finalizer (a weakref callback, ``__del__``), Python swallows the exception ("Exception ignored");
+  the hook :func:`install` sets on ``sys.unraisablehook`` catches it there and delivers the signal again;
+- should anything else swallow it, a watchdog thread ends the process the same way 10 s later.
 """
 
 from __future__ import annotations
@@ -22,10 +35,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _state: dict[str, str | None] = {"resume": None}
+# Blocks no interrupt may cut in half (held): their depth, and the signal received meanwhile.
+_HOLD: dict[str, int | None] = {"depth": 0, "signum": None}
+REDELIVER_S = 0.02  # how soon a signal deferred out of an import or a finalizer is delivered again
+WATCHDOG_S = 10.0  # how long an Interrupted may take to end the process before the watchdog does
 
 
 class Interrupted(BaseException):  # noqa: N818 - the name is what the user reads
@@ -37,13 +58,45 @@ class Interrupted(BaseException):  # noqa: N818 - the name is what the user read
 
 
 def install() -> None:
-    """Install the handlers for SIGINT and SIGTERM (main thread only; call it once, first)."""
+    """Install the handlers for SIGINT and SIGTERM, and the hook that catches an interrupt a finalizer swallowed
+    (main thread only; call it once, first)."""
     for signum in EXIT_CODES:
         signal.signal(signum, _raise_interrupted)
+    if not getattr(sys.unraisablehook, "geodrift_interrupts", False):
+        sys.unraisablehook = _unraisable_hook(sys.unraisablehook)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """A block no interrupt cuts in half: a signal received inside it is raised when the outermost block ends.
+
+    Example:
+        >>> with held():
+        ...     pass
+    """
+    _HOLD["depth"] = int(_HOLD["depth"] or 0) + 1
+    try:
+        yield
+    finally:
+        _HOLD["depth"] = int(_HOLD["depth"] or 0) - 1
+        signum = _HOLD["signum"]
+        if signum is not None and not _HOLD["depth"]:
+            _HOLD["signum"] = None
+            signal.raise_signal(signum)  # the handler runs again, now outside the block
+
+
+def defer_signal(signum: int) -> bool:
+    """Record ``signum`` and return True inside a :func:`held` block (else False); it is raised when the block ends."""
+    if _HOLD["depth"]:
+        _HOLD["signum"] = signum
+        return True
+    return False
 
 
 def resume_hint(text: str | None) -> None:
     """Say how to resume the running command (e.g. ``"geodrift simulate mlp --out runs --resume"``), or clear it."""
+    if text is not None:
+        import geodrift.io.literal  # noqa: F401 - imported now, not while the process is being interrupted
     _state["resume"] = text
 
 
@@ -63,14 +116,21 @@ def message(signum: int) -> str:
     return text
 
 
-def finish(signum: int) -> None:
-    """Clean up after an interrupt and end the process with the policy's exit status (never returns)."""
-    for other in EXIT_CODES:  # a second Ctrl-C while cleaning up exits at once
-        signal.signal(other, _exit_now)
-    from geodrift.io.atomic import remove_pending_temp_files
+def finish(signum: int, flush: bool = True) -> None:
+    """Clean up after an interrupt and end the process with the policy's exit status (never returns).
 
-    remove_pending_temp_files()
-    _flush_quietly()
+    Args:
+        signum: the signal received.
+        flush: flush ``sys.stdout``/``sys.stderr`` first (the watchdog does not: the main thread may hold them).
+    """
+    if threading.current_thread() is threading.main_thread():
+        for other in EXIT_CODES:  # a second Ctrl-C while cleaning up exits at once
+            signal.signal(other, _exit_now)
+    atomic = sys.modules.get("geodrift.io.atomic")  # not imported: no atomic write was ever in progress
+    if atomic is not None:
+        atomic.remove_pending_temp_files()
+    if flush:
+        _flush_quietly()
     try:
         os.write(2, (message(signum) + "\n").encode())
     except OSError:
@@ -79,11 +139,50 @@ def finish(signum: int) -> None:
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
-    from geodrift.io.atomic import defer_signal
-
     if defer_signal(signum):  # temp-file bookkeeping in progress: raised again when it ends
         return
+    if _in_import(frame):
+        _deliver_again(signum)
+        return
+    _start_watchdog(signum)
     raise Interrupted(signum)
+
+
+def _in_import(frame: FrameType | None) -> bool:
+    # Any frame of the import machinery on the stack: a module body, a lazy attribute, an import lock's callback.
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver_again(signum: int) -> None:
+    timer = threading.Timer(REDELIVER_S, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
+def _start_watchdog(signum: int) -> None:
+    # Should the Interrupted be swallowed (a bare except in a library), the process still ends as the policy says.
+    def watch() -> None:
+        finish(signum, flush=False)
+
+    timer = threading.Timer(WATCHDOG_S, watch)
+    timer.daemon = True
+    timer.start()
+
+
+def _unraisable_hook(previous: Any) -> Any:
+    # An Interrupted raised inside a finalizer is swallowed there ("Exception ignored"): deliver it again outside.
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Interrupted):
+            _deliver_again(unraisable.exc_value.signum)
+            return
+        previous(unraisable)
+
+    hook.geodrift_interrupts = True  # type: ignore[attr-defined]
+    return hook
 
 
 def _exit_now(signum: int, frame: FrameType | None) -> None:
@@ -96,5 +195,5 @@ def _flush_quietly() -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
+        except Exception:  # a closed pipe, a closed file, a flush the interrupt cut into (reentrant call)
             pass

@@ -240,7 +240,7 @@ def _save_shared(r: ShareRequest, setup: Setup[LlamaLM], kept: Compressed, ratio
 def _check_common(r: PruneRequest | ShareRequest, windows: dict[str, int], threads: int) -> int:
     # Every option and output path both commands share, before the model is opened; returns --max-memory in bytes.
     from geodrift.io.checks import check_dpi, figure_format, parse_size
-    from geodrift.io.outdir import claim_outputs
+    from geodrift.io.outdir import check_distinct, claim_outputs
 
     if r.seq_len < 2:
         raise GeodriftError(f"--seq-len: must be at least 2, got {r.seq_len}")
@@ -253,8 +253,11 @@ def _check_common(r: PruneRequest | ShareRequest, windows: dict[str, int], threa
     if threads < 1:
         raise GeodriftError(f"--threads: must be at least 1, got {threads}")
     limit = parse_size(r.max_memory)
-    claim_outputs([(option, Path(path)) for option, path in
-                   (("--json-out", r.json_out), ("--csv", r.csv_out), ("--plot", r.plot)) if path is not None])
+    named = {"--json-out": r.json_out, "--csv": r.csv_out, "--plot": r.plot}
+    files = [(option, Path(path)) for option, path in named.items() if path is not None]
+    inputs = [r.model, r.corpus] if isinstance(r.model, (str, Path)) else [r.corpus]
+    check_distinct([*files, *([("--save", Path(r.save))] if r.save is not None else [])], named, inputs)
+    claim_outputs(files, named=named, inputs=inputs)
     import torch
 
     torch.set_num_threads(threads)

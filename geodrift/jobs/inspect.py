@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geodrift.jobs import request as checks
-from geodrift.scanner.inventory import TensorRow
+
+if TYPE_CHECKING:  # imported by the CLI before the options are checked: torch loads only once they pass
+    from geodrift.scanner.inventory import TensorRow
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,13 @@ def run_inspect(request: InspectRequest) -> Inventory:
     Raises:
         GeodriftError: an unreadable model or ``--names`` file.
     """
+    checks.check_path("model", request.model, "a checkpoint path")
+    checks.existing_model("model", request.model)
+    checks.check_names(request.names)  # all before torch is imported
     from geodrift.scanner.checkpoint import LISTING_UNKNOWN
     from geodrift.scanner.inventory import inventory, summary_line
     from geodrift.scanner.readers import open_checkpoint
 
-    checks.check_path("model", request.model, "a checkpoint path")
-    if request.model is not None:
-        checks.usable_path("model", request.model)
-    checks.check_names(request.names)
     listing = LISTING_UNKNOWN.set(True)  # unrecognised names are listed, not refused (as --help promises)
     try:
         ckpt = open_checkpoint(request.model, names=request.names)

@@ -23,10 +23,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geodrift.errors import GeodriftError
-from geodrift.scanner.mapping import NameRule
+
+if TYPE_CHECKING:  # this module is imported before any option is checked: nothing that imports torch
+    from geodrift.scanner.mapping import NameRule
 
 # Each request field -> the command-line option that sets it (fields no command line has are absent).
 OPTIONS = {"roles": "--roles", "layers": "--layers", "k": "--k", "null_draws": "--null-draws", "seed": "--seed",
@@ -174,6 +176,22 @@ def check_path(field: str, value: Any, what: str = "a file name", optional: bool
         raise refuse(field, value, "a path cannot hold a NUL character")
 
 
+def existing_model(field: str, value: Any) -> None:
+    """A model given as a path must exist (refused here, before torch is imported, with the readers' message);
+    a model in memory (a module, a state dict) and None (the embedded model) pass.
+
+    Raises:
+        GeodriftError: ``nope.gguf: no such file or folder; pass a .gguf/.safetensors file or a model folder``.
+    """
+    if not isinstance(value, (str, Path)):
+        return
+    usable_path(field, value)
+    if not Path(value).expanduser().exists():
+        from geodrift.io.checks import missing_model
+
+        raise missing_model(Path(value).expanduser())
+
+
 def usable_path(field: str, value: str | Path) -> None:
     """A path the OS can look up (a missing one is reported later, by what reads it): no NUL, not too long.
 
@@ -218,7 +236,7 @@ def check_view(view: Any) -> None:
     Raises:
         GeodriftError: ``--view: 'cooked' is not a view; use raw, folded or canonical``.
     """
-    from geodrift.scanner.readers import VIEWS
+    from geodrift.io.checks import VIEWS
 
     if view is not None and (not isinstance(view, str) or view not in VIEWS):
         raise GeodriftError(f"--view: {view!r} is not a view; use {', '.join(VIEWS[:-1])} or {VIEWS[-1]}")
@@ -263,17 +281,38 @@ def check_names(value: Any) -> None:
     Raises:
         GeodriftError: ``--names: must be the path of a JSON mapping (regex -> role) or a list of NameRule, ...``.
     """
-    from geodrift.scanner.mapping import NameRule
-
     if value is None:
         return
     if isinstance(value, (str, Path)):
         usable_path("names", value)
+        if not Path(value).expanduser().exists():  # the mapping reader's words, before torch is imported
+            raise GeodriftError(f"{Path(value).expanduser()}: name mapping file not found; pass an existing JSON file "
+                                "to --names")
         return
+    from geodrift.scanner.mapping import NameRule
+
     if isinstance(value, list) and all(isinstance(rule, NameRule) for rule in value):
         return
     raise refuse("names", value, "must be the path of a JSON mapping (regex -> role) or a list of NameRule, got "
                  f"{kind_of(value)}")
+
+
+def check_architecture(value: Any, names: Any) -> None:
+    """``architecture=``: a string, and - without a ``names`` mapping to map its tensors - one geodrift has names for.
+
+    Raises:
+        GeodriftError: ``architecture='foo': unknown architecture; the known ones are llama, mistral, ...``.
+
+    Example:
+        >>> check_architecture("gemma2", None)
+    """
+    check_text("architecture", value, "llama")
+    from geodrift.scanner.names import ARCHITECTURE_ALIASES, ARCHITECTURES
+
+    if value is None or names is not None or value in ARCHITECTURES or value in ARCHITECTURE_ALIASES:
+        return
+    raise refuse("architecture", value, f"unknown architecture; the known ones are {', '.join(ARCHITECTURES)} - "
+                 "or pass names= (a mapping of tensor names to roles) to scan one geodrift does not know")
 
 
 def check_config(value: Any) -> None:
@@ -293,14 +332,56 @@ def check_config(value: Any) -> None:
 
 
 def check_progress(value: Any) -> None:
-    """A progress callback: a function of one string, or None.
+    """A progress callback: a function that can be called with one string, or None - checked before any work, so a
+    callback of the wrong signature is named, not found by a TypeError after the first matrix.
 
     Raises:
         GeodriftError: ``progress='x': must be a function taking one string (e.g. print) or None, got a str``.
+
+    Example:
+        >>> check_progress(lambda: None)
+        Traceback (most recent call last):
+        geodrift.errors.GeodriftError: progress=<function>: must be a function taking one string (e.g. print), but it \
+cannot be called with one argument (takes 0 positional arguments but 1 was given)
     """
     if value is not None and not callable(value):
         raise refuse("progress", value, f"must be a function taking one string (e.g. print) or None, got "
                      f"{kind_of(value)}")
+    if value is None:
+        return
+    import inspect
+
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # a builtin or an extension's callable without one: trusted
+        return
+    try:
+        signature.bind("attn_q[0]")
+    except TypeError as error:
+        shown_value = "<function>" if inspect.isfunction(value) or inspect.ismethod(value) else shown(value)
+        raise GeodriftError(f"progress={shown_value}: must be a function taking one string (e.g. print), but it "
+                            f"cannot be called with one argument ({_arguments_error(error)})") from None
+
+
+def _arguments_error(error: TypeError) -> str:
+    # inspect's "missing a required argument: 'b'" / "too many positional arguments", as Python's own call says it.
+    text = str(error)
+    return {"too many positional arguments": "takes 0 positional arguments but 1 was given"}.get(text, text)
+
+
+def as_path(value: Any) -> Any:
+    """A path-like object (``os.PathLike``) or a bytes path as a Path; any other value as it is.
+
+    Example:
+        >>> as_path(b"models/m.gguf"), as_path(3)
+        (PosixPath('models/m.gguf'), 3)
+    """
+    if isinstance(value, (bytes, os.PathLike)) and not isinstance(value, Path):
+        try:
+            return Path(os.fsdecode(os.fspath(value)))
+        except (TypeError, ValueError):
+            return value
+    return value
 
 
 def memory_limit(value: Any) -> int:
@@ -338,13 +419,25 @@ def check_figure_options(plot: Any, dpi: Any) -> None:
         check_dpi(int(dpi))
 
 
-def claim(outputs: list[tuple[str, Path]]) -> None:
+def claim(outputs: list[tuple[str, Path]], options: MeasureOptions | None = None, inputs: tuple[Any, ...] = (),
+          every: list[tuple[str, Path]] | None = None) -> None:
     """Claim every output file, named and derived, before the work (:func:`geodrift.io.outdir.claim_outputs`):
-    each must be writable and absent or geodrift's own.
+    no two resolving to one file, none an input, each writable and absent or geodrift's own.
+
+    Args:
+        outputs: the files claimed now.
+        options: the request, whose ``--json-out``/``--csv``/``--plot`` the messages quote.
+        inputs: the models read (paths; other objects are skipped).
+        every: every file the run may write, when more than ``outputs`` (checked to be distinct).
 
     Raises:
-        GeodriftError: naming the option and the user's path.
+        GeodriftError: naming the options and the user's paths.
     """
-    from geodrift.io.outdir import claim_outputs
+    from geodrift.io.outdir import check_distinct, claim_outputs
 
-    claim_outputs(outputs)
+    named = {} if options is None else {"--json-out": options.json_out, "--csv": options.csv_out,
+                                        "--plot": options.plot}
+    paths = [item for item in inputs if isinstance(item, (str, Path))]
+    if every is not None:
+        check_distinct(every, named, paths)
+    claim_outputs(outputs, named=named, inputs=paths)

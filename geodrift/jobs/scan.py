@@ -17,15 +17,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
-from geodrift.gauge.diagnose import GaugeDiagnosis
 from geodrift.jobs import request as checks
 from geodrift.jobs.outputs import experts_plot_path, scan_outputs
 from geodrift.jobs.request import DEFAULT_MAX_MEMORY as DEFAULT_MAX_MEMORY
 from geodrift.jobs.request import MeasureOptions
+
+if TYPE_CHECKING:  # imported by the CLI before the options are checked: torch loads only once they pass
+    from geodrift.continuity import Report
+    from geodrift.gauge.diagnose import GaugeDiagnosis
 
 
 @dataclass(frozen=True)
@@ -64,22 +66,42 @@ class ScanResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (kind ``continuity_report``): the Report's fields, and ``gauge_diagnosis`` when there is one."""
+        from geodrift.gauge.diagnose import GaugeDiagnosis
+
         diagnosis = {"gauge_diagnosis": self.gauge.to_dict()} if isinstance(self.gauge, GaugeDiagnosis) else {}
         return self.report.to_dict() | diagnosis
 
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> ScanResult:
+        """Inverse of :meth:`to_dict`: a ``geodrift scan --json-out`` file's document (``--full`` too), or its payload.
+
+        Raises:
+            GeodriftError: not a continuity report.
+        """
+        from geodrift.io.documents import from_jsonable, read_document
+
+        if "kind" in payload and "schema_version" in payload:
+            payload = read_document(payload, kinds=("continuity_report",))
+        raw = payload.get("gauge_diagnosis")
+        gauge = from_jsonable(GaugeDiagnosis, raw, "/gauge_diagnosis") if isinstance(raw, dict) else None
+        return cls(Report.from_dict(payload), gauge)
+
 
 def check_request(request: ScanRequest, progress: Any = None) -> None:
-    """The request's types and the options checked without the model, before anything is opened.
+    """The request's types and the options checked without the model, before anything is opened - and before
+    torch is imported: a model path that does not exist, a ``--plot`` suffix, ``--dpi``, ``--max-memory``, ``--view``
+    are refused in a fraction of a second (``benchmarks/bench_cli_startup.py``).
 
     Raises:
         GeodriftError: one line naming the option (``--k: must be an integer ...``).
     """
-    if isinstance(request.model, (str, Path)):
-        checks.usable_path("model", request.model)
+    checks.existing_model("model", request.model)
     checks.check_options(request, progress, flags=("full_spectrum", "skip_nonfinite", "full"))
-    checks.check_text("architecture", request.architecture, "llama")
+    checks.check_architecture(request.architecture, request.names)
     checks.check_text("device", request.device, "cpu", optional=False)
     checks.check_config(request.config)
+    checks.memory_limit(request.max_memory)
+    checks.check_figure_options(request.plot, request.dpi)
 
 
 def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None,
@@ -99,12 +121,13 @@ def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None
         GeodriftError: any unreadable input or out-of-range option, before the work starts; the message
             names the command-line option.
     """
+    check_request(request, progress)  # before anything heavy is imported (a missing file: under a second)
+    from geodrift.continuity import MeasureSpec
     from geodrift.io.provenance import report_provenance
     from geodrift.scanner.distributed import RaySource, check_backend
     from geodrift.scanner.gauge_diagnosis import diagnose_checkpoint
     from geodrift.scanner.scan import scan
 
-    check_request(request, progress)
     roles, layers = checks.role_list(request.roles), checks.layer_list(request.layers)
     check_backend(request.backend, request.address)
     _check_backend(request)
@@ -112,7 +135,9 @@ def run_scan(request: ScanRequest, progress: Callable[[str], None] | None = None
                        full_spectrum=request.full_spectrum, device=request.device)
     limit = checks.memory_limit(request.max_memory)
     checks.check_figure_options(request.plot, request.dpi)
-    checks.claim(scan_outputs(request.json_out, request.csv_out, request.plot, experts=False, gauge=request.full))
+    checks.claim(scan_outputs(request.json_out, request.csv_out, request.plot, experts=False, gauge=request.full),
+                 request, (request.model,), every=scan_outputs(request.json_out, request.csv_out, request.plot,
+                                                                 gauge=request.full))
     ckpt, ws, heads = _open(request, roles, layers, spec, limit)
     skipped: list[str] = []
     if request.skip_nonfinite:
@@ -142,7 +167,7 @@ def _check_backend(request: ScanRequest) -> None:
                             "in memory")
 
 
-def _open(request: ScanRequest, roles: list[str] | None, layers: list[int] | None, spec: MeasureSpec,
+def _open(request: ScanRequest, roles: list[str] | None, layers: list[int] | None, spec: Any,
           limit: int) -> tuple[Any, Any, tuple[int, int] | None]:
     # The model's headers: the layers it has, the selection, the head counts, the rule for k, the memory estimate.
     from geodrift.scanner.open import open_model

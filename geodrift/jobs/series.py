@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from geodrift.continuity import MeasureSpec
 from geodrift.jobs import request as checks
 from geodrift.jobs.outputs import compare_outputs, drift_outputs
 from geodrift.jobs.request import MeasureOptions
-from geodrift.scanner.series import CompareReport, DriftReport
+
+if TYPE_CHECKING:  # imported by the CLI before the options are checked: torch loads only once they pass
+    from geodrift.continuity import MeasureSpec
+    from geodrift.jobs.series_results import CompareResult, DriftResult
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,18 +57,33 @@ class CompareRequest(SeriesOptions):
     b: Any = None
 
 
-def _check(options: SeriesOptions, progress: Any) -> tuple[MeasureSpec, dict[str, Any]]:
-    # The request's types and the options checked without the models; the measurement and the series options.
-    checks.check_options(options, progress, flags=("align",))
+def check_request(request: DriftRequest | CompareRequest, progress: Any = None) -> None:
+    """The request's types, its models' paths and the options checked without the models - before torch is imported.
+
+    Raises:
+        GeodriftError: one line naming the option or the missing file.
+    """
+    models = request.checkpoints if isinstance(request, DriftRequest) else (request.a, request.b)
+    for model in models:
+        checks.existing_model("model", model)
+    checks.check_options(request, progress, flags=("align",))
+    checks.memory_limit(request.max_memory)
+    checks.check_figure_options(request.plot, request.dpi)
+
+
+def _check(options: DriftRequest | CompareRequest, progress: Any) -> tuple[MeasureSpec, dict[str, Any]]:
+    # The request checked (check_request), then the measurement and the series options.
+    check_request(options, progress)
+    from geodrift.continuity import MeasureSpec
+
     spec = MeasureSpec(k=options.k, null_draws=options.null_draws, seed=options.seed)
     series = {"roles": checks.role_list(options.roles), "layers": checks.layer_list(options.layers),
               "view": options.view, "ov": options.ov, "names": options.names,
               "max_memory": checks.memory_limit(options.max_memory)}
-    checks.check_figure_options(options.plot, options.dpi)
     return spec, series
 
 
-def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = None) -> DriftReport:
+def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = None) -> DriftResult:
     """A training series: each checkpoint's continuity and each layer's v1/u1 rotation from the first.
 
     Args:
@@ -74,21 +91,23 @@ def run_drift(request: DriftRequest, progress: Callable[[str], None] | None = No
         progress: called after each matrix (``"role[layer]"``).
 
     Returns:
-        DriftReport (:func:`geodrift.scanner.series.drift`).
+        DriftResult: the :func:`geodrift.scanner.series.drift` report, its rows marked with the view, the gauge
+        fixing and each space's gauge status (:mod:`geodrift.jobs.series_results`).
 
     Raises:
         GeodriftError: a bad option or output file (before anything is read), fewer than 2 checkpoints, an
             unreadable checkpoint, checkpoints of different shapes or layers (from the headers).
     """
+    spec, series = _check(request, progress)
+    from geodrift.jobs.series_results import DriftResult
     from geodrift.scanner.series import drift
 
-    spec, series = _check(request, progress)
-    checks.claim(drift_outputs(request.json_out, request.csv_out, request.plot))
-    return drift(list(request.checkpoints), spec, progress=progress, backend=request.backend,
-                 address=request.address, align=request.align, head_maps=request.head_maps, **series)
+    checks.claim(drift_outputs(request.json_out, request.csv_out, request.plot), request, tuple(request.checkpoints))
+    return DriftResult.of(drift(list(request.checkpoints), spec, progress=progress, backend=request.backend,
+                                address=request.address, align=request.align, head_maps=request.head_maps, **series))
 
 
-def run_compare(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareReport:
+def run_compare(request: CompareRequest, progress: Callable[[str], None] | None = None) -> CompareResult:
     """Two models: per projection, space and layer, the principal angles between their top-k subspaces.
 
     Args:
@@ -96,15 +115,17 @@ def run_compare(request: CompareRequest, progress: Callable[[str], None] | None 
         progress: called after each matrix.
 
     Returns:
-        CompareReport (:func:`geodrift.scanner.series.compare`).
+        CompareResult: the :func:`geodrift.scanner.series.compare` report, marked as :func:`run_drift`'s.
 
     Raises:
         GeodriftError: a bad option or output file (before anything is read), an unreadable model, shared
             projections of different shapes, no projection in common.
     """
+    spec, series = _check(request, progress)
+    from geodrift.jobs.series_results import CompareResult
     from geodrift.scanner.series import compare
 
-    spec, series = _check(request, progress)
-    checks.claim(compare_outputs(request.json_out, request.csv_out, request.plot))
-    return compare(request.a, request.b, spec, progress=progress, backend=request.backend,
-                   address=request.address, align=request.align, head_maps=request.head_maps, **series)
+    checks.claim(compare_outputs(request.json_out, request.csv_out, request.plot), request, (request.a, request.b))
+    return CompareResult.of(compare(request.a, request.b, spec, progress=progress, backend=request.backend,
+                                    address=request.address, align=request.align, head_maps=request.head_maps,
+                                    **series))

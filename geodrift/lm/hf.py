@@ -77,7 +77,7 @@ def hf_config(model: LlamaLM, *, n_layers: int | None = None, context_length: in
 
 def save_hf(model: LlamaLM, folder: str | Path, *, layers: Sequence[int] | None = None,
             weights: Mapping[tuple[str, int], torch.Tensor] | None = None, context_length: int | None = None,
-            step: int | None = None) -> Path:
+            step: int | None = None, config_extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` as a Hugging Face folder: float32 ``model.safetensors`` and ``config.json``, each atomically.
 
     Args:
@@ -90,6 +90,8 @@ def save_hf(model: LlamaLM, folder: str | Path, *, layers: Sequence[int] | None 
         context_length: ``max_position_embeddings`` (see :func:`hf_config`).
         step: optimiser steps taken (the simulator's series): recorded as ``geodrift_step`` in the
             config and the safetensors metadata.
+        config_extra: further ``config.json`` keys (e.g. a source model's ``bos_token_id``); keys the shape
+            and switches set (:func:`hf_config`) are never replaced.
 
     Returns:
         ``folder``.
@@ -133,6 +135,8 @@ def save_hf(model: LlamaLM, folder: str | Path, *, layers: Sequence[int] | None 
     config = hf_config(model, n_layers=len(keep), context_length=context_length)
     if step is not None:
         config["geodrift_step"] = step
+    for key, value in (config_extra or {}).items():
+        config.setdefault(key, value)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     write_with(out / "model.safetensors", lambda tmp: save_file(state, str(tmp), metadata=metadata))

@@ -62,7 +62,8 @@ class Corpus:
     sha256: str
 
 
-def _make_corpus(name: str, source: str, train: str, valid: str) -> Corpus:
+def make_corpus(name: str, source: str, train: str, valid: str) -> Corpus:
+    """A :class:`Corpus` of two splits, its sha256 computed here (the one place a corpus is made)."""
     digest = hashlib.sha256((train + "\0" + valid).encode("utf-8")).hexdigest()
     return Corpus(name, source, train, valid, digest)
 
@@ -141,12 +142,12 @@ def load_corpus(path: str | Path | None = None, max_chars: int | None = None) ->
         import sys
 
         train, valid = split_documents(stdlib_documents())
-        corpus = _make_corpus("stdlib-docs", f"python {sys.version.split()[0]} stdlib docstrings + pydoc topics",
+        corpus = make_corpus("stdlib-docs", f"python {sys.version.split()[0]} stdlib docstrings + pydoc topics",
                               train, valid)
     else:
         corpus = _load_path(Path(path))
     if max_chars is not None and len(corpus.train) > max_chars:
-        corpus = _make_corpus(corpus.name, corpus.source, corpus.train[:max_chars], corpus.valid)
+        corpus = make_corpus(corpus.name, corpus.source, corpus.train[:max_chars], corpus.valid)
     return corpus
 
 
@@ -168,7 +169,7 @@ def _load_path(path: Path) -> Corpus:
         for suffix in ("raw", "tokens"):
             train_file, valid_file = path / f"wiki.train.{suffix}", path / f"wiki.valid.{suffix}"
             if train_file.is_file() and valid_file.is_file():
-                return _make_corpus("wikitext", str(path), _read(train_file), _read(valid_file))
+                return make_corpus("wikitext", str(path), _read(train_file), _read(valid_file))
         files = sorted(path.rglob("*.txt"))
         if not files:
             raise GeodriftError(f"--corpus {path}: folder has no *.txt files and no wiki.train.raw/"
@@ -181,7 +182,7 @@ def _load_path(path: Path) -> Corpus:
         raise GeodriftError(f"--corpus {path}: only {len(docs)} paragraphs; need at least {HOLDOUT_EVERY} "
                             "blank-line separated paragraphs for a held-out split")
     train, valid = split_documents(docs)
-    return _make_corpus("text", str(path), train, valid)
+    return make_corpus("text", str(path), train, valid)
 
 
 def _chunks(text: str, size: int = 1 << 20) -> Iterable[str]:

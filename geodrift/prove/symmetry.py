@@ -68,9 +68,13 @@ def witness_tensors(d: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def infinitesimal_defect(act: Act, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """D_A(x) = J_act(x) A x - A act(x), with the Jacobian-vector product from autograd. x: (d,)."""
-    out = torch.func.jvp(act, (x,), (a @ x,))
-    return out[1] - a @ act(x)
+    """D_A(x) = J_act(x) A x - A act(x), with the Jacobian-vector product from autograd. x: (d,).
+
+    Reverse mode (``torch.autograd.functional.jvp``, the double-backward trick): forward mode (``torch.func.jvp``)
+    loads torch's forward-AD decompositions, which call the deprecated ``torch.jit.script``.
+    """
+    _, product = torch.autograd.functional.jvp(act, x, a @ x)
+    return product - a @ act(x)
 
 
 def _inside(value: float, box: list[float], tol: float = 1e-12) -> bool:

@@ -52,3 +52,15 @@ _SPARK = "▁▂▃▄▅▆▇█"
 def sparkline(values: list[float]) -> str:
     """Unicode sparkline of values in [0, 1] (one character per adjacent-layer pair; NaN as a space)."""
     return "".join(_SPARK[min(len(_SPARK) - 1, max(0, int(v * len(_SPARK))))] if v == v else " " for v in values)
+
+
+def plural(count: int, word: str = "", many: str | None = None) -> str:
+    """``word`` in the singular or plural for ``count`` (``s`` alone when ``word`` is empty).
+
+    Example:
+        >>> f"1 run{plural(1)}, 2 run{plural(2)}", plural(3, "matrix", "matrices")
+        ('1 run, 2 runs', 'matrices')
+    """
+    if count == 1:
+        return word
+    return many if many is not None else word + "s"

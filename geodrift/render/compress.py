@@ -18,9 +18,10 @@ from geodrift.compress.saved import Saved
 from geodrift.compress.table import GEOMETRY, RANKINGS
 from geodrift.io.atomic import document
 from geodrift.render import console, fmt, lit
+from geodrift.render.compress_share import short_ppl
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
-from geodrift.render.verdicts import verdict_grid
+from geodrift.render.verdicts import VERDICT_STYLE, verdict_grid
 
 
 def _ppl(value: float, se: float | None = None) -> str:
@@ -81,15 +82,65 @@ def prune_document(result: PruneResult) -> dict[str, Any]:
     return document("compress_prune", result.to_dict())
 
 
-def render_prune(result: PruneResult, wide: bool = False) -> None:
-    """Print every prune table, the notes, then a one-line summary."""
-    for grid in prune_grids(result):
-        print_grid(grid, wide=wide)
+FULL_HINT = "--full: ± SE, layers removed, layer scores, correlations, measurements, cost"
+
+
+def brief_grid(result: PruneResult) -> Grid:
+    """The compact perplexity table: n × method, with the random orders' median (``--full``: ± SE, mean ± std)."""
+    methods = [c.method for c in result.curves]
+    grid = Grid(f"Held-out perplexity, n of {result.n_layers} layers removed (unpruned {short_ppl(result.baseline_ppl)})",
+                [Col("n")] + [Col(m) for m in methods] + [Col("random")],
+                caption=f"{result.eval_windows} held-out windows of {result.seq_len} tokens ({result.corpus['name']}); "
+                f"random: the median of {len(result.random_curves)} random orders. Weights: {result.weights}.")
+    for n in range(len(result.random_mean)):
+        grid.add(str(n + 1), *[short_ppl(c.ppl[n]) for c in result.curves], short_ppl(result.random_median[n]))
+    return grid
+
+
+def claims_grid(result: PruneResult) -> Grid:
+    """The claims, one short row each: number, claim, verdict (criteria follow once, full width: :func:`criteria`)."""
+    grid = Grid("The paper's pruning corollary, judged (criteria below; measurements: --full)",
+                [Col("#"), Col("claim", "left", prose=True), Col("verdict", "center")])
+    for i, v in enumerate(result.verdicts, 1):
+        grid.add(str(i), lit(v.claim), VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
+    return grid
+
+
+def criteria(result: PruneResult) -> list[str]:
+    """Each distinct criterion once, with the numbers of the claims it judged.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> from geodrift.continuity.verdicts import Verdict
+        >>> criteria(S(verdicts=[Verdict("a", "z >= 3", "", "holds"), Verdict("b", "z >= 3", "", "fails")]))
+        ['criterion of claims 1, 2: z >= 3']
+    """
+    by_text: dict[str, list[str]] = {}
+    for i, v in enumerate(result.verdicts, 1):
+        by_text.setdefault(v.criterion, []).append(str(i))
+    return [f"criterion of claim{'s' * (len(n) > 1)} {', '.join(n)}: {text}" for text, n in by_text.items()]
+
+
+def render_prune(result: PruneResult, wide: bool = False, full: bool = False) -> None:
+    """Print the prune result: brief by default (the perplexity table, the claims, each criterion once at the full
+    width, a pointer to ``--full``, the summary: at most 60 lines at 80 columns at the defaults), every table with
+    ``full``. Every line is wrapped to the terminal."""
+    if full:
+        for grid in prune_grids(result):
+            print_grid(grid, wide=wide)
+    else:
+        print_grid(brief_grid(result), wide=wide)
+        if result.verdicts:
+            print_grid(claims_grid(result), wide=wide)
+            for line in criteria(result):
+                console.print(lit(line, "dim"))
     for note in result.notes:
-        console.print(lit(f"note: {note}", "dim"), soft_wrap=True)
+        console.print(lit(f"note: {note}", "dim"))
+    if not full:
+        console.print(lit(FULL_HINT, "dim"))
     if result.saved is not None:
         console.print(lit(saved_line(result.saved)))
-    console.print(lit(prune_summary(result), "bold"), soft_wrap=True)
+    console.print(lit(prune_summary(result), "bold"))
 
 
 def saved_line(saved: Saved) -> str:

@@ -22,7 +22,7 @@ from geodrift.compress.share_run import ShareResult, best_baseline
 from geodrift.compress.table import CONTROL_OF, METHODS
 from geodrift.continuity.verdicts import Verdict
 from geodrift.io.atomic import document
-from geodrift.render import console, fmt, lit
+from geodrift.render import console, fmt, lit, plural
 from geodrift.render.figures import COLUMN_WIDTH_IN, log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.verdicts import VERDICT_STYLE, verdict_grid
@@ -147,8 +147,7 @@ def share_grids(result: ShareResult) -> list[Grid]:
     return grids + [cost]
 
 
-FULL_HINT = ("--full: Δ per draw, paired differences, geodrift's choices, the sharing evidence, every verdict's "
-             "criterion, the cost")
+FULL_HINT = "--full: Δ per draw, paired differences, choices, evidence, criteria, cost"
 
 
 def short_ppl(ppl: float) -> str:
@@ -167,12 +166,11 @@ def perplexity_grid(result: ShareResult) -> Grid:
     draw = f"; calibration draw {d} of {result.calib_draws}" if result.calib_draws > 1 else ""
     best = {ratio: best_baseline(result.runs, ratio, d) for ratio in result.ratios}
     named = ", ".join(f"{ratio:.0%} {b.method}" for ratio, b in best.items() if b is not None)
-    grid = Grid(f"Held-out perplexity, parameters removed — {result.model} (dense {result.baseline_ppl:.2f} ± "
+    grid = Grid(f"Held-out perplexity by parameters removed (dense {short_ppl(result.baseline_ppl)} ± "
                 f"{result.baseline_nll_se:.3f}{draw})", [Col("method", "left")]
                 + [Col(f"{ratio:.0%}") for ratio in result.ratios],
-                caption=f"Weights: {result.weights}. {result.eval_windows} held-out windows of {result.seq_len} "
-                "tokens; ± SE of the mean window NLL (nats). Rows: baselines | continuity | controls"
-                + (f"; best baseline: {named}." if named else "."))
+                caption=f"{result.eval_windows} held-out windows of {result.seq_len} tokens; ± SE of the mean window "
+                "NLL (nats). Rows: baselines | continuity | controls" + (f"; best baseline: {named}." if named else "."))
     methods = [m for m in result.methods if any(result.run(m, r, d) for r in result.ratios)]
     for i, method in enumerate(methods):
         cells = []
@@ -189,17 +187,20 @@ def beats_grid(result: ShareResult) -> Grid:
     """The question's verdict per ratio, measured, without its criterion (``--full`` prints it)."""
     grid = Grid("geodrift's compression beats the best baseline? (nats/token; criterion: --full)",
                 [Col("removed"), Col("geodrift − best baseline; − its random-grouping control", "left", prose=True),
-                 Col("verdict", "center")], lines=True)
+                 Col("verdict", "center")])
     beats = result.verdicts[:len(result.verdicts) - 2 * len(result.sharing)]  # one per ratio, in order
+    one_draw = len(result.draw_ids) == 1
     for ratio, v in zip(result.ratios, beats, strict=True):
-        grid.add(f"{ratio:.0%}", lit(v.measured.removesuffix(" (nats/token)")), VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
+        measured = v.measured.removesuffix(" (nats/token)")
+        if one_draw:  # "draw 0: geodrift - svd-llm ..." says the draw and the minuend the header says
+            measured = measured.split(": ", 1)[-1].removeprefix("geodrift - ")
+        grid.add(f"{ratio:.0%}", lit(measured), VERDICT_STYLE.get(v.verdict, lit(v.verdict)))
     return grid
 
 
 def space_grid(result: ShareResult) -> Grid:
     """Per projection: the predicted space and both budgets' verdicts with the paired difference that decided them."""
-    grid = Grid(f"A shared basis belongs in the predicted space? (at {result.verdict_ratio:.0%} removed, draw "
-                f"{result.draw_ids[0]}; criteria: --full)",
+    grid = Grid(f"A shared basis belongs in the predicted space? ({result.verdict_ratio:.0%} removed; criteria: --full)",
                 [Col("Proj", "left"), Col("predicted", "left"), Col("equal rank: alignment", "left", prose=True),
                  Col("equal params: error", "left", prose=True), Col("ranks")],
                 caption="Paired over the adjacent groups: the predicted space minus the other (V: each space, "
@@ -245,9 +246,11 @@ def render_share(result: ShareResult, wide: bool = False, full: bool = False) ->
         for grid in grids:
             print_grid(grid, wide=wide)
         shown = result.whitening[0] + (f"; and {len(result.whitening) - 1} more" if len(result.whitening) > 1 else "")
-        notes = [f"whitening: {shown}", FULL_HINT]
+        notes = [f"whitening: {shown}"]
     for note in notes:
-        console.print(lit(f"note: {note}", "dim"))
+        console.print(lit(f"note: {note}", "dim"))  # wrapped between words at the terminal's width, as every line
+    if not full:
+        console.print(lit(FULL_HINT, "dim"))
     if result.saved is not None:
         console.print(lit(saved_share_line(result.saved)))
     console.print(lit(share_summary(result), "bold"))
@@ -317,6 +320,6 @@ def plot_share(result: ShareResult, path: str | Path, dpi: int = 300) -> Path:
         ax.set_xlabel("projection parameters removed (%)")
         ax.set_ylabel("held-out perplexity")
         ax.set_title(f"{result.model.split(' ')[0]} ({result.weights.split(',')[0]}); "
-                     f"{result.eval_windows} windows, {result.calib_draws} draw(s)", fontsize=6.5)
+                     f"{result.eval_windows} windows, {result.calib_draws} draw{plural(result.calib_draws)}", fontsize=6.5)
         fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=5.5)
         return save_figure(fig, path, dpi)

@@ -20,7 +20,7 @@ import math
 from dataclasses import replace
 
 from geodrift.continuity import Report, RoleReport, VectorContinuity
-from geodrift.render import console, fmt, fmt_z, sparkline
+from geodrift.render import console, fmt, fmt_z, lit, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.weights import EXPERT_ROLES, ROLE_LABELS, split_across_experts_role, split_expert_role
 
@@ -160,4 +160,4 @@ def render_experts(report: Report, detail: bool = True, wide: bool = False) -> N
         print_grid(within_layer_grid(report), wide=wide)
     line = experts_summary_line(report)
     if line:
-        console.print(f"[bold]{line}[/bold]", soft_wrap=True)
+        console.print(lit(line, "bold"))

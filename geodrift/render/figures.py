@@ -96,23 +96,53 @@ def label_outer(fig: Any, axes: Sequence[Any], cols: int, xlabel: str, ylabel: s
             ax.set_ylabel(ylabel)
 
 
-def figure_legend(fig: Any, axes: Sequence[Any], ncol: int = 2) -> None:
-    """One legend for the whole figure, below the panels (entries from every panel, each label once)."""
+def figure_legend(fig: Any, axes: Sequence[Any], ncol: int = 2, extra: Sequence[tuple[Any, str]] = ()) -> None:
+    """One legend for the whole figure, below the panels (entries from every panel, each label once, then
+    ``extra`` ``(handle, label)`` pairs). A null band's entry shows its band and its dashed mean together
+    (:func:`draw_null_band`), so every line style drawn has its entry."""
+    from matplotlib.legend_handler import HandlerTuple
+
     seen: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(label, handle)
+            partner = getattr(handle, "geodrift_partner", None)
+            seen.setdefault(label, (handle, partner) if partner is not None else handle)
+    for handle, label in extra:
+        seen.setdefault(label, handle)
     if seen:
         fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=ncol, handlelength=1.6,
-                   columnspacing=1.0)
+                   columnspacing=1.0, handler_map={tuple: HandlerTuple(ndivide=1)})
 
 
 def draw_null_band(ax: Any, x: Sequence[float], mean: Sequence[float], std: Sequence[float], color: str,
                    label: str | None = None) -> None:
-    """The permutation null of a similarity: a band from its mean to mean + 3 sd, the mean dashed."""
+    """The permutation null of a similarity: a band from its mean to mean + 3 sd, the mean dashed (both in one
+    legend entry, :func:`figure_legend`)."""
     upper = [m + 3 * s for m, s in zip(mean, std, strict=True)]
-    ax.fill_between(x, mean, upper, color=color, alpha=0.18, lw=0, label=label)
-    ax.plot(x, mean, color=color, ls="--", lw=0.7)
+    band = ax.fill_between(x, mean, upper, color=color, alpha=0.18, lw=0, label=label)
+    (line,) = ax.plot(x, mean, color=color, ls="--", lw=0.7)
+    band.geodrift_partner = line
+
+
+# A space the view orders itself (the canonical view's head/hidden side, ``gauge == "aligned"``): no measurement,
+# drawn thin and grey without a null, named so in the legend.
+ALIGNED_COLOR = "0.72"
+ALIGNED_LABEL = "aligned by the view, not measured"
+# The space the theory predicts continuous is drawn thicker than the other (PREDICTED_LABEL in the legend).
+PREDICTED_WIDTH = 1.9
+PREDICTED_LABEL = "thick: predicted space"
+
+
+def draw_aligned(ax: Any, x: Sequence[float], y: Sequence[float]) -> None:
+    """An ``aligned`` space's values: a thin grey line, never a measurement (:data:`ALIGNED_LABEL`)."""
+    ax.plot(x, y, color=ALIGNED_COLOR, lw=0.7, label=ALIGNED_LABEL)
+
+
+def predicted_proxy() -> tuple[Any, str]:
+    """The legend entry saying that the thick line is the predicted space (for :func:`figure_legend`'s ``extra``)."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="0.2", lw=PREDICTED_WIDTH), PREDICTED_LABEL
 
 
 def draw_random_floor(ax: Any, floor: float, label: str | None = None) -> None:

@@ -25,8 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from geodrift.continuity import Report
-from geodrift.io.atomic import document, output_set, to_json, write_json, write_text
+from geodrift.io.atomic import document, output_set, retire, to_json, write_json, write_text
 from geodrift.jobs.outputs import (
     beside,
     experts_plot_path,
@@ -36,10 +35,11 @@ from geodrift.jobs.outputs import (
 )
 from geodrift.jobs.outputs import scan_outputs as scan_outputs
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the commands import this module before their job checks the options: no torch at import
+    from geodrift.continuity import Report
     from geodrift.jobs.scan import ScanRequest, ScanResult
     from geodrift.jobs.series import CompareRequest, DriftRequest
-    from geodrift.scanner.series import CompareReport, DriftReport
+    from geodrift.jobs.series_results import CompareResult, DriftResult
 
 
 def write_csv(report: Report, path: str | Path) -> list[Path]:
@@ -89,10 +89,12 @@ def write_scan_outputs(result: ScanResult, request: ScanRequest) -> list[Path]:
                 from geodrift.render.gauge import write_gauge_plot
 
                 written.append(write_gauge_plot(gauge, gauge_plot_path(plot), request.dpi))
+        # An earlier run's members of this set that this run does not write (its f_gauge.png, f_trajectory.png)
+        retire(p for _, p in scan_outputs(request.json_out, request.csv_out, request.plot, gauge=True))
     return written
 
 
-def write_drift_outputs(rep: DriftReport, request: DriftRequest) -> list[Path]:
+def write_drift_outputs(rep: DriftResult, request: DriftRequest) -> list[Path]:
     """Write the files a drift request names (the JSON, the continuity and rotation CSVs, both figures) as one set."""
     written: list[Path] = []
     with output_set():
@@ -114,7 +116,7 @@ def write_drift_outputs(rep: DriftReport, request: DriftRequest) -> list[Path]:
     return written
 
 
-def write_compare_outputs(rep: CompareReport, request: CompareRequest) -> list[Path]:
+def write_compare_outputs(rep: CompareResult, request: CompareRequest) -> list[Path]:
     """Write the files a compare request names (the JSON, the subspace CSV, the figure) as one set."""
     written: list[Path] = []
     with output_set():

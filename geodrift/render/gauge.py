@@ -56,7 +56,7 @@ def render_gauge(diag: GaugeDiagnosis | str, wide: bool = False, then: str | Non
         console.print(Text.assemble(lit("note:", "yellow"), " ", lit(diag)))
     else:
         print_grid(gauge_grid(diag), wide=wide)
-        console.print(lit(diag.summary(), "bold" if diag.flagged else ""), soft_wrap=True)
+        console.print(lit(diag.summary(), "bold" if diag.flagged else ""))
     if then is not None:
         console.print(lit(then, "bold"))  # wrapped at the terminal width, as render_scan prints it
 

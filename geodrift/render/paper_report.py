@@ -20,6 +20,7 @@ from geodrift.continuity import Report, Stat
 from geodrift.io.atomic import document, write_json, write_text
 from geodrift.io.provenance import check_results_path, results_markdown
 from geodrift.prove.runner import ProveReport
+from geodrift.render import plural
 from geodrift.render.layout import grid_markdown
 from geodrift.reproduction import PaperReproduction, Section, ViewComparison
 from geodrift.sim.reference import PAPER_TABLE2
@@ -56,9 +57,11 @@ def write_report(rep: PaperReproduction, folder: str | Path, dpi: int = 150) -> 
         "sections": [{"key": s.key, "title": s.title, "kind": s.kind, "command": s.command, "note": s.note,
                       "seconds": s.seconds, "runs": s.runs,
                       "result": s.result.to_dict() if s.result is not None else None} for s in rep.sections]}))
-    for stale in previous - set(files):
+    from geodrift.io.manifest import Manifests, managed_root
+
+    for stale in previous - set(files):  # the predecessor's figures - those the manifest proves geodrift's
         path = folder / stale
-        if stale.startswith("figures/") and path.suffix == ".png" and path.is_file():
+        if stale.startswith("figures/") and path.suffix == ".png" and Manifests().owns(path, managed_root(path)):
             path.unlink()
     return [md, js, *written]
 
@@ -148,7 +151,7 @@ def _wall(s: Section) -> str:
     if s.seconds is None:
         return "not run"
     text = f"{s.seconds:.1f} s" if s.seconds < 120 else f"{s.seconds / 60:.1f} min"
-    return f"{text}, summed over its {s.runs} run(s)" if s.kind == "sim" else text
+    return f"{text}, summed over its {s.runs} run{plural(s.runs)}" if s.kind == "sim" else text
 
 
 def _claims(rep: PaperReproduction) -> list[str]:
@@ -210,7 +213,7 @@ def _cell(stat: Stat | None, paper: Any) -> str:
 
 def _sim_table(rep: Reproduction) -> list[str]:
     cols = list(rep.columns)
-    lines = [f"{len(rep.seeds)} seed(s): {', '.join(map(str, rep.seeds))}. Eq. 1 random floor {rep.floor:.3f}, "
+    lines = [f"{len(rep.seeds)} seed{plural(len(rep.seeds))}: {', '.join(map(str, rep.seeds))}. Eq. 1 random floor {rep.floor:.3f}, "
              f"layer-mean sd {rep.noise:.4f}; each run's permutation nulls are in its record (report.json).", "",
              "| configuration | " + " | ".join(COLUMN_TITLES.get(c, c) for c in cols) + " |",
              "|---|" + "---|" * len(cols)]

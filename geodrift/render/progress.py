@@ -25,15 +25,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     ProgressColumn,
     Task,
     TaskID,
-    TaskProgressColumn,
-    TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 from rich.text import Text
 
@@ -48,6 +44,10 @@ PLAIN_EVERY_S = 10.0
 # The rate (and so the ETA) is measured over the last this-many seconds of updates, so that
 # start-up work (first-step compilation, data loading) does not distort it.
 RATE_WINDOW_S = 30.0
+# An ETA is shown only once it is stable: a known total, at least this many units done after the first one
+# (which carries the start-up) and at least this share of the total.
+ETA_MIN_UNITS = 3
+ETA_MIN_SHARE = 0.05
 
 
 def announce(message: str, *, quiet: bool = False, console: Console | None = None) -> None:
@@ -79,18 +79,48 @@ class _RateColumn(ProgressColumn):
         return Text(rate_text(task.speed, self.unit), style="progress.data.speed")
 
 
-def rate_text(per_second: float | None, unit: str) -> str:
-    """``12.3 steps/s``, or ``4.2 s/step`` for slow jobs (``unit`` plural, its singular by dropping an ``s``).
+# Plurals whose singular is not the plural less its "s".
+_SINGULAR = {"matrices": "matrix", "indices": "index", "vertices": "vertex", "batches": "batch"}
+
+
+def singular(unit: str) -> str:
+    """The singular of a plural unit.
 
     Example:
-        >>> rate_text(0.25, "steps")
-        '4.0 s/step'
+        >>> singular("matrices"), singular("steps"), singular("claims")
+        ('matrix', 'step', 'claim')
+    """
+    return _SINGULAR.get(unit, unit[:-1] if unit.endswith("s") else unit)
+
+
+def rate_text(per_second: float | None, unit: str) -> str:
+    """``12.3 steps/s``, or ``4.2 s/step`` for slow jobs (``unit`` plural, :func:`singular` per unit).
+
+    Example:
+        >>> rate_text(0.25, "steps"), rate_text(0.125, "matrices")
+        ('4.0 s/step', '8.0 s/matrix')
     """
     if not per_second:
         return f"– {unit}/s"
     if per_second >= 1:
         return f"{per_second:.1f} {unit}/s"
-    return f"{1 / per_second:.1f} s/{unit[:-1] if unit.endswith('s') else unit}"
+    return f"{1 / per_second:.1f} s/{singular(unit)}"
+
+
+class _CountColumn(ProgressColumn):
+    # done/total and the percentage; with no total yet (a spinner), the units done alone.
+    def render(self, task: Task) -> Text:
+        done = int(task.completed)
+        if not task.total:
+            return Text(f"{done} {task.fields.get('unit', '')}".rstrip(), style="progress.download")
+        return Text(f"{done}/{int(task.total)} {100 * done / task.total:>3.0f}%", style="progress.download")
+
+
+class _EtaColumn(ProgressColumn):
+    # The ETA once it is stable (JobProgress.eta), else nothing: never a guess from the first unit.
+    def render(self, task: Task) -> Text:
+        eta = task.fields.get("eta")
+        return Text("" if eta is None else f"ETA {clock(eta)}", style="progress.remaining")
 
 
 class _TitleColumn(ProgressColumn):
@@ -135,6 +165,7 @@ class JobProgress:
         self._start = self._last_line = time.monotonic()
         self._lines = 0
         self._samples: deque[tuple[float, int]] = deque()
+        self._first_done = 0  # units done at the first update (the start-up is in it)
         self._bar: _BarWithStatus | None = None
         self._task: TaskID | None = None
 
@@ -142,11 +173,11 @@ class JobProgress:
         self._start = self._last_line = time.monotonic()
         if self.live:
             self._bar = _BarWithStatus(
-                _TitleColumn(self.title), BarColumn(bar_width=24),
-                MofNCompleteColumn(), TaskProgressColumn(), _RateColumn(self.unit), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True)
+                _TitleColumn(self.title), BarColumn(bar_width=24), _CountColumn(), _RateColumn(self.unit),
+                TimeElapsedColumn(), _EtaColumn(), console=self.console, transient=True)
             self._bar.__enter__()
-            self._task = self._bar.add_task("", total=self.total)
+            # total None: rich draws a pulsing bar (a spinner), our count shows the units done alone
+            self._task = self._bar.add_task("", total=self.total or None, unit=self.unit, eta=None)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -155,7 +186,7 @@ class JobProgress:
             self.total = max(self.total, self.completed) if self.total > 0 else self.completed
             self.completed = self.total
             if self._bar is not None and self._task is not None:
-                self._bar.update(self._task, completed=self.completed, total=self.total)
+                self._bar.update(self._task, completed=self.completed, total=self.total or None, eta=None)
         if self._bar is not None:
             self._bar.__exit__(kind, error, trace)
         elif not self.quiet and self._lines and kind is None:
@@ -168,13 +199,16 @@ class JobProgress:
             self.total = total
         self.completed = completed if completed is not None else self.completed + advance
         now = time.monotonic()
+        if not self._samples:
+            self._first_done = self.completed
         self._samples.append((now, self.completed))
         while len(self._samples) > 2 and now - self._samples[1][0] > RATE_WINDOW_S:
             self._samples.popleft()
         if description is not None:
             self.description = description
         if self._bar is not None and self._task is not None:
-            self._bar.update(self._task, completed=self.completed, description=self.description, total=self.total)
+            self._bar.update(self._task, completed=self.completed, description=self.description,
+                             total=self.total or None, eta=self.eta())
         elif not self.quiet:
             self._maybe_line()
 
@@ -210,17 +244,32 @@ class JobProgress:
         (t0, c0), (t1, c1) = self._samples[0], self._samples[-1]
         return (c1 - c0) / (t1 - t0) if t1 > t0 and c1 >= c0 else None
 
+    def eta(self) -> float | None:
+        """Seconds left, once stable (else None): the total is known, at least :data:`ETA_MIN_UNITS` units were
+        done after the first update (the first unit carries the start-up) and at least :data:`ETA_MIN_SHARE` of
+        the total; at the rate of the last :data:`RATE_WINDOW_S` seconds."""
+        if not self.total or not self._samples:
+            return None
+        since_first = self.completed - self._first_done
+        if since_first < ETA_MIN_UNITS or self.completed < ETA_MIN_SHARE * self.total:
+            return None
+        rate = self.rate()
+        return max(0.0, self.total - self.completed) / rate if rate else None
+
     def _plain_line(self, final: bool = False) -> str:
         elapsed = time.monotonic() - self._start
         rate = self.completed / elapsed if final and elapsed > 0 else self.rate()
-        pct = f" ({100 * self.completed / self.total:.0f}%)" if self.total else ""
         what = f" {self.description}" if self.description else ""
         if final:
             return f"{self.title} done: {self.completed}/{self.total} {self.unit} in {clock(elapsed)} ({rate_text(rate, self.unit)})"
-        eta = (self.total - self.completed) / rate if rate else None
         status = f" · {self.status_text}" if self.status_text else ""
-        return (f"{self.title}{what}: {self.completed}/{self.total}{pct} · {rate_text(rate, self.unit)} · "
-                f"elapsed {clock(elapsed)} · ETA {clock(eta)}{status}")
+        if not self.total:  # no total yet: the count alone, no percentage and no ETA
+            return (f"{self.title}{what}: {self.completed} {self.unit} · {rate_text(rate, self.unit)} · "
+                    f"elapsed {clock(elapsed)}{status}")
+        eta = self.eta()
+        return (f"{self.title}{what}: {self.completed}/{self.total} ({100 * self.completed / self.total:.0f}%) · "
+                f"{rate_text(rate, self.unit)} · elapsed {clock(elapsed)}"
+                + (f" · ETA {clock(eta)}" if eta is not None else "") + status)
 
 
 def training_reporter(bar: JobProgress) -> Callable[[StepStatus], None]:
@@ -343,3 +392,56 @@ class ConsoleEvents:
         bar, self._bar, self._on_step, self._on_status = self._bar, None, None, None
         if bar is not None:
             bar.__exit__(kind, error, trace)
+
+
+class PythonProgress:
+    """The Python face's progress (``geodrift.scan(..., progress=True)``): a bar that counts ``unit`` for ``title``.
+
+    tqdm's bar where tqdm is installed (``tqdm.auto``: the notebook widget in Jupyter with ipywidgets, text
+    elsewhere; tqdm is not a dependency of geodrift - ``gguf`` brings it - and is only used when present), else
+    geodrift's own bar on stderr (:class:`JobProgress`, which rich also draws in a notebook). Either way the ETA
+    follows :meth:`JobProgress.eta`'s rule (shown once stable). A context manager; :meth:`advance` and
+    :meth:`set_total` are a job's callbacks.
+
+    Example:
+        >>> with PythonProgress("scanning", "matrices", use_tqdm=False, quiet=True) as bar:
+        ...     bar.set_total(2); bar.advance("attn_q[0]"); bar.advance("attn_q[1]")
+    """
+
+    def __init__(self, title: str, unit: str, *, use_tqdm: bool | None = None, quiet: bool = False) -> None:
+        self._tqdm: Any = None
+        if use_tqdm is not False and not quiet:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:  # no ETA of tqdm's own (it guesses from the first unit): ours, in the postfix
+                self._tqdm = tqdm(total=None, desc=title, unit=singular(unit), leave=True,
+                                  bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]")
+        # geodrift's bar: drawn when tqdm is not, else kept silent for its ETA rule
+        self._bar = JobProgress(title, 0, unit, quiet=quiet or self._tqdm is not None)
+
+    def __enter__(self) -> PythonProgress:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._tqdm is not None:
+            self._tqdm.close()
+        self._bar.__exit__(kind, error, trace)
+
+    def advance(self, label: str) -> None:
+        """One unit done (``label`` being worked on)."""
+        self._bar.advance(label)
+        if self._tqdm is not None:
+            eta = self._bar.eta()
+            self._tqdm.set_postfix_str(label + ("" if eta is None else f", ETA {clock(eta)}"), refresh=False)
+            self._tqdm.update(1)
+
+    def set_total(self, total: int) -> None:
+        """The units of work, once known."""
+        self._bar.set_total(total)
+        if self._tqdm is not None:
+            self._tqdm.total = total
+            self._tqdm.refresh()

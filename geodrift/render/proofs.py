@@ -27,7 +27,7 @@ def render_proofs(report: ProveReport, wide: bool = False) -> None:
         grid.add(Text.assemble(lit(r.name, "bold"), "\n", lit(r.title)), lit(r.method), sym, lit(r.numeric_summary),
                  lit(r.status, style), f"{r.symbolic_s + r.numeric_s:.1f} s")
     print_grid(grid, wide=wide)
-    console.print(lit(summary_line(report), "bold"), soft_wrap=True)
+    console.print(lit(summary_line(report), "bold"))
     if any(r.name in GROUP_CLAIMS for r in report.results):
         render_groups(report, wide=wide)
 
@@ -49,7 +49,7 @@ def render_groups(report: ProveReport, wide: bool = False) -> None:
     print_grid(grid, wide=wide)
     console.print(lit("proofs: the claims that derive the family's groups, verified / all; twins: the maps of those "
                       "groups measured on real models (SmolLM2, transformers models) that kept the logits, agreeing / "
-                      "all. Full groups, invariants and twins: --json (gauge_groups) or --markdown."), soft_wrap=True)
+                      "all. Full groups, invariants and twins: --json (gauge_groups) or --markdown."))
 
 
 def summary_line(report: ProveReport) -> str:

@@ -17,7 +17,7 @@ from geodrift.render.progress import JobProgress, announce
 if TYPE_CHECKING:
     from geodrift.jobs.inspect import Inventory
     from geodrift.jobs.scan import ScanResult
-    from geodrift.scanner.series import CompareReport, DriftReport
+    from geodrift.jobs.series_results import CompareResult, DriftResult
 
 
 @contextmanager
@@ -57,7 +57,7 @@ def show_scan(result: ScanResult, *, as_json: bool, full: bool, wide: bool) -> N
         render_gauge(result.gauge, wide=wide, then=summary_line(result.report))
 
 
-def show_drift(rep: DriftReport, *, as_json: bool, wide: bool) -> None:
+def show_drift(rep: DriftResult, *, as_json: bool, wide: bool) -> None:
     """A training series: JSON on stdout, or its tables."""
     from geodrift.render.files import print_document
     from geodrift.render.series import render_drift
@@ -68,7 +68,7 @@ def show_drift(rep: DriftReport, *, as_json: bool, wide: bool) -> None:
         render_drift(rep, wide=wide)
 
 
-def show_compare(rep: CompareReport, *, as_json: bool, wide: bool) -> None:
+def show_compare(rep: CompareResult, *, as_json: bool, wide: bool) -> None:
     """Two models compared: JSON on stdout, or their tables."""
     from geodrift.render.files import print_document
     from geodrift.render.series import render_compare
@@ -79,13 +79,14 @@ def show_compare(rep: CompareReport, *, as_json: bool, wide: bool) -> None:
         render_compare(rep, wide=wide)
 
 
-def show_inventory(inventory: Inventory, *, as_json: bool, wide: bool) -> None:
-    """A checkpoint's tensors and the role each is scanned as: JSON on stdout, or the table."""
+def show_inventory(inventory: Inventory, *, as_json: bool, wide: bool, full: bool = False) -> None:
+    """A checkpoint's tensors and the role each is scanned as: JSON on stdout, or the summary and the table (one row
+    per role and layer range; ``full``: per tensor)."""
     from geodrift.render.files import print_document
     from geodrift.render.inspect import render_inventory
 
     if as_json:
         print_document(document("inventory", inventory.to_dict()))
     else:
-        render_inventory(f"Tensors of {inventory.model} ({inventory.format}, {inventory.architecture})",
-                         inventory.tensors, inventory.summary, wide=wide)
+        render_inventory(f"Tensors of {inventory.model}",
+                         inventory.tensors, inventory.summary, wide=wide, full=full)

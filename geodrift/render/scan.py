@@ -1,9 +1,11 @@
 """Render a continuity Report in the terminal: brief by default, every table with ``full``.
 
-Brief (the default of ``geodrift scan``): one row per projection with its v1/u1 continuity, each
-beside its permutation-null mean, and its two verdicts on the same row; the criteria once; the
-summary line. Full (``--full``): the per-projection table with both floors and σ²-WA, the depth
-profiles, the k = 1..K table, the trajectory shape and each projection's criterion.
+Brief (the default of ``geodrift scan``, at most 25 lines at 80 columns on the embedded model): one row per
+projection with its v1/u1 continuity, each beside its permutation-null mean, and its two verdicts on the same
+row; a caption; one line on the view (what ``aligned`` means, where the paper's raw numbers are); a pointer to
+``--full`` and ``geodrift explain``; the summary line. Full (``--full``): the per-projection table with both
+floors and σ²-WA, the depth profiles, the k = 1..K table, the trajectory shape, each projection's criterion
+and the gauge text.
 
 Every table is a :class:`~geodrift.render.layout.Grid`, so at 80 columns or in a pipe it is split
 by columns rather than truncated (``--wide`` prints each whole). Files (CSV) are written by
@@ -24,7 +26,7 @@ from geodrift.continuity.verdicts import (
     is_continuity,
 )
 from geodrift.gauge.status import ALIGNED, UNKNOWN
-from geodrift.render import console, fmt, fmt_z, lit, sparkline
+from geodrift.render import console, fmt, fmt_z, lit, plural, sparkline
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.verdicts import found_phrase, found_words
 
@@ -52,6 +54,14 @@ def _predicted(role: RoleReport) -> str:
     return {"v": "v (input)", "u": "u (output)", None: "neither"}[role.predicted_space]
 
 
+def _null_short(report: Report) -> str:
+    # the brief table's words for its null: the permutation null's draws, and the rotation null where it is used
+    draws = f"{report.null_draws} permutation{plural(report.null_draws)}"
+    if not any(s.null == "rotation" for r in report.roles for s in r.spaces.values()):
+        return draws
+    return f"residual side: random rotations, analytic; head/hidden side: {draws}"
+
+
 def _null_words(report: Report) -> str:
     # which null the z and brackets are against (geodrift.gauge.status.null_kind)
     permutation = f"the permutation null ({report.null_draws} draws, seed {report.seed})"
@@ -64,7 +74,7 @@ def _null_words(report: Report) -> str:
 def scan_grid(report: Report, title: str | None = None) -> Grid:
     """The main table: one row per projection, v1 and u1 continuity with both floors and both verdicts."""
     grid = Grid(
-        title or f"Geometric continuity — {report.origin} ({report.view} weights)",
+        title or scan_title(report),
         [Col("Proj", "left", style="bold"), Col("shape · L", "left"), Col("predicted", "left"),
          Col("v1 (input)"), Col("u1 (output)"), Col("σ²-WA v"), Col("σ²-WA u"), Col("verdict", "left")],
         caption=(
@@ -99,17 +109,14 @@ def brief_grid(report: Report) -> Grid:
         ['Proj', 'pred', 'v1 |cos| (null)', 'u1 |cos| (null)', 'frame', 'path']
     """
     grid = Grid(
-        f"Geometric continuity — {report.origin} ({report.view} weights)",
+        scan_title(report),
         [Col("Proj", "left", style="bold"), Col("pred", "left"), Col("v1 |cos| (null)"), Col("u1 |cos| (null)"),
          Col("frame", "left"), Col("path", "left")],
         caption=(
-            "v1/u1: mean |cos| of adjacent layers' first singular vectors (Eq. 1), its z and mean (in brackets) "
-            f"under {_null_words(report)}; pred: the space the "
-            "theory predicts continuous (bold). frame: Eq. 1 in that space; path: nearby layers agree more "
-            "than far ones."
-            + (" For V (pred none): none = no frame (path) found, as predicted; found = one the theory did not "
-               "predict." if any(r.predicted_space is None and r.verdict != "no prediction" for r in report.roles)
-               else "")
+            f"|cos| of adjacent layers' v1/u1 (Eq. 1), z and (mean) of its null ({_null_short(report)}); "
+            "bold: predicted."
+            + (" V: none = none found, as predicted." if any(
+                r.predicted_space is None and r.verdict != "no prediction" for r in report.roles) else "")
             + (" —: the theory makes no prediction for this projection." if any(
                 r.verdict == "no prediction" for r in report.roles) else "")
         ),
@@ -129,8 +136,36 @@ def brief_grid(report: Report) -> Grid:
 ALIGNED_CELL = "[dim]aligned[/dim]"
 
 
+def scan_title(report: Report) -> str:
+    """The scan table's title: the model and the view its numbers are in.
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> scan_title(Report("m.gguf", "canonical", 8, 20, 0, []))
+        'Geometric continuity — m.gguf, canonical view'
+    """
+    return f"Geometric continuity — {report.origin}, {report.view} view"
+
+
+def view_line(report: Report) -> str | None:
+    """The brief output's one line on the view: what ``aligned`` means and where the paper's raw numbers are
+    (None where no space's gauge status is known: nothing to say).
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> view_line(Report("m", "raw", 8, 20, 0, [])) is None
+        True
+    """
+    if not report.roles or all(space.gauge == UNKNOWN for r in report.roles for space in r.spaces.values()):
+        return None
+    if report.view == "canonical":
+        return "aligned: ordered by the view itself, not measured; paper's numbers: --view raw"
+    what = "raw view (the paper's metric)" if report.view == "raw" else f"{report.view} view"
+    return f"{what}: exact gauges move it; --view canonical: invariant"
+
+
 def gauge_line(report: Report) -> str:
-    """Whether the report's numbers are gauge-invariant (one line under the table; docs/verdicts.md).
+    """Whether the report's numbers are gauge-invariant (``--full``, under the criteria; docs/verdicts.md).
 
     Example:
         >>> from geodrift.continuity import Report
@@ -207,7 +242,7 @@ def summary_line(report: Report) -> str:
     paths = [r for r in judged if r.path_verdict in ("holds", "fails")]
     head = (f"frame {sum(r.verdict == 'holds' for r in judged)}/{len(judged)}, path "
             f"{sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)} predictions hold on {report.origin}, "
-            f"{report.view} weights" + (" (gauge-invariant)" if report.view == "canonical" else ""))
+            f"{report.view} view" + (" (gauge-invariant)" if report.view == "canonical" else ""))
     groups: dict[str, list[str]] = {}
     for r in judged:
         if is_continuity(r):
@@ -223,20 +258,10 @@ def summary_line(report: Report) -> str:
     return head + (" — " + "; ".join(parts) if parts else "")
 
 
-def criteria_lines(report: Report, grouped: bool = False) -> list[str]:
-    """Each projection's two verdicts with the frame criterion, then the depth-path criterion once.
-
-    ``grouped`` (the brief output, whose table holds the verdicts): each distinct frame criterion
-    once, naming the projections it judged, e.g. ``frame criterion (Q, K, Gate, Up): v1 beats ...``.
-    """
+def criteria_lines(report: Report) -> list[str]:
+    """Each projection's two verdicts with the frame criterion, then the depth-path criterion once (``--full``)."""
     judged = [r for r in report.roles if r.verdict != "no prediction"]
-    if grouped:
-        by_text: dict[str, list[str]] = {}
-        for r in judged:
-            by_text.setdefault(r.criterion, []).append(r.label)
-        lines = [f"frame criterion ({', '.join(labels)}): {text}" for text, labels in by_text.items()]
-    else:
-        lines = [f"{r.label}: {found_phrase(r)} — frame criterion: {r.criterion}" for r in judged]
+    lines = [f"{r.label}: {found_phrase(r)} — frame criterion: {r.criterion}" for r in judged]
     if any(r.predicted_space is not None and r.verdict != "no prediction" for r in report.roles):
         lines += [f"frame: {FRAME_NOTE}", f"path criterion: {PATH_CRITERION}"]
     if any(r.role == "attn_v" and r.predicted_space is None for r in report.roles):
@@ -244,16 +269,16 @@ def criteria_lines(report: Report, grouped: bool = False) -> list[str]:
     return lines
 
 
-FULL_HINT = ("--full: σ²-WA, median and random floors, depth profiles, k = 1..K, trajectory shape and each "
-             "projection's criterion; --json: every number")
+FULL_HINT = "--full: every table and criterion · geodrift explain: what each verdict means"
 
 
 def render_scan(report: Report, full: bool = False, wide: bool = False, summary: bool = True) -> None:
     """Print the scan report to the terminal (tables reflowed to fit unless ``wide``), then its summary line.
 
-    Brief (default): :func:`brief_grid`, the criteria grouped, a pointer to ``--full``. ``full``: the
-    per-projection table, depth profiles, k = 1..K and trajectory tables, each projection's criterion.
-    A mixture of experts' per-expert roles get tables of their own (``geodrift.render.experts``).
+    Brief (default): :func:`brief_grid`, :func:`view_line`, a pointer to ``--full`` and ``geodrift explain``.
+    ``full``: the per-projection table, depth profiles, k = 1..K and trajectory tables, each projection's
+    criterion, the gauge text. A mixture of experts' per-expert roles get tables of their own
+    (``geodrift.render.experts``).
     """
     from geodrift.render.experts import render_experts, without_experts
 
@@ -264,12 +289,14 @@ def render_scan(report: Report, full: bool = False, wide: bool = False, summary:
         print_grid(k_grid(report), wide=wide)
         if report.trajectory:
             print_grid(trajectory_grid(report), wide=wide)
+        for line in criteria_lines(report):
+            console.print(lit(line, "dim"))
+        if view_line(report) is not None:
+            console.print(lit(gauge_line(report), "dim"))
     else:
         print_grid(brief_grid(report), wide=wide)
-    for line in criteria_lines(report, grouped=not full):
-        console.print(lit(line, "dim"))
-    if report.roles and any(space.gauge != UNKNOWN for r in report.roles for space in r.spaces.values()):
-        console.print(lit(gauge_line(report), "dim"))
+        if (view := view_line(report)) is not None:
+            console.print(lit(view, "dim"))
     render_experts(whole, detail=full, wide=wide)
     if not full:
         console.print(lit(FULL_HINT, "dim"))

@@ -1,10 +1,12 @@
 """The scan's figure: adjacent-layer |cos| of v1 and u1 across depth, one panel per projection.
 
 Each panel shows both spaces with each pair's own permutation null (a band from its mean to
-+3 sd) and the analytic floor ``sqrt(2/(pi d))`` (dotted; one line per space when their widths
-differ). The panel title names the projection and the space the theory predicts (first line) and both
-verdicts (second line; V's as what was found: ``no frame, no path, as predicted``). The legend names
-every line and band, the null band of each space in its own colour.
++3 sd, its mean dashed) and the analytic floor ``sqrt(2/(pi d))`` (dotted; one line per space when their
+widths differ). The predicted space's line is thick; a space the view aligns itself (the canonical view's
+head/hidden side) is a thin grey line without a null, never a measurement. The panel title names the
+projection and the space the theory predicts (first line) and both verdicts (second line; V's as what was
+found: ``no frame, no path, as predicted``); the figure's title gives the overall verdict and the view
+(``frame 8/8, path 7/8 · SmolLM2 · canonical view``). The legend names every line style and band.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ from typing import Any
 from matplotlib.ticker import MaxNLocator
 
 from geodrift.continuity import Report, RoleReport
+from geodrift.gauge.status import ALIGNED
 from geodrift.jobs.outputs import trajectory_plot_path as trajectory_plot_path
 from geodrift.render.figures import (
+    PREDICTED_WIDTH,
     RANDOM_LABEL,
+    draw_aligned,
     draw_null_band,
     draw_random_floor,
     figure_legend,
     label_outer,
     null_label,
     panels,
+    predicted_proxy,
     save_figure,
     style,
 )
@@ -58,9 +64,33 @@ def continuity_figure(report: Report, title: str | None = None) -> Any:
         for ax, role in zip(axes, roles, strict=True):
             _panel(ax, role)
         label_outer(fig, axes, cols, "layer l (pair l, l+1)", "|cos| (Eq. 1)")
-        fig.suptitle(title or f"{report.origin}, {report.view} weights")
-        figure_legend(fig, axes)
+        fig.suptitle(title or figure_title(report))
+        figure_legend(fig, axes, extra=_space_proxies(roles)
+                      + ([predicted_proxy()] if any(r.predicted_space for r in roles) else []))
         return fig
+
+
+def _space_proxies(roles: list[RoleReport]) -> list[tuple[Any, str]]:
+    # One legend entry per measured space, drawn at the ordinary width (a panel's predicted line is thicker).
+    from matplotlib.lines import Line2D
+
+    shown = [x for x in ("v", "u") if any(r.spaces[x].gauge != ALIGNED for r in roles)]
+    return [(Line2D([], [], color=SPACE_COLORS[x], marker="."), SPACE_NAMES[x]) for x in shown]
+
+
+def figure_title(report: Report) -> str:
+    """The overall verdict and the view, then the model: ``frame 8/8, path 7/8 · canonical view`` / ``m.gguf``.
+
+    Example:
+        >>> from geodrift.continuity import Report
+        >>> figure_title(Report("m.gguf", "raw", 8, 20, 0, []))
+        'frame 0/0, path 0/0 · raw view\\nm.gguf'
+    """
+    judged = [r for r in report.roles if r.verdict in ("holds", "fails") and split_expert_role(r.role) is None]
+    paths = [r for r in judged if r.path_verdict in ("holds", "fails")]
+    verdict = (f"frame {sum(r.verdict == 'holds' for r in judged)}/{len(judged)}, "
+               f"path {sum(r.path_verdict == 'holds' for r in paths)}/{len(paths)}")
+    return f"{verdict} · {report.view} view\n{report.origin}"
 
 
 def _panel(ax: Any, role: RoleReport) -> None:
@@ -68,10 +98,14 @@ def _panel(ax: Any, role: RoleReport) -> None:
     floors = set()
     for space in ("v", "u"):
         vc = role.spaces[space].vectors[0]
+        if role.spaces[space].gauge == ALIGNED:
+            draw_aligned(ax, x, vc.per_pair)
+            continue
         color = SPACE_COLORS[space]
         if vc.per_pair_null_mean:
             draw_null_band(ax, x, vc.per_pair_null_mean, vc.per_pair_null_std, color, null_label(f"{space}1"))
-        ax.plot(x, vc.per_pair, color=color, marker=".", label=SPACE_NAMES[space])
+        width = PREDICTED_WIDTH if role.predicted_space == space and role.verdict != "no prediction" else None
+        ax.plot(x, vc.per_pair, color=color, marker=".", lw=width)  # its legend entry: _space_proxies
         floors.add(round(vc.baseline, 6))
     for i, floor in enumerate(sorted(floors)):
         draw_random_floor(ax, floor, RANDOM_LABEL if i == 0 else None)
@@ -104,21 +138,25 @@ def trajectory_figure(report: Report) -> Any:
     random baseline) in the panel title.
     """
     labels = list(dict.fromkeys(t.label for t in report.trajectory))
+    aligned = {(r.role, x) for r in report.roles for x, space in r.spaces.items() if space.gauge == ALIGNED}
     with style():
         fig, axes = panels(len(labels), cols=2, sharex=False, panel_height=1.6)
         for ax, label in zip(axes, labels, strict=True):
             evr = []
             for t in (t for t in report.trajectory if t.label == label):
+                if (t.role, t.space) in aligned:
+                    draw_aligned(ax, t.lags, t.lag_abs_cos)
+                    continue
                 color = SPACE_COLORS[t.space]
                 draw_null_band(ax, t.lags, t.lag_null_mean, t.lag_null_std, color, null_label(f"{t.space}1"))
                 ax.plot(t.lags, t.lag_abs_cos, color=color, marker=".", label=SPACE_NAMES[t.space])
-                draw_random_floor(ax, t.lag_floor, RANDOM_LABEL if t.space == "v" else None)
+                draw_random_floor(ax, t.lag_floor, RANDOM_LABEL)
                 evr.append(f"{t.space} {t.evr:.2f}")  # e.g. "v 0.48"
             rand = next(t.evr_random_mean for t in report.trajectory if t.label == label)
             ax.set_title(f"{label}\n3-PC EVR {', '.join(evr)} · rand {rand:.2f}", pad=2, fontsize=6)
             ax.set_ylim(0, 1.02)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         label_outer(fig, axes, 2, "layer distance k", "mean |cos(l, l+k)|")
-        fig.suptitle(f"Trajectory shape across depth — {report.origin}")
+        fig.suptitle(f"Trajectory shape across depth · {report.view} view\n{report.origin}")
         figure_legend(fig, axes)
         return fig

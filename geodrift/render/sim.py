@@ -15,7 +15,7 @@ from typing import Any
 from rich.text import Text
 
 from geodrift.continuity import Report, RoleReport, Stat
-from geodrift.render import console, fmt, lit
+from geodrift.render import console, fmt, lit, plural
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.scan import render_scan, sparkline
 from geodrift.render.verdicts import VERDICT_STYLE, found_words, verdict_grid
@@ -37,7 +37,14 @@ def _cell(stat: Stat | None, paper: float | str | None, col: str) -> str:
 
 
 def _title(rep: Reproduction) -> str:
-    return f"geodrift (mean ± std over {len(rep.seeds)} seed(s)) vs the paper"  # the command: in the summary line
+    n = len(rep.seeds)  # the command: in the summary line
+    return f"geodrift (mean ± std over {n} seed{plural(n)}, {track_view(rep)} view) vs the paper"
+
+
+def track_view(rep: Reproduction) -> str:
+    """The view the runs were tracked in (``raw``, or ``canonical``: ``simulate transformer --view canonical``)."""
+    views = sorted({spec.track.view for spec in rep.specs}) or ["raw"]
+    return "/".join(views)
 
 
 def _caption(rep: Reproduction) -> str:
@@ -134,8 +141,9 @@ def summary_line(rep: Reproduction) -> str:
     held = sum(v.verdict == "holds" for v in judged)
     counts = sorted({s.train.steps for s in rep.specs}) or [0]
     steps = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    what = f"geodrift simulate {rep.sim} --preset {rep.preset}: {len(rep.specs)} configuration(s) × " \
-           f"{len(rep.seeds)} seed(s) × {steps} steps"
+    configs, seeds = len(rep.specs), len(rep.seeds)
+    what = f"geodrift simulate {rep.sim} --preset {rep.preset}: {configs} configuration{plural(configs)} × " \
+           f"{seeds} seed{plural(seeds)} × {steps} steps, {track_view(rep)} view"
     if not judged:
         return f"{what}; this preset judges no claims"
     failed = [v.claim for v in judged if v.verdict == "fails"]
@@ -225,7 +233,8 @@ def render_reproduction(rep: Reproduction, reference: Report | None = None, deta
         console.print(lit(f"• {note}", "dim"))
     walls = [r.timing.get("wall_s", 0.0) / max(1.0, r.timing.get("members", 1.0)) for r in rep.records]
     if walls:
-        console.print(f"[dim]• {len(rep.records)} runs, {sum(walls):.1f} s of training wall time in total[/dim]")
+        console.print(f"[dim]• {len(rep.records)} run{plural(len(rep.records))}, {sum(walls):.1f} s of training wall "
+                      "time in total[/dim]")
     for r in rep.results:
         if r.path is not None:
             console.print(lit(f"• run record: {r.path / 'run.json'}", "dim"))

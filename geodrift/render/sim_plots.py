@@ -20,10 +20,12 @@ import numpy as np
 from matplotlib.colors import Normalize
 from matplotlib.ticker import MaxNLocator
 
+from geodrift.gauge.status import ALIGNED
 from geodrift.render.figures import (
     NULL_LABEL,
     RANDOM_LABEL,
     check_dpi,
+    draw_aligned,
     draw_null_band,
     draw_random_floor,
     figure_format,
@@ -34,7 +36,7 @@ from geodrift.render.figures import (
     save_figure,
     style,
 )
-from geodrift.render.scan_plot import write_plot
+from geodrift.render.scan_plot import figure_title, write_plot
 from geodrift.sim.record import RunRecord, slug
 from geodrift.sim.reference import PAPER_TABLE2_SPACE
 from geodrift.sim.reproduce import Reproduction
@@ -186,13 +188,19 @@ def pca_plot(records: list[RunRecord], path: Path, dpi: int = 300) -> Path:
 
 
 def transformer_training_plot(records: list[RunRecord], path: Path, floors: dict[tuple[str, str], float],
-                              dpi: int = 300) -> Path:
-    """Per projection, W's v1 and u1 continuity vs step for every seed, each with its null band."""
+                              dpi: int = 300, view: str = "raw", aligned: frozenset[tuple[str, str]] = frozenset()
+                              ) -> Path:
+    """Per projection, W's v1 and u1 continuity vs step for every seed, each with its null band; a space the
+    tracking ``view`` aligns itself (``aligned``: role, space) is a thin grey line of the first seed, no null."""
     roles = [r for r in PAPER_TABLE2_SPACE if records[0].select("W", r, "cont", "v", 1)]
     with style():
         fig, axes = panels(len(roles), sharex=False)
         for ax, role in zip(axes, roles, strict=True):
             for space, color in (("v", "tab:blue"), ("u", "tab:orange")):
+                if (role, space) in aligned:
+                    pts = records[0].select("W", role, "cont", space, 1)
+                    draw_aligned(ax, [p[0] for p in pts], [p[1] for p in pts])
+                    continue
                 for i, rec in enumerate(records):
                     pts = rec.select("W", role, "cont", space, 1)
                     x = [p[0] for p in pts]
@@ -209,7 +217,7 @@ def transformer_training_plot(records: list[RunRecord], path: Path, floors: dict
             ax.set_ylim(0, 1.02)
         label_outer(fig, axes, 2, "training step", "W |cos| (Eq. 1)")
         seeds = ", ".join(str(r.seed) for r in records)
-        fig.suptitle(f"{records[0].label}: continuity over training (seeds {seeds})")
+        fig.suptitle(f"{records[0].label}: continuity over training\n(seeds {seeds}; {view} view)")
         figure_legend(fig, axes)
         return save_figure(fig, path, dpi)
 
@@ -240,13 +248,16 @@ def write_plots(rep: Reproduction, target: str | Path, dpi: int = 300) -> list[P
         for spec in rep.specs:
             runs = [r for r in rep.results if r.record.label == spec.label and r.record.rows]
             if runs:
-                floors = _floors(runs[0].report)
+                report = runs[0].report
+                aligned = frozenset((r.role, x) for r in report.roles for x, sp in r.spaces.items() if sp.gauge == ALIGNED)
                 paths.append(transformer_training_plot([r.record for r in runs],
-                                                       folder / f"{prefix}{slug(spec.label)}_training.{fmt}", floors, dpi))
+                                                       folder / f"{prefix}{slug(spec.label)}_training.{fmt}",
+                                                       _floors(report), dpi, spec.track.view, aligned))
         for result in rep.results:
             path = folder / f"{prefix}{slug(result.record.label)}_seed{result.record.seed}_depth.{fmt}"
+            verdicts = figure_title(result.report).splitlines()[0]  # "frame 7/7, path 3/7 · canonical view"
             paths.append(write_plot(result.report, path, dpi,
-                                    title=f"{result.record.label}, seed {result.record.seed}: final weights"))
+                                    title=f"{verdicts}\n{result.record.label}, seed {result.record.seed}: final weights"))
         return paths
     paths = [continuity_plot(done, folder / f"{prefix}continuity.{fmt}", rep.floor, dpi)]
     if any(r[4] == "rotation_deg" for rec in done for r in rec.rows):  # only runs past the epoch-1 reference have it

@@ -24,11 +24,7 @@ def verdict_grid(verdicts: Iterable[Verdict], title: str) -> Grid:
 
 
 def found_words(role: RoleReport) -> tuple[str, str]:
-    """A projection's frame and path verdicts as what was found, words a reader cannot misread.
-
-    A predicted space (Q, K, Gate, Up: v; O, Down, OV: u) keeps ``holds``/``fails`` (the prediction of a
-    frame or path holds or fails). V is predicted to have neither, so its "holds" is said as ``none`` (no
-    frame, or no path, as predicted) and its "fails" as ``found`` (one the theory did not predict).
+    """A projection's frame and path verdicts as what was found (:meth:`RoleReport.said`): V's ``none``/``found``.
 
     Example:
         >>> from types import SimpleNamespace as S
@@ -37,10 +33,7 @@ def found_words(role: RoleReport) -> tuple[str, str]:
         >>> found_words(S(predicted_space="v", verdict="holds", path_verdict="n/a"))
         ('holds', 'n/a')
     """
-    if role.predicted_space is not None:
-        return role.verdict, role.path_verdict
-    words = {"holds": "none", "fails": "found"}
-    return words.get(role.verdict, role.verdict), words.get(role.path_verdict, role.path_verdict)
+    return RoleReport.said(role)  # type: ignore[arg-type]  # any object with the three fields
 
 
 def found_phrase(role: RoleReport) -> str:

@@ -54,7 +54,8 @@ class TensorRow:
     Attributes:
         name, shape, dtype: as stored (shape from the header, dtype as the file names it).
         kind, layer: the canonical key it maps to (``geodrift.scanner.names``), or None when unmapped.
-        use: ``scanned``, ``folded`` (a norm gain, used by ``--view folded`` only) or ``not scanned``.
+        use: ``scanned``, ``folded`` (a norm gain, folded into its projections by the folded and canonical views)
+            or ``not scanned``.
         detail: which projection(s) it becomes, or why it is not scanned.
     """
 
@@ -129,9 +130,14 @@ def summary_line(ckpt: Checkpoint, rows: list[TensorRow]) -> str:
     folded = sum(r.use == FOLDED for r in rows)
     skipped = len(rows) - len(scanned) - folded
     moe = f" (experts: {len(families)} famil{'y' if len(families) == 1 else 'ies'})" if families else ""
-    return (f"{ckpt.label} ({ckpt.format}, {ckpt.architecture}): {len(rows)} tensors - {len(scanned)} scanned as "
-            f"{len(roles - experts) + len(families)} projection(s){moe} over {len(layers)} layer(s), {folded} norm "
-            f"gain(s) used by --view folded, {skipped} not scanned")
+    projections = len(roles - experts) + len(families)
+    return (f"{ckpt.label} ({ckpt.format}, {ckpt.architecture}): {len(rows)} tensor{_s(len(rows))} - {len(scanned)} "
+            f"scanned as {projections} projection{_s(projections)}{moe} over {len(layers)} layer{_s(len(layers))}, "
+            f"{folded} norm gain{_s(folded)} folded into them (folded and canonical views), {skipped} not scanned")
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
 
 
 def _describe(ckpt: Checkpoint, kind: str, layer: int | None) -> tuple[str, str]:
@@ -151,7 +157,7 @@ def _describe(ckpt: Checkpoint, kind: str, layer: int | None) -> tuple[str, str]
     out = [_folded_label(r) for r, norm in OUTPUT_SIDE.items() if norm == kind and r in present]
     if into or out:
         side = f"{', '.join(into)} (input side)" if into else f"{', '.join(out)} (output side)"
-        return FOLDED, f"norm gain of {side}{at}; --view folded only"
+        return FOLDED, f"norm gain of {side}{at}"
     return NOT_SCANNED, _GLOBAL_WHY.get(kind, kind) + at
 
 

@@ -61,6 +61,9 @@ LIBRARY_ARCH: dict[str, str] = {
     "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "gpt2": "GPT2",
 }
 ARCHITECTURES: tuple[str, ...] = tuple(LIBRARY_ARCH)
+# Other spellings of them (config.json model_type, GGUF general.architecture).
+ARCHITECTURE_ALIASES: dict[str, str] = {"gemma3_text": "gemma3", "phi3small": "phi3", "qwen2moe": "qwen2_moe",
+                                        "qwen3moe": "qwen3_moe"}
 MOE_ARCHITECTURES: frozenset[str] = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"})
 FUSED_KINDS: tuple[str, ...] = ("attn_qkv", "mlp_gate_up", "attn_qkv_bias")
 NORM_KINDS: tuple[str, ...] = (
@@ -309,8 +312,7 @@ def normalise_model_type(model_type: str, source: str | None = None) -> str:
     Raises:
         GeodriftError: for an architecture without built-in names.
     """
-    aliases = {"gemma3_text": "gemma3", "phi3small": "phi3", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
-    arch = aliases.get(model_type, model_type)
+    arch = ARCHITECTURE_ALIASES.get(model_type, model_type)
     if arch not in ARCHITECTURES:
         raise GeodriftError(
             f"{source + ': ' if source else ''}architecture {model_type!r} has no built-in names (known: {', '.join(ARCHITECTURES)}); "

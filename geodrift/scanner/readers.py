@@ -37,6 +37,8 @@ from pathlib import Path
 import torch
 
 from geodrift.errors import GeodriftError
+from geodrift.io.checks import VIEWS as CHECKED_VIEWS
+from geodrift.io.checks import missing_model
 from geodrift.scanner.canonical_view import canonical_weightset, check_canonical, resolve_view
 from geodrift.scanner.checkpoint import Checkpoint, Part
 from geodrift.scanner.embedded import EMBEDDED_LABEL, embedded_model_path
@@ -49,6 +51,7 @@ from geodrift.scanner.validate import check_file, read_weight_map
 from geodrift.weights import (
     MOE_ROLES,
     TRANSFORMER_ROLES,
+    BadTensor,
     WeightEntry,
     WeightSet,
     all_finite,
@@ -61,8 +64,8 @@ __all__ = [
     "norm_gain", "weightset", "validate_for_continuity", "load_name_mapping", "all_finite",
 ]
 
-# What --view accepts (cli/choices.py View mirrors it).
-VIEWS = ("raw", "folded", "canonical")
+# What --view accepts (cli/choices.py View mirrors it); defined with the option checks, which run before torch loads.
+VIEWS = CHECKED_VIEWS
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 # Roles a checkpoint holds (besides each expert's: "expert_gate.3" ...).
 _CHECKPOINT_ROLES = frozenset(TRANSFORMER_ROLES + MOE_ROLES)
@@ -101,7 +104,7 @@ def open_checkpoint(path: str | Path | None, names: str | Path | list[NameRule] 
         raise GeodriftError(f"{path}: not a usable path ({error.strerror}); pass a .gguf/.safetensors file or a "
                             "model folder") from None
     if not exists:
-        raise GeodriftError(f"{path}: no such file or folder; pass a .gguf/.safetensors file or a model folder")
+        raise missing_model(path)
     if path.is_dir():
         return _open_folder(path, rules, architecture)
     check_file(path)  # a FIFO or device would block the magic sniff below forever
@@ -178,7 +181,7 @@ def _part(ckpt: Checkpoint, key: CanonicalKey) -> Part:
     raise GeodriftError(
         f"{ckpt.label}: no tensor for {key[0]}"
         + (f" in layer {key[1]}" if key[1] is not None else "")
-        + f" ({ckpt.architecture}); canonical_keys() lists what the checkpoint has"
+        + f" ({ckpt.architecture}); `geodrift inspect MODEL` lists the tensors it has"
     )
 
 
@@ -203,7 +206,7 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
         Projections ``(d_out, d_in)``; biases and norms ``(d,)``; embeddings ``(vocab, d_model)``.
 
     Raises:
-        GeodriftError: the key is absent, or the tensor holds NaN/Inf.
+        GeodriftError: the key is absent; BadTensor (a GeodriftError): the tensor holds NaN/Inf.
 
     Example:
         >>> load_canonical(open_checkpoint(None), ("attn_k", 0)).shape
@@ -216,10 +219,11 @@ def load_canonical(ckpt: Checkpoint, key: CanonicalKey) -> torch.Tensor:
     if part.rows is not None:
         tensor = tensor[part.rows[0]:part.rows[1]]
     tensor = tensor.contiguous()
-    if not all_finite(tensor):
-        raise GeodriftError(
+    if not all_finite(tensor):  # BadTensor: what --skip-nonfinite skips (WeightSet.without_bad_tensors)
+        raise BadTensor(
             f"{ckpt.label}:{part.name}: tensor contains NaN or Inf values; the checkpoint is corrupt or was "
-            "saved mid-divergence - re-export it or exclude this projection with --roles/--layers"
+            "saved mid-divergence - re-export it, exclude this projection with --roles/--layers, or skip it with "
+            "--skip-nonfinite"
         )
     return tensor
 

@@ -20,7 +20,7 @@ class Outcome:
     """One job's end: its result, or the error that stopped it (one line), and its wall time."""
 
     job: Job
-    result: RunResult | None
+    result: RunResult | dict[str, Any] | None  # a simulator run's RunResult, or a fine-tuning run's record
     error: str | None
     seconds: float
 
@@ -57,12 +57,15 @@ def exit_with_parent(poll_s: float = 2.0) -> None:
 
 
 def execute(spec: dict[str, Any], seed: int, preset: str, out: str | None, device: str, threads: int,
-            checkpoint_every: int) -> tuple[RunResult | None, str | None, float]:
+            checkpoint_every: int) -> tuple[RunResult | dict[str, Any] | None, str | None, float]:
     """One run in a worker process: ``(result, None, seconds)`` or ``(None, error line, seconds)``.
 
     Args:
-        spec: ``RunSpec.to_dict()`` (plain data crosses process boundaries cheaply).
-        seed, preset, out, device, checkpoint_every: see :func:`geodrift.sim.run.run`.
+        spec: ``RunSpec.to_dict()`` or, for a fine-tuning run, ``FinetuneSpec.to_dict()`` (``kind: finetune``;
+            plain data crosses process boundaries cheaply).
+        seed, preset, out, device, checkpoint_every: see :func:`geodrift.sim.run.run` (a fine-tuning run takes its
+            seed from its spec, resumes by skipping a finished run and has no mid-run checkpoint:
+            :func:`geodrift.finetune.run.run_finetune`).
         threads: ``torch.set_num_threads`` for this run.
     """
     import torch
@@ -71,9 +74,16 @@ def execute(spec: dict[str, Any], seed: int, preset: str, out: str | None, devic
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
+    result: RunResult | dict[str, Any]
     try:
-        result = run(RunSpec.from_dict(spec), [seed], out=out, resume=out is not None, device=device,
-                     checkpoint_every=checkpoint_every, preset=preset)[0]
+        if spec.get("kind") == "finetune":
+            from geodrift.finetune.run import run_finetune
+            from geodrift.finetune.spec import FinetuneSpec
+
+            result = run_finetune(FinetuneSpec.from_dict(spec), out, device=device)
+        else:
+            result = run(RunSpec.from_dict(spec), [seed], out=out, resume=out is not None, device=device,
+                         checkpoint_every=checkpoint_every, preset=preset)[0]
     except GeodriftError as error:
         return None, str(error), time.perf_counter() - t0
     except Exception as error:  # a failed run must not kill the sweep: report where it failed

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from geodrift.errors import GeodriftError
+from geodrift.finetune.spec import FinetuneSpec
 from geodrift.sim.config import (
     SIMULATORS,
     ImageData,
@@ -63,9 +64,14 @@ _CONFIG_KEYS = {"label", "base", "model", "train", "track", "ablations", "data"}
 
 @dataclass(frozen=True)
 class Job:
-    """One independent run: a configuration, one seed, and the sweep (preset) it belongs to."""
+    """One independent run: a configuration, one seed, and the sweep (preset) it belongs to.
 
-    spec: RunSpec
+    Two kinds: a simulator run (``spec`` a :class:`~geodrift.sim.config.RunSpec`) and a fine-tuning run (``spec`` a
+    :class:`~geodrift.finetune.spec.FinetuneSpec`, ``seed`` its ``spec.seed``; :func:`geodrift.sweep.execute.execute`
+    dispatches on ``spec.to_dict()["kind"]``).
+    """
+
+    spec: RunSpec | FinetuneSpec
     seed: int
     preset: str
     folder: str = ""  # a sub-folder of --out holding this job's records (several presets in one sweep)

@@ -22,6 +22,7 @@ from typing import Any
 
 from geodrift.errors import GeodriftError
 from geodrift.sim.reproduce import Reproduction, assemble
+from geodrift.sim.run import RunResult
 from geodrift.sweep.execute import Outcome, SweepStatus, Tally, execute, exit_with_parent
 from geodrift.sweep.grid import Grid, Job
 
@@ -160,7 +161,7 @@ def sweep_reproduction(grid: Grid, outcomes: list[Outcome]) -> Reproduction:
     Raises:
         GeodriftError: when every run failed (the first errors are quoted).
     """
-    results = [o.result for o in outcomes if o.result is not None]
+    results = [o.result for o in outcomes if isinstance(o.result, RunResult)]
     failed = [o for o in outcomes if o.error is not None]
     if not results:
         errors = "; ".join(f"{o.job.key}: {o.error}" for o in failed[:3])
