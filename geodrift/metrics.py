@@ -157,6 +157,42 @@ def random_baseline(d: int) -> float:
     return math.sqrt(2.0 / (math.pi * d))
 
 
+def rotation_null(d: int) -> tuple[float, float]:
+    """The rotation null of one ``|cos|``: its mean and standard deviation when one of the two unit vectors is
+    turned by a uniformly random rotation of ``R^d`` (Haar), i.e. ``|t|`` for ``t`` a coordinate of a uniform unit
+    vector: ``E|t| = Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2))`` (``~ sqrt(2/(pi d))``, :func:`random_baseline`) and
+    ``E t^2 = 1/d``. It depends on nothing but ``d``: no basis, no coordinates, so an exact residual rotation, or a
+    change of the weights, cannot move it.
+
+    The ``|cos|`` of distinct layer pairs under independent rotations per layer are pairwise independent (two
+    pairs never close a cycle), so a mean over ``n`` pairs has this mean and standard deviation ``sd / sqrt(n)``,
+    exactly, for any set of pairs (adjacent layers, one lag, the far lags pooled).
+
+    Example:
+        >>> [round(x, 4) for x in rotation_null(2)]  # 2/pi and sqrt(1/2 - 4/pi^2)
+        [0.6366, 0.3078]
+    """
+    mean = math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+    return mean, math.sqrt(max(1.0 / d - mean * mean, 0.0))
+
+
+def rotation_overlap_null(k: int, d: int) -> tuple[float, float]:
+    """Mean and standard deviation of the overlap ``||A Q B^T||_F^2 / k`` of two ``k``-subspaces of ``R^d`` when ``Q``
+    is a uniformly random rotation: ``||Q_kk||_F^2 / k`` for the top-left ``k x k`` block of a Haar matrix, from its
+    fourth moments (``E Q11^4 = 3/(d(d+2))``, ``E Q11^2 Q12^2 = 1/(d(d+2))``, ``E Q11^2 Q22^2 = (d+1)/((d-1)d(d+2))``).
+
+    Example:
+        >>> [round(x, 4) for x in rotation_overlap_null(1, 2)]  # cos^2 of a uniform angle: mean 1/2, sd 1/sqrt(8)
+        [0.5, 0.3536]
+    """
+    if d < 2:
+        return 1.0, 0.0
+    base = d * (d + 2)
+    second = (k * k * 3 + 2 * k * k * (k - 1)) / base + (k * (k - 1)) ** 2 * (d + 1) / ((d - 1) * base)
+    mean = k * k / d
+    return mean / k, math.sqrt(max(second - mean * mean, 0.0)) / k
+
+
 @dataclass(frozen=True)
 class NullStats:
     """Permutation-null distribution of a statistic: mean and standard deviation over draws."""
@@ -298,6 +334,11 @@ def null_of_sigma2(samples: torch.Tensor, sigma: torch.Tensor, frobenius_sq: tor
 
 def _normalise(vectors: torch.Tensor) -> torch.Tensor:
     return vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+def energy_share(sigma: torch.Tensor, frobenius_sq: torch.Tensor | None) -> torch.Tensor:
+    """``s_k^2 / ||W||_F^2`` per layer and ``k`` (``(L, K)``, float64): Eq. 2's weights (None: over ``sum s_k^2``)."""
+    return _energy_share(sigma, frobenius_sq)
 
 
 def _energy_share(sigma: torch.Tensor, frobenius_sq: torch.Tensor | None) -> torch.Tensor:

@@ -197,8 +197,11 @@ def test_scan_of_the_embedded_model_matches_the_golden_report():
 
 def test_the_default_scan_of_the_embedded_model_is_canonical_and_matches_its_golden_report():
     # The default view (issue 31): canonical, as geodrift has derived SmolLM2's gauge group (llama).
-    # tests/golden/smollm2_scan_canonical.json is the default scan at commit 93c617d (after canon-cost: z and null
-    # sd moved by ~2e-4 relative from b96424b, as the residual basis is now computed by syrk), written by
+    # tests/golden/smollm2_scan_canonical.json is the default scan of issue 38's branch `continuity` (before: commit
+    # 93c617d). Issue 38 changed it on purpose: the residual side is judged against the rotation null (analytic,
+    # basis-free: z moved, e.g. Q v1 120.8 -> 106.9, Down u1 151.8 -> 161.1; every mean the same) and no residual
+    # basis is computed (the V/O and Q/K factors are signed against the token embedding's mean, which moved the
+    # unjudged head-side numbers of Q, K, V and O); every verdict is unchanged. Written by
     #   OMP_NUM_THREADS=1 .venv/bin/geodrift scan --json --quiet | .venv/bin/python -c "import json, sys;
     #   d = json.load(sys.stdin); print(json.dumps({k: d[k] for k in ('origin', 'view', 'k', 'null_draws',
     #   'seed', 'roles', 'notes')}))"

@@ -156,8 +156,9 @@ def test_drift_and_compare_json_fields_and_csv_columns_are_documented(series: li
 def test_every_face_of_drift_and_compare_names_the_view_and_shows_no_aligned_space_as_a_measurement(
         series: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], view: str | None):
     """Terminal, JSON, CSV and figures of both commands, in the default (canonical) view and the raw one: the view
-    and gauge fixing named; an aligned space (the canonical view's head/hidden side) never a number, a counted
-    subspace or an unmarked line."""
+    and gauge fixing named; an aligned space (the canonical view's head/hidden side, continuity across depth) never a
+    number, a counted subspace or an unmarked line. Cross-checkpoint numbers are measurements in every space: the
+    canonical view aligns every checkpoint to the reference, its head and hidden side too (issue 38)."""
     import csv
     import re
 
@@ -175,18 +176,21 @@ def test_every_face_of_drift_and_compare_names_the_view_and_shows_no_aligned_spa
         flat = " ".join(text.split())
         assert f"({expected} view, gauge: {doc['gauge_fixing']}" in flat  # the title names both
         rows = doc["rotation"] if command == "drift" else doc["subspaces"]
-        aligned = {(r["role"], r["space"]) for r in rows if r["gauge"] == "aligned"}
-        assert bool(aligned) == (expected == "canonical")  # the head/hidden side, in the canonical view only
+        assert {r["gauge"] for r in rows} == ({"invariant"} if expected == "canonical" else {"varies"})
+        continuity = {(r["role"], s): space["gauge"] for rep in doc["reports"] for r in rep["roles"]
+                      for s, space in r["spaces"].items()}
+        aligned = {key for key, gauge in continuity.items() if gauge == "aligned"}
+        assert bool(aligned) == (expected == "canonical")  # the head/hidden side's continuity across depth
         table = [line for line in text.splitlines() if line.startswith("│") and "aligned" in line]
-        keys = {tuple(c.strip() for c in line.strip("│").split("│")[:2]) for line in table}  # a split table repeats them
-        assert len(keys) == len(aligned)  # one row each, "aligned" in its cells
-        assert all(not re.search(r"\d\.\d{3}|\d°", line) for line in table)  # no number beside "aligned"
-        if command == "compare":  # the closing count leaves the aligned subspaces out
-            measured = [r for r in rows if r["gauge"] != "aligned"]
-            above = sum(r["overlap"] > r["overlap_null_mean"] + 3 * r["overlap_null_std"] for r in measured)
-            assert f"{above}/{len(measured)} (projection, space, layer) subspaces" in flat
-        else:
-            assert ("aligned spaces not counted" in flat) == bool(aligned)
+        if command == "compare":  # every subspace compared and counted
+            assert not table
+            above = sum(r["overlap"] > r["overlap_null_mean"] + 3 * r["overlap_null_std"] for r in rows)
+            assert f"{above}/{len(rows)} (projection, space, layer) subspaces" in flat
+        else:  # an aligned space's continuity cell reads "aligned", no number beside it; its rotation is a number
+            keys = {tuple(c.strip() for c in line.strip("│").split("│")[:2]) for line in table}
+            assert len(keys) == len(aligned)
+            assert all(not re.search(r"\d\.\d{3}", line) for line in table)
+            assert "aligned spaces not counted" not in flat
         with open(out_dir / "r.csv", newline="") as handle:
             csv_rows = list(csv.DictReader(handle))
         assert {r["view"] for r in csv_rows} == {expected} and all(r["gauge"] for r in csv_rows)
@@ -194,8 +198,8 @@ def test_every_face_of_drift_and_compare_names_the_view_and_shows_no_aligned_spa
             assert all(r["verdict"] == "" for r in csv_rows if r["gauge"] == "aligned")
         svgs = [figure.read_text() for figure in sorted(out_dir.glob("f*.svg"))]  # drift: rotation, continuity
         assert len(svgs) == (2 if command == "drift" else 1) and all(f"{expected} view" in svg for svg in svgs)
-        # an aligned space is a grey line named in the legend (the rotation figure draws predicted spaces only)
-        assert any("aligned by the view, not measured" in svg for svg in svgs) == bool(aligned)
+        # an aligned space's continuity across depth is a grey line named in the legend (drift's continuity figure)
+        assert any("aligned by the view, not measured" in svg for svg in svgs) == (bool(aligned) and command == "drift")
 
 
 def test_geodrift_drift_and_compare_give_the_clis_numbers_with_summary_to_frame_and_plot(series: list[Path],

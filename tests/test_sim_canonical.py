@@ -92,6 +92,32 @@ def test_the_canonical_view_is_refused_where_the_group_is_not_the_llama_family_s
         Overrides(view="canonical").apply(preset("mlp", "smoke")[0])
 
 
+def _rotation(view: str) -> dict[tuple[str, str, int], float]:
+    # per projection, space and tracked step: the mean rotation from step 0 (deg) of a short run of the tiny preset
+    from sim_helpers import tiny_spec
+
+    from geodrift.sim.run import run
+
+    (result,) = run(tiny_spec(steps=12, track_every=2, view=view), [42], device="cpu")
+    return {(row[3], row[5], row[0]): row[8] for row in result.record.rows
+            if row[4] == "rotation_deg" and row[7] is None}
+
+
+def test_the_canonical_tracker_measures_rotation_drift_continuously_in_the_first_steps_gauge():
+    """Issue 38 item 5: the tracked rotation from step 0 in the canonical view moves with training as the raw view's
+    does (every step aligned to step 0's canonical weights); canonicalised step by step, tie-breaks jump."""
+    canonical, raw = _rotation("canonical"), _rotation("raw")
+    assert canonical.keys() == raw.keys() and {key[2] for key in canonical} == {0, 2, 4, 6, 8, 10, 12}
+    assert max(canonical[key] for key in canonical if key[2] == 0) < 1e-4  # the reference itself (float32 rounding)
+    last = [key for key in canonical if key[2] == 12]
+    mean_canonical = sum(canonical[k] for k in last) / len(last)
+    mean_raw = sum(raw[k] for k in last) / len(last)
+    assert mean_canonical <= 2 * mean_raw + 0.1, (mean_canonical, mean_raw)
+    for key in canonical:  # and step by step: no number jumps ahead of the raw view's largest move at that step
+        step_raw = max(raw[k] for k in raw if k[2] == key[2])
+        assert canonical[key] <= 10 * step_raw + 0.1, (key, canonical[key], step_raw)
+
+
 @pytest.mark.parametrize("view", ["raw", "canonical"])
 def test_simulate_names_its_tracking_view_and_greys_the_aligned_spaces(view: str, tmp_path, capsys):
     """``geodrift simulate transformer --view``: the table's title, the summary and every figure name the view; in

@@ -41,7 +41,7 @@ from geodrift.continuity.trajectory import trajectory_shapes
 from geodrift.continuity.verdicts import path_verdicts, projection_verdict, relative_verdicts
 from geodrift.errors import GeodriftError
 from geodrift.gauge.canonical import rotate_residual
-from geodrift.gauge.status import ALIGNED, space_gauge
+from geodrift.gauge.status import ALIGNED, ROTATION_NULL, null_kind, space_gauge
 from geodrift.io.checks import check_device, check_seed
 from geodrift.linalg import MatrixProduct, SVDTriplets, batched_svd_triplets, top_k_svd, top_k_svd_of_product
 from geodrift.weights import WeightKey, WeightSet, predicted_space, role_label, role_sort_key
@@ -155,7 +155,7 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
                 notes.append(f"{role}: k clipped from {spec.k} to {reports[-1].k} (the rank of its matrices)")
     report = Report(origin, view, spec.k, spec.null_draws, spec.seed, relative_verdicts(reports), notes)
     if trajectory:
-        report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed, bank=bank)
+        report.trajectory = trajectory_shapes(spectra, spec.null_draws, spec.seed, bank=bank, view=view)
         report.roles = path_verdicts(report.roles, report.trajectory)
     return report
 
@@ -239,7 +239,8 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
     }
     shape = (triplets[0].U.shape[0], triplets[0].Vh.shape[1])
     undefined = degenerate.undefined_vectors(sigma, shape)  # (L, K): zero/rank-deficient -> NaN pairs
-    spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank, undefined) for s in SPACES}
+    spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank, undefined, null_kind(view, role, s))
+              for s in SPACES}
     for s in SPACES:  # the gauge label of every number (geodrift.gauge.status)
         status, moved = space_gauge(view, role, s)
         spaces[s] = replace(spaces[s], gauge=status, moved_by=list(moved))
@@ -247,7 +248,8 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
     known, predicted = predicted_space(role)
     if known:
         verdict, criterion = projection_verdict(predicted, spaces["v"].vectors[0], spaces["u"].vectors[0],
-                                                aligned={s for s in SPACES if spaces[s].gauge == ALIGNED})
+                                                aligned={s for s in SPACES if spaces[s].gauge == ALIGNED},
+                                                null=spaces[predicted].null if predicted in spaces else "permutation")
     else:
         verdict, criterion = "no prediction", "the theory makes no per-space prediction for this role"
     methods: dict[str, int] = {}
@@ -262,8 +264,11 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
 
 
 def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fro: torch.Tensor, k: int,
-                      draws: int, bank: PermutationBank, undefined: torch.Tensor | None = None) -> SpaceContinuity:
+                      draws: int, bank: PermutationBank, undefined: torch.Tensor | None = None,
+                      null: str = "permutation") -> SpaceContinuity:
     # vectors: (L, K, d) with K >= k; the first k are reported one by one, all K enter Eq. 2.
+    if null == ROTATION_NULL:
+        return _rotation_continuity(space, vectors, sigma, fro, k, undefined)
     n_pairs, available, dim = vectors.shape[0] - 1, vectors.shape[1], vectors.shape[2]
     # One set of permuted samples serves both nulls when all K vectors are few; with the full
     # spectrum, Eq. 2's null permutes every vector per draw, so its draws are capped (~32 x draws).
@@ -294,6 +299,50 @@ def _space_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fr
         sigma2_wa_upper=float((wa + gap).nanmean()), sigma2_wa_per_pair=wa.tolist(),
         sigma2_null_mean=float(wa_null.mean), sigma2_null_std=float(wa_null.std), sigma2_null_draws=wa_draws,
         subspace_overlap=float(overlap.nanmean()), subspace_baseline=k / dim,
+    )
+
+
+def _rotation_continuity(space: str, vectors: torch.Tensor, sigma: torch.Tensor, fro: torch.Tensor, k: int,
+                         undefined: torch.Tensor | None) -> SpaceContinuity:
+    # The space's numbers against the rotation null (geodrift.metrics.rotation_null): analytic, nothing drawn.
+    dim = vectors.shape[2]
+    mean, sd = metrics.rotation_null(dim)
+    cos = metrics.adjacent_abs_cos(vectors[:, :k])
+    pairs = None
+    if undefined is not None and bool(undefined[:, :k].any()):
+        pairs = degenerate.undefined_pairs(undefined)
+        cos = degenerate.masked(cos, pairs)
+    rows = []
+    for j in range(cos.shape[1]):
+        column = cos[:, j]
+        defined = ~torch.isnan(column)
+        n = int(defined.sum())
+        std = sd / n ** 0.5 if n else float("nan")
+        observed = float(column.nanmean()) if n else float("nan")
+        rows.append(VectorContinuity(
+            k=j + 1, per_pair=column.tolist(), mean=observed, median=float(column.nanmedian()),
+            baseline=metrics.random_baseline(dim), null_mean=mean, null_std=std,
+            z=(observed - mean) / max(std, 1e-12), per_pair_null_mean=torch.where(defined, mean, float("nan")).tolist(),
+            per_pair_null_std=torch.where(defined, sd, float("nan")).tolist()))
+    wa = metrics.sigma2_weighted_alignment(vectors, sigma, fro)
+    gap = metrics.sigma2_truncation_gap(sigma, fro)
+    overlap = metrics.subspace_overlap(vectors[:, :k])
+    weights = metrics.energy_share(sigma, fro)[:-1]  # (L-1, K)
+    # Eq. 2 under the rotation null: the K terms of a pair are independent to O(1/d^2) (Cov(Q11^2, Q22^2) of a Haar
+    # matrix is 2 / (d^2 (d-1)(d+2))), the pairs exactly: mean sum(w) E|t|, variance sum(w^2) Var|t|
+    zero = degenerate.zero_layer_pairs(sigma)
+    if bool(zero.any()):
+        wa, gap, overlap = wa.masked_fill(zero, float("nan")), gap.masked_fill(zero, float("nan")), \
+            overlap.masked_fill(zero, float("nan"))
+        weights = weights.masked_fill(zero.unsqueeze(-1), 0.0)
+    n_pairs = max(int((~zero).sum()), 1)
+    wa_null_mean = float(weights.sum(-1).sum()) * mean / n_pairs
+    wa_null_std = float(weights.pow(2).sum()) ** 0.5 * sd / n_pairs
+    return SpaceContinuity(
+        space=space, dim=dim, vectors=rows, sigma2_wa=float(wa.nanmean()),
+        sigma2_wa_upper=float((wa + gap).nanmean()), sigma2_wa_per_pair=wa.tolist(),
+        sigma2_null_mean=wa_null_mean, sigma2_null_std=wa_null_std, sigma2_null_draws=0,
+        subspace_overlap=float(overlap.nanmean()), subspace_baseline=k / dim, null=ROTATION_NULL,
     )
 
 

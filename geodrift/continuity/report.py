@@ -73,6 +73,10 @@ class SpaceContinuity:
     # vectors of the canonical view: aligned by construction, not continuity) or "unknown".
     gauge: str = "unknown"
     moved_by: list[str] = field(default_factory=list)
+    # The null the numbers are judged against (geodrift.gauge.status.null_kind): "permutation" (coordinates
+    # permuted, the paper's) or "rotation" (a uniformly random rotation: analytic, basis-free; the residual side
+    # of the canonical view, whose coordinates no weight fixes).
+    null: str = "permutation"
 
 
 @dataclass(frozen=True)

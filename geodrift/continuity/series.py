@@ -13,7 +13,10 @@ linear in the number of checkpoints:
   permutation null, and the top-1 ``|cos|`` with its null.
 
 Nulls of ``|cos|`` go through :func:`geodrift.metrics.permuted_abs_cos` (the one implementation):
-the pairs ``(a_l, b_l)`` are interleaved so that its adjacent pairs ``0, 2, 4, ...`` are exactly them.
+the pairs ``(a_l, b_l)`` are interleaved so that its adjacent pairs ``0, 2, 4, ...`` are exactly them. On the
+residual side of the canonical view the null is the rotation null instead
+(:func:`geodrift.gauge.status.null_kind`: :func:`geodrift.metrics.rotation_null` and
+:func:`geodrift.metrics.rotation_overlap_null`, analytic and basis-free), as in the scan.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 from geodrift import metrics
 from geodrift.continuity.measure import PermutationBank
 from geodrift.continuity.trajectory import lag_pairs
+from geodrift.gauge.status import INVARIANT, ROTATION_NULL, null_kind, space_gauge
 from geodrift.linalg import SVDTriplets
 from geodrift.weights import ROLE_LABELS, WeightKey
 
@@ -50,6 +55,7 @@ class RotationRow:
     null_std: float
     null_angle_deg: float  # arccos(null_mean): the angle two unrelated vectors of these coordinates make
     random_floor: float  # sqrt(2/(pi d))
+    gauge: str = "unknown"  # whether exact gauges of either checkpoint move it (series_gauge below)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class SubspaceRow:
     top1_null_mean: float = 0.0
     top1_null_std: float = 0.0
     random_floor: float = 0.0  # sqrt(2/(pi d))
+    gauge: str = "unknown"  # as RotationRow's
 
 
 def first_vectors(spectra: Spectra, role: str, layers: list[int], space: str, k: int = 1) -> torch.Tensor:
@@ -100,13 +107,14 @@ def paired_abs_cos(a: torch.Tensor, b: torch.Tensor, draws: int,
     return observed, samples
 
 
-def rotation_drift(series: list[Spectra], draws: int, seed: int) -> list[RotationRow]:
+def rotation_drift(series: list[Spectra], draws: int, seed: int, view: str = "raw") -> list[RotationRow]:
     """Rotation of every layer's v1 and u1 along a series, relative to the first checkpoint.
 
     Args:
         series: the decomposed checkpoints, in training order (at least 2).
         draws: permutation-null draws.
         seed: seeds the null.
+        view: the checkpoints' view (each space's null: :func:`geodrift.gauge.status.null_kind`).
 
     Returns:
         One row per role (present in every checkpoint), space, layer and checkpoint ``t >= 1``.
@@ -117,18 +125,26 @@ def rotation_drift(series: list[Spectra], draws: int, seed: int) -> list[Rotatio
         for space in ("v", "u"):
             reference = first_vectors(series[0], role, layers, space)
             dim = reference.shape[2]
+            rotation = null_kind(view, role, space) == ROTATION_NULL
             for t, spectra in enumerate(series[1:], start=1):
-                observed, samples = paired_abs_cos(reference, first_vectors(spectra, role, layers, space),
-                                                   draws, bank)
-                mean, std = samples.mean(0), samples.std(0)  # (L, 1)
+                other = first_vectors(spectra, role, layers, space)
+                if rotation:
+                    observed = metrics.adjacent_abs_cos(lag_pairs(torch.cat([reference, other]), len(layers)))[::2]
+                    m, sd = metrics.rotation_null(dim)
+                    mean, std = torch.full_like(observed, m), torch.full_like(observed, sd)
+                else:
+                    observed, samples = paired_abs_cos(reference, other, draws, bank)
+                    mean, std = samples.mean(0), samples.std(0)  # (L, 1)
                 for i, layer in enumerate(layers):
                     c, m = float(observed[i, 0]), float(mean[i, 0])
                     rows.append(RotationRow(role, ROLE_LABELS.get(role, role), space, dim, layer, t, c, _angle(c),
-                                            m, float(std[i, 0]), _angle(m), metrics.random_baseline(dim)))
+                                            m, float(std[i, 0]), _angle(m), metrics.random_baseline(dim),
+                                            series_gauge(view, role, space)))
     return rows
 
 
-def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int) -> list[SubspaceRow]:
+def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int, view: str = "raw"
+                        ) -> list[SubspaceRow]:
     """Principal angles between two models' top-``k`` subspaces, per role, space and layer, with nulls.
 
     Args:
@@ -136,6 +152,7 @@ def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int) -
         k: subspace dimension (capped by what both decompositions hold).
         draws: permutation-null draws (B's coordinates permuted, its ``k`` vectors together).
         seed: seeds the nulls.
+        view: the two models' view (each space's null: :func:`geodrift.gauge.status.null_kind`).
 
     Returns:
         One row per role present in both with equal shapes, space and common layer.
@@ -150,18 +167,35 @@ def subspace_comparison(a: Spectra, b: Spectra, k: int, draws: int, seed: int) -
                 continue
             dim = A.shape[2]
             cosines = torch.linalg.svdvals(A.double() @ B.double().transpose(1, 2)).clamp(0, 1)  # (L, kk)
-            null = _permuted_overlap(A, B, bank.get(draws, A.shape[0], dim)[:draws])  # (draws, L)
-            top1, top1_samples = paired_abs_cos(A[:, :1], B[:, :1], draws, bank)
+            if null_kind(view, role, space) == ROTATION_NULL:
+                overlap_null = [metrics.rotation_overlap_null(kk, dim)] * len(layers)
+                top1 = (F.normalize(A[:, 0], dim=-1) * F.normalize(B[:, 0], dim=-1)).sum(-1).abs().clamp(0, 1)
+                top1_null = [metrics.rotation_null(dim)] * len(layers)
+            else:
+                null = _permuted_overlap(A, B, bank.get(draws, A.shape[0], dim)[:draws])  # (draws, L)
+                overlap_null = [(float(null[:, i].mean()), float(null[:, i].std())) for i in range(len(layers))]
+                paired, top1_samples = paired_abs_cos(A[:, :1], B[:, :1], draws, bank)
+                top1 = paired[:, 0]
+                top1_null = [(float(top1_samples[:, i, 0].mean()), float(top1_samples[:, i, 0].std()))
+                             for i in range(len(layers))]
             for i, layer in enumerate(layers):
                 rows.append(SubspaceRow(
                     role, ROLE_LABELS.get(role, role), space, dim, layer, kk,
                     principal_angles_deg=[_angle(float(c)) for c in cosines[i]],
-                    overlap=float(cosines[i].pow(2).mean()), overlap_null_mean=float(null[:, i].mean()),
-                    overlap_null_std=float(null[:, i].std()), overlap_random=kk / dim,
-                    top1_abs_cos=float(top1[i, 0]), top1_null_mean=float(top1_samples[:, i, 0].mean()),
-                    top1_null_std=float(top1_samples[:, i, 0].std()), random_floor=metrics.random_baseline(dim),
+                    overlap=float(cosines[i].pow(2).mean()), overlap_null_mean=overlap_null[i][0],
+                    overlap_null_std=overlap_null[i][1], overlap_random=kk / dim,
+                    top1_abs_cos=float(top1[i]), top1_null_mean=top1_null[i][0], top1_null_std=top1_null[i][1],
+                    random_floor=metrics.random_baseline(dim), gauge=series_gauge(view, role, space),
                 ))
     return rows
+
+
+def series_gauge(view: str, role: str, space: str) -> str:
+    """The gauge status of a cross-checkpoint number: in the canonical view every space's is ``invariant`` (every
+    checkpoint is aligned to the reference, so its head and hidden side too are compared unit for unit, and no exact
+    gauge of either checkpoint moves the number: :mod:`geodrift.scanner.series_gauge`), else the view's
+    (:func:`geodrift.gauge.status.space_gauge`)."""
+    return INVARIANT if view == "canonical" else space_gauge(view, role, space)[0]
 
 
 def _permuted_overlap(A: torch.Tensor, B: torch.Tensor, perms: torch.Tensor) -> torch.Tensor:

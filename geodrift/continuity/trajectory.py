@@ -42,6 +42,7 @@ import torch
 from geodrift import metrics
 from geodrift.continuity.bank import PermutationBank
 from geodrift.continuity.schedule import single_threaded_blas
+from geodrift.gauge.status import null_kind
 from geodrift.linalg import SVDTriplets
 from geodrift.weights import ROLE_LABELS, WeightKey
 
@@ -282,7 +283,7 @@ def default_lags(n_layers: int) -> list[int]:
 
 
 def trajectory_shape(vectors: torch.Tensor, role: str, label: str, space: str, draws: int,
-                     bank: PermutationBank | torch.Generator) -> TrajectoryShape:
+                     bank: PermutationBank | torch.Generator, null: str = "permutation") -> TrajectoryShape:
     """App. A.2's EVR and lag decay of one stack, with the random and permutation floors.
 
     Args:
@@ -291,6 +292,9 @@ def trajectory_shape(vectors: torch.Tensor, role: str, label: str, space: str, d
         draws: random / permuted draws for each null (>= 2).
         bank: the report's shared permutations (see the module docstring); a bare generator gets a
             bank of its own.
+        null: ``permutation`` or ``rotation`` (:func:`geodrift.gauge.status.null_kind`): the EVR's null is then the
+            random floor (a uniformly random rotation per layer makes the stack random unit vectors) and each lag's
+            the analytic :func:`geodrift.metrics.rotation_null` (its ``L - k`` pairs are pairwise independent).
 
     Returns:
         TrajectoryShape.
@@ -311,15 +315,22 @@ def trajectory_shape(vectors: torch.Tensor, role: str, label: str, space: str, d
     with single_threaded_blas():
         unit = _unit(x)  # (L, d) float64
         evr = float(explained_variance_of_gram(unit @ unit.T))
-        evr_null, lag_null = permutation_null_samples(x, lags, draws, bank)  # (draws,), (draws, lags)
         random_mean, random_std = _random_floor(bank, draws, n_layers, dim)
+        if null == "rotation":
+            mean, sd = metrics.rotation_null(dim)
+            evr_null_mean, evr_null_std = random_mean, random_std
+            lag_mean, lag_std = [mean] * len(lags), [sd / (n_layers - k) ** 0.5 for k in lags]
+        else:
+            evr_null, lag_null = permutation_null_samples(x, lags, draws, bank)  # (draws,), (draws, lags)
+            evr_null_mean, evr_null_std = float(evr_null.mean()), float(evr_null.std())
+            lag_mean, lag_std = lag_null.mean(0).tolist(), lag_null.std(0).tolist()
         order_mean, order_std, order_p = order_null(x, bank)
         observed_lags = lag_abs_cos(x, lags)
     return TrajectoryShape(
         role=role, label=label, space=space, dim=dim, layers=n_layers, components=N_COMPONENTS, evr=evr,
         evr_random_mean=random_mean, evr_random_std=random_std,
-        evr_null_mean=float(evr_null.mean()), evr_null_std=float(evr_null.std()), lags=lags,
-        lag_abs_cos=observed_lags, lag_null_mean=lag_null.mean(0).tolist(), lag_null_std=lag_null.std(0).tolist(),
+        evr_null_mean=evr_null_mean, evr_null_std=evr_null_std, lags=lags,
+        lag_abs_cos=observed_lags, lag_null_mean=lag_mean, lag_null_std=lag_std,
         lag_floor=metrics.random_baseline(dim), draws=draws, order_null_mean=order_mean, order_null_std=order_std,
         order_p=order_p,
     )
@@ -425,7 +436,7 @@ def _all_orders(n_layers: int) -> torch.Tensor:
 
 
 def trajectory_shapes(spectra: dict[WeightKey, SVDTriplets], draws: int, seed: int,
-                      bank: PermutationBank | None = None) -> list[TrajectoryShape]:
+                      bank: PermutationBank | None = None, view: str = "raw") -> list[TrajectoryShape]:
     """:func:`trajectory_shape` of v1 and u1 for every role of a decomposed WeightSet.
 
     Args:
@@ -434,6 +445,7 @@ def trajectory_shapes(spectra: dict[WeightKey, SVDTriplets], draws: int, seed: i
         seed: seeds a fresh bank when ``bank`` is None.
         bank: the report's permutation bank (:func:`geodrift.continuity.assemble`'s), so the trajectory's
             nulls reuse its permutations; used in role order (v then u).
+        view: the report's view: each space's null is :func:`geodrift.gauge.status.null_kind`'s.
 
     Returns:
         One TrajectoryShape per role with at least 3 layers, and per space, in role order.
@@ -449,7 +461,8 @@ def trajectory_shapes(spectra: dict[WeightKey, SVDTriplets], draws: int, seed: i
         stacks = {"v": torch.stack([spectra[(role, layer)].Vh[0] for layer in layers]),
                   "u": torch.stack([spectra[(role, layer)].U[:, 0] for layer in layers])}
         for space, vectors in stacks.items():
-            out.append(trajectory_shape(vectors, role, ROLE_LABELS.get(role, role), space, draws, bank))
+            out.append(trajectory_shape(vectors, role, ROLE_LABELS.get(role, role), space, draws, bank,
+                                        null_kind(view, role, space)))
     return out
 
 

@@ -66,7 +66,7 @@ PATH_MIN_LAYERS = next(n for n in range(2, 100) if 2 / math.factorial(n) <= ORDE
 PATH_CRITERION = (
     f"depth path: nearby layers agree more than far ones - (a) the depth order's mean adjacent |cos| is reached "
     f"by at most {ORDER_ALPHA:g} of all layer orders of the same vectors (permutation p-value; the tail of "
-    f"z = {Z_SIGNIFICANT:g}), and (b) its excess over the permutation null exceeds the excess at the far lags "
+    f"z = {Z_SIGNIFICANT:g}), and (b) its excess over its null exceeds the excess at the far lags "
     f"(k >= L/2) by more than {DECAY_SD:g} null std; needs at least {PATH_MIN_LAYERS} layers"
 )
 NEITHER_PATH_CRITERION = (
@@ -95,7 +95,7 @@ class _VectorStat(Protocol):
 
 
 def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat,
-                       aligned: set[str] | frozenset[str] = frozenset()) -> tuple[str, str]:
+                       aligned: set[str] | frozenset[str] = frozenset(), null: str = "permutation") -> tuple[str, str]:
     """``(verdict, criterion)`` of the theory's prediction for one projection.
 
     Compares excesses over each space's own permutation null, not raw ``|cos|``: near-uniform
@@ -107,6 +107,8 @@ def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat,
         aligned: spaces aligned by construction (the canonical view's head/hidden side,
             :mod:`geodrift.gauge.status`): they are no evidence either way, so the predicted space is not
             compared with an aligned other space, and "neither" (V) is judged on its other space only.
+        null: the predicted space's null (``permutation`` or ``rotation``, :func:`geodrift.gauge.status.null_kind`),
+            named in the criterion.
 
     Returns:
         ``("holds" | "fails", criterion text)``.
@@ -123,10 +125,10 @@ def projection_verdict(predicted: str | None, v1: _VectorStat, u1: _VectorStat,
         hit, other = (v1, u1) if predicted == "v" else (u1, v1)
         other_name = "u1" if predicted == "v" else "v1"
         if other_name[0] in aligned:
-            criterion = (f"{predicted}1 beats its permutation null (z >= {Z_SIGNIFICANT:g}); {other_name} is aligned by "
+            criterion = (f"{predicted}1 beats its {null} null (z >= {Z_SIGNIFICANT:g}); {other_name} is aligned by "
                          "the canonical ordering and not compared")
             return ("holds" if hit.z >= Z_SIGNIFICANT else "fails"), criterion
-        criterion = (f"{predicted}1 beats its permutation null (z >= {Z_SIGNIFICANT:g}) and its excess over "
+        criterion = (f"{predicted}1 beats its {null} null (z >= {Z_SIGNIFICANT:g}) and its excess over "
                      f"the null exceeds {other_name}'s")
         ok = hit.z >= Z_SIGNIFICANT and (hit.mean - hit.null_mean) > (other.mean - other.null_mean)
         return ("holds" if ok else "fails"), criterion

@@ -2,29 +2,28 @@
 
 Two checkpoints that compute the same function can differ by the network's exact symmetries
 (issue 31, docs/scan.md "Aligned comparison"): a rotation of the residual stream once the norm gains
-are folded, a permutation and positive scaling of each layer's hidden units (Up rows against Down
-columns; Gate rows permuted only), an invertible map per key-value head on V's rows against O's
-columns, a rotation-scaling per key-value head and RoPE frequency pair on K's rows against Q's, and
-a permutation of the heads. :func:`align` recovers each of them from the weights alone, in this order,
-and applies their inverses to B with :mod:`geodrift.gauge.orbit`'s maps:
+are folded, a permutation of each layer's hidden units with a nonzero scale each (Up rows against Down
+columns, the sign included; Gate rows permuted only), an invertible map per key-value head on V's rows
+against O's columns, a rotation-scaling per key-value head and RoPE frequency pair on K's rows against
+Q's, and a permutation of the heads. :func:`align` recovers each of them from the weights alone and
+applies their inverses to B with :mod:`geodrift.gauge.orbit`'s maps:
 
 1. **fold** both models' norm gains into the projections that read them (Q/K/V, Gate/Up, the head);
-2. **residual rotation**: orthogonal Procrustes (``scipy.linalg.orthogonal_procrustes``) between the
-   stacked token-indexed rows of the embedding and the (folded) head, whose rows no other gauge moves;
-3. per layer, **head permutation**: ``linear_sum_assignment`` on the cosines of each query head's
-   ``O_h V_g`` and ``Q_h^T K_g`` (products the per-head maps leave unchanged), within and across groups;
-4. **V/O map** per key-value head: the least-squares ``N = V_A V_B^+`` on V's rows, its inverse on the
-   O columns of the head's query heads;
-5. **Q/K map** per key-value head and RoPE pair: the least-squares 2x2 map on K's pair rows,
-   projected onto rotation-scalings (the commutant of RoPE), its inverse transpose on Q's;
-6. **hidden permutation**: ``scipy.optimize.linear_sum_assignment`` on the summed cosines of Gate rows,
-   Up rows and Down columns (a cosine is blind to the positive Up/Down scaling);
-7. **Up/Down scaling**: each matched unit of B scaled so that its ``log(||Up_j|| / ||Down_j||)`` equals
-   A's (exact for a rescaled copy; for an unrelated model it puts B's units at A's balance).
+2. **residual rotation**, first from the token-indexed rows (the embedding and the folded head, which no
+   other gauge moves), by orthogonal Procrustes (``scipy.linalg.orthogonal_procrustes``);
+3. per layer, the **head and hidden side** (:func:`geodrift.gauge.align_layer.align_layer`: head
+   permutations, V/O and Q/K maps, hidden units matched with their signs, Up/Down scales);
+4. the residual rotation **refitted on every residual-side weight** (the embedding, the head and every
+   projection's residual side, the layers as step 3 left them), and steps 3-4 repeated while the rotation
+   still moves (at most :data:`MAX_PASSES` passes): a model whose embedding does not fix the rotation (a
+   vocabulary smaller than the width, a zero embedding) is aligned by its layers. Attention enters the refit
+   only where its per-head maps can be exact (``general``, or two balanced models): rotations alone cannot undo
+   a V/O or Q/K map that is not orthogonal, and the attention left apart would pull the rotation off the rest.
 
 For an exact reparametrisation every step is exact, and the aligned B equals the folded A up to
 float error; for two independently trained models each step is the best fit of its kind, and the
-report says how good (the fit residuals, the mean matched cosine, the share of mutual best matches).
+report says how good (the fit residuals, the mean matched cosine, the share of mutual best matches,
+the weight distance left) and whether the two are one orbit apart (:data:`ORBIT_TOLERANCE`).
 All of this works on Hugging Face-named state dicts in memory (float64 inside), for models
 whose MLP is gated (SwiGLU) with RMSNorm pre-norms and RoPE in the half-split layout.
 """
@@ -38,9 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 from scipy.linalg import orthogonal_procrustes
-from scipy.optimize import linear_sum_assignment
 
 from geodrift.errors import GeodriftError
+from geodrift.gauge.align_layer import HEAD_MAPS, LayerAlignment, align_layer
 from geodrift.gauge.orbit import (
     EMBED,
     LM_HEAD,
@@ -48,29 +47,18 @@ from geodrift.gauge.orbit import (
     StateDict,
     fold_gains,
     layer_key,
-    permute_heads,
-    permute_mlp,
     rotate_residual,
-    scale_mlp,
-    transform_qk_all,
-    transform_vo,
 )
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass
-class LayerAlignment:
-    """What :func:`align` recovered in one layer."""
-
-    layer: int
-    identity_share: float  # share of B's hidden units matched to the unit of the same index
-    mutual_best_share: float  # share of matches that are each other's best cosine (1.0 for an exact copy)
-    matched_cosine: float  # mean over units of (cos Gate + cos Up + cos Down) / 3 after matching
-    log_scale_std: float  # spread of the recovered Up/Down log-scales
-    heads_kept: float  # share of KV groups matched to the group (and query order) of the same index
-    vo_residual: float  # ||N V_B - V_A|| / ||V_A|| over the layer's key-value heads
-    qk_residual: float  # ||N K_B - K_A|| / ||K_A|| after the rotation-scaling projection
+READERS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")  # read the residual stream: W -> W R^T
+WRITERS = ("o_proj", "down_proj")  # write it: W -> R W
+# Passes of steps 3-4 at most; they stop once the refitted rotation moves by less than ROTATION_SETTLED (Frobenius).
+MAX_PASSES = 4
+ROTATION_SETTLED = 1e-9
+# Relative weight distance left below which two models are reported as one orbit apart (an exact reparametrisation:
+# a float32 copy of SmolLM2 under every gauge at once aligns back to ~2e-6).
+ORBIT_TOLERANCE = 1e-4
 
 
 @dataclass
@@ -83,13 +71,16 @@ class AlignmentReport:
     layers: list[LayerAlignment] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    passes: int = 1  # passes of the per-layer fits and the rotation refitted on every weight
+    one_orbit: bool = False  # aligned_weight_error <= ORBIT_TOLERANCE: B is an exact reparametrisation of A
+    notes: list[str] = field(default_factory=list)  # heads whose maps fell back, and why
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (docs/output-schema.md, ``alignment``)."""
         return asdict(self)
 
     def summary(self) -> str:
-        """One line: the fits and the permutation agreement.
+        """One line: the fits, the units matched and the distance left.
 
         Example:
             >>> AlignmentReport(1e-9, 0.9, 2e-8, [LayerAlignment(0, 0.5, 1.0, 1.0, 0.3, 1.0, 0.0, 0.0)]).summary()[:48]
@@ -97,9 +88,20 @@ class AlignmentReport:
         """
         mutual = float(np.mean([x.mutual_best_share for x in self.layers])) if self.layers else float("nan")
         cosine = float(np.mean([x.matched_cosine for x in self.layers])) if self.layers else float("nan")
+        flips = float(np.mean([x.sign_flip_share for x in self.layers])) if self.layers else 0.0
+        fits = [max(x.vo_residual, x.qk_residual) for x in self.layers if not np.isnan(x.vo_residual)]
+        if np.isnan(self.aligned_weight_error):  # the default view's alignment: no distance, the fits say it
+            verdict = "one orbit apart (every fit exact)" if self.one_orbit else "not one orbit apart"
+            return (f"aligned B to A: hidden units matched with mean cosine {cosine:.3f} ({100 * mutual:.1f}% mutual "
+                    f"best, {100 * flips:.1f}% with a sign flip), V/O and Q/K fit residuals up to "
+                    f"{max(fits, default=float('nan')):.2e}: {verdict}")
+        verdict = ("one orbit apart (an exact reparametrisation)" if self.aligned_weight_error <= ORBIT_TOLERANCE
+                   else f"not one orbit apart: {self.aligned_weight_error / max(self.naive_weight_error, 1e-300):.1%}"
+                   " of the distance is left")
         return (f"aligned B to A: rotation fit residual {self.rotation_residual:.2e}, hidden units matched with "
-                f"mean cosine {cosine:.3f} ({100 * mutual:.1f}% mutual best), weight distance "
-                f"{self.naive_weight_error:.3g} -> {self.aligned_weight_error:.3g} (relative, gains folded)")
+                f"mean cosine {cosine:.3f} ({100 * mutual:.1f}% mutual best, {100 * flips:.1f}% with a sign flip), "
+                f"weight distance {self.naive_weight_error:.3g} -> {self.aligned_weight_error:.3g} (relative, gains "
+                f"folded): {verdict}")
 
 
 def shape_of(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> GaugeShape:
@@ -110,7 +112,8 @@ def shape_of(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> Gaug
         n_heads, n_kv_heads: from the model's config (``n_kv_heads`` None: ``n_heads``).
 
     Raises:
-        GeodriftError: no embedding, layers not numbered ``0..L-1``, heads that do not divide the width.
+        GeodriftError: no embedding, layers not numbered ``0..L-1``, heads that do not divide the width, an
+            embedding whose width is not the projections' input width.
 
     Example:
         >>> shape_of({EMBED: torch.zeros(5, 8), layer_key(0, "q_proj"): torch.zeros(8, 8)}, 2)
@@ -123,26 +126,31 @@ def shape_of(sd: StateDict, n_heads: int, n_kv_heads: int | None = None) -> Gaug
     layers = sorted({int(k.split(".")[2]) for k in sd if k.startswith("model.layers.")})
     if not layers or layers != list(range(len(layers))):
         raise GeodriftError("align: the state dict's layers are not numbered 0..L-1; pass a whole model")
+    q = sd.get(layer_key(0, "q_proj"))
+    if q is not None and int(q.shape[1]) != d:
+        raise GeodriftError(f"align: {EMBED} is {'x'.join(map(str, sd[EMBED].shape))} but "
+                            f"{layer_key(0, 'q_proj')} reads {int(q.shape[1])}-wide vectors; the token embedding must "
+                            "be as wide as the residual stream")
     kv = n_kv_heads or n_heads
     if n_heads <= 0 or d % n_heads or n_heads % kv:
         raise GeodriftError(f"align: {n_heads} heads / {kv} key-value heads do not divide d_model {d}")
     return GaugeShape(len(layers), n_heads, kv, d // n_heads)
 
 
-HEAD_MAPS = ("general", "orthogonal", "none")
 # The per-head maps ``compare``/``drift --align`` fit unless told (``--head-maps``): orthogonal. Between two
 # independently trained models a general least-squares map per head distorts them (benchmarks/RESULTS_barriers.md,
 # 3 seed pairs of the tiny simulator Llama: loss barrier 0.616 without head maps, 0.441 with orthogonal ones,
 # 2.102 with general ones, above the naive 1.165; seeds 1, 2: weight distance 1.513 -> 0.278 orthogonal, 4.751
 # general), while an isometry per head never does. ``general`` is for an exactly reparametrised copy whose V/O or
 # Q/K maps are not orthogonal (AWQ's V/O scales, a random gauge): it recovers every exact gauge (and stays the
-# default of :func:`align` itself).
+# default of :func:`align` itself). In the canonical view both models are balanced first (every non-orthogonal
+# gauge fixed), so the orthogonal maps are exact there too (geodrift.scanner.series_gauge).
 DEFAULT_HEAD_MAPS = "orthogonal"
 
 
 def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, head_maps: str = "general"
           ) -> tuple[StateDict, StateDict, AlignmentReport]:
-    """Bring B into A's gauge: residual rotation, head and hidden permutations, scalings, V/O and Q/K maps.
+    """Bring B into A's gauge: residual rotation, head and hidden permutations, signed scalings, V/O and Q/K maps.
 
     Args:
         sd_a, sd_b: Hugging Face-named Llama state dicts of one shape (tied or untied heads).
@@ -165,8 +173,8 @@ def align(sd_a: StateDict, sd_b: StateDict, shape: GaugeShape, *, head_maps: str
         >>> sd = toy_state_dict(shape, d_model=16, d_ff=24, vocab=40, generator=torch.Generator().manual_seed(0))
         >>> moved = random_gauge(sd, shape, torch.Generator().manual_seed(1), condition=10.0, sigma=0.5)
         >>> _, _, rep = align(sd, moved, shape)
-        >>> rep.naive_weight_error > 0.5, rep.aligned_weight_error < 1e-9
-        (True, True)
+        >>> rep.naive_weight_error > 0.5, rep.aligned_weight_error < 1e-9, rep.one_orbit
+        (True, True, True)
     """
     if head_maps not in HEAD_MAPS:
         raise GeodriftError(f"align: head_maps {head_maps!r} is not one of {', '.join(HEAD_MAPS)}")
@@ -194,11 +202,16 @@ def fold_float64(sd: StateDict, shape: GaugeShape) -> StateDict:
     return fold_gains(wide, shape, in_place=True)
 
 
-def align_folded(a: StateDict, b: StateDict, shape: GaugeShape, *, head_maps: str = "general"
-                 ) -> tuple[StateDict, AlignmentReport]:
+def align_folded(a: StateDict, b: StateDict, shape: GaugeShape, *, head_maps: str = "general",
+                 scales: str = "fit", score: str = "cosine") -> tuple[StateDict, AlignmentReport]:
     """:func:`align` on models whose gains are folded, float64 (:func:`fold_float64`): ``b`` is consumed (its
     tensors replaced in place where the maps allow), ``a`` only read, so a series aligns every model to one
     folded ``a``.
+
+    Args:
+        a, b, shape, head_maps: as :func:`align`'s.
+        scales, score: :func:`geodrift.gauge.align_layer.align_layer`'s (``keep`` and ``inner`` for two balanced
+            models).
 
     Returns:
         ``(b_aligned, report)``.
@@ -210,27 +223,37 @@ def align_folded(a: StateDict, b: StateDict, shape: GaugeShape, *, head_maps: st
     if head_maps not in HEAD_MAPS:
         raise GeodriftError(f"align: head_maps {head_maps!r} is not one of {', '.join(HEAD_MAPS)}")
     naive = weight_error(a, b, shape)
-    b = rotate_residual(b, shape, _residual_rotation(a, b).T, in_place=True)  # rows x -> x R: B's stream to A's
+    cross, start_note = starting_cross(a, b, shape)
+    b = rotate_residual(b, shape, nearest_rotation(cross), in_place=True)  # B's stream to A's
     rot_residual = (sum(float(torch.linalg.vector_norm(b[n] - a[n])) ** 2 for n in (EMBED, LM_HEAD))
-                    / sum(float(torch.linalg.vector_norm(a[n])) ** 2 for n in (EMBED, LM_HEAD))) ** 0.5
-    layers = []
-    for layer in range(shape.n_layers):
-        kv_perm, q_perms, heads_kept = _match_heads(a, b, shape, layer)
-        b = permute_heads(b, shape, layer, kv_perm, q_perms)
-        vo = qk = float("nan")
-        if head_maps != "none":
-            b, vo = _fit_vo(a, b, shape, layer, head_maps == "orthogonal")
-            b, qk = _fit_qk(a, b, shape, layer, head_maps == "orthogonal")
-        cols, info = _match_hidden(a, b, layer)
-        b = permute_mlp(b, layer, torch.from_numpy(cols))
-        b = scale_mlp(b, layer, _balance_scales(a, b, layer))
-        layers.append(LayerAlignment(layer, *info, heads_kept, vo, qk))
+                    / max(sum(float(torch.linalg.vector_norm(a[n])) ** 2 for n in (EMBED, LM_HEAD)), 1e-300)) ** 0.5
+    passes, layers = 0, []
+    while passes < MAX_PASSES:
+        passes += 1
+        for index in range(shape.n_layers):
+            ref = {name: a[layer_key(index, name)] for name in PROJECTIONS}
+            mine = {name: b[layer_key(index, name)] for name in PROJECTIONS}
+            done, info = align_layer(ref, mine, shape, index, head_maps=head_maps, scales=scales, score=score)
+            b.update({layer_key(index, name): value for name, value in done.items()})
+            # what was recovered is the first pass's (later passes refine near the identity); the fits, the last's
+            layers.append(info) if passes == 1 else _refit(layers[index], info)
+        turn = nearest_rotation(full_cross(a, b, shape, attention=head_maps == "general" or scales == "keep"))
+        moved = float(torch.linalg.matrix_norm(turn - torch.eye(turn.shape[0], dtype=turn.dtype)))
+        b = rotate_residual(b, shape, turn, in_place=True)
+        if moved <= ROTATION_SETTLED:
+            break
     steps = ["fold gains", "residual rotation (Procrustes on embedding and head rows)",
              "head permutation (linear_sum_assignment on OV and QK cosines)"]
     steps += [f"V/O map per key-value head ({head_maps})", f"Q/K map per RoPE pair ({head_maps})"] \
         if head_maps != "none" else []
-    steps += ["hidden permutation (linear_sum_assignment on Gate/Up/Down cosines)", "Up/Down scaling"]
-    report = AlignmentReport(rot_residual, naive, weight_error(a, b, shape), layers, steps, time.perf_counter() - t0)
+    attention = head_maps == "general" or scales == "keep"
+    steps += ["hidden permutation with signs (Gate + |Up + Down| scores)",
+              "Up/Down scaling" if scales == "fit" else "Up/Down scales kept (balanced)",
+              f"residual rotation refitted on every residual-side weight{'' if attention else ' but attention'}"
+              f" ({passes} pass{'es' if passes > 1 else ''})"]
+    error = weight_error(a, b, shape)
+    report = AlignmentReport(rot_residual, naive, error, layers, steps, time.perf_counter() - t0, passes,
+                             error <= ORBIT_TOLERANCE, start_note + [note for x in layers for note in x.notes])
     return b, report
 
 
@@ -266,126 +289,70 @@ def weight_error(a: StateDict, b: StateDict, shape: GaugeShape) -> float:
     return (num / den) ** 0.5 if den else 0.0
 
 
-# ---- the fits (the maps themselves are geodrift.gauge.orbit's) -------------------------------------
-def _residual_rotation(a: StateDict, b: StateDict) -> torch.Tensor:
-    # Token-indexed rows (embedding, folded head) carry no gauge but the stream's: X_B = X_A Q^T.
-    # orthogonal_procrustes(A, B) depends on A^T B only, so it is given (I, X_B^T X_A) rather than the
-    # two (2 V x d) stacks. Returns R with X_B R ~ X_A.
-    cross = b[EMBED].T @ a[EMBED] + b[LM_HEAD].T @ a[LM_HEAD]
-    rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross.numpy())
-    return torch.from_numpy(rotation)
+def _refit(first: LayerAlignment, last: LayerAlignment) -> None:
+    first.mutual_best_share, first.matched_cosine = last.mutual_best_share, last.matched_cosine
+    first.vo_residual, first.qk_residual = last.vo_residual, last.qk_residual
+    first.notes = list(dict.fromkeys(first.notes + last.notes))
 
 
-def _head_similarity(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> np.ndarray:
-    # Per pair of query heads (h in A, h' in B), the mean of the cosines of O_h V_g(h) and of Q_h^T K_g(h)
-    # (d x d products the per-head maps cancel in), from hd x hd blocks of four cross-Gram matrices:
-    # <X1 Y1, X2 Y2>_F = tr((X1^T X2)(Y2 Y1^T)) = sum((X1^T X2) * (Y1 Y2^T)).
-    hd, group, n = shape.head_dim, shape.group, shape.n_heads
-    w = {side: {name: sd[layer_key(layer, name)] for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
-         for side, sd in (("a", a), ("b", b))}
+# ---- the residual rotation ---------------------------------------------------------------------------
+def nearest_rotation(cross: torch.Tensor) -> torch.Tensor:
+    """The rotation ``R`` (for :func:`geodrift.gauge.orbit.rotate_residual`) maximising ``tr(R cross)``: with
+    ``cross = sum X_B^T X_A`` over readers' rows (``X R^T``) and ``sum W_B W_A^T`` over writers (``R W``), it brings
+    B's stream nearest A's (orthogonal Procrustes; the identity for a zero ``cross``).
 
-    def blocks(x: torch.Tensor, heads: int) -> torch.Tensor:  # (heads*hd, heads*hd) -> (heads, heads, hd, hd)
-        return x.reshape(heads, hd, heads, hd).permute(0, 2, 1, 3)
-
-    def expand(x: torch.Tensor) -> torch.Tensor:  # KV-head blocks -> query-head blocks
-        return x.repeat_interleave(group, dim=0).repeat_interleave(group, dim=1)
-
-    def pair(x1: torch.Tensor, y1: torch.Tensor, x2: torch.Tensor, y2: torch.Tensor, kv_first: bool) -> torch.Tensor:
-        # x: query-head factors (columns of O, or rows of Q), y: KV-head factors; -> (n, n) inner products
-        xs = blocks(x1.T @ x2 if not kv_first else x1 @ x2.T, n)
-        ys = expand(blocks(y1 @ y2.T, shape.n_kv_heads))
-        return (xs * ys).sum(dim=(2, 3))
-
-    sims = []
-    for x, y, kv_first in (("o_proj", "v_proj", False), ("q_proj", "k_proj", True)):
-        cross = pair(w["a"][x], w["a"][y], w["b"][x], w["b"][y], kv_first)
-        self_a = pair(w["a"][x], w["a"][y], w["a"][x], w["a"][y], kv_first).diagonal()
-        self_b = pair(w["b"][x], w["b"][y], w["b"][x], w["b"][y], kv_first).diagonal()
-        sims.append(cross / (self_a.reshape(-1, 1) * self_b.reshape(1, -1)).clamp_min(1e-300).sqrt())
-    return ((sims[0] + sims[1]) / 2).numpy()
+    Example:
+        >>> r = nearest_rotation(torch.eye(3, dtype=torch.float64) * 2)
+        >>> bool(torch.allclose(r, torch.eye(3, dtype=torch.float64)))
+        True
+    """
+    # orthogonal_procrustes(I, cross) maximises tr(Q^T cross); R = Q^T maximises tr(R cross)
+    rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross.double().numpy())
+    return torch.from_numpy(rotation).T.contiguous()
 
 
-def _match_heads(a: StateDict, b: StateDict, shape: GaugeShape, layer: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    # Query heads matched within each pair of groups, then the groups matched on those matchings' totals.
-    group = shape.group
-    sim = _head_similarity(a, b, shape, layer)
-    within = {}
-    group_score = np.zeros((shape.n_kv_heads, shape.n_kv_heads))
-    for ga in range(shape.n_kv_heads):
-        for gb in range(shape.n_kv_heads):
-            block = sim[ga * group:(ga + 1) * group, gb * group:(gb + 1) * group]
-            rows, cols = linear_sum_assignment(block, maximize=True)
-            within[ga, gb] = cols
-            group_score[ga, gb] = block[rows, cols].sum()
-    _, kv_cols = linear_sum_assignment(group_score, maximize=True)
-    q_perms = torch.tensor(np.stack([within[ga, int(gb)] for ga, gb in enumerate(kv_cols)]), dtype=torch.int64)
-    kv_perm = torch.from_numpy(kv_cols.astype(np.int64))
-    kept = float(np.mean([int(gb) == ga and bool((within[ga, int(gb)] == np.arange(group)).all())
-                          for ga, gb in enumerate(kv_cols)]))
-    return kv_perm, q_perms, kept
+def token_cross(a: StateDict, b: StateDict) -> torch.Tensor:
+    """``E_B^T E_A + H_B^T H_A``: the token-indexed rows (embedding, folded head), which no other gauge moves."""
+    return b[EMBED].T @ a[EMBED] + b[LM_HEAD].T @ a[LM_HEAD]
 
 
-def _unit(x: torch.Tensor) -> torch.Tensor:
-    return x / x.norm(dim=1, keepdim=True).clamp_min(1e-300)
+# Below this share of its largest singular value, the token rows' cross leaves the rotation undetermined.
+TOKEN_RANK_TOLERANCE = 1e-8
 
 
-def _match_hidden(a: StateDict, b: StateDict, layer: int) -> tuple[np.ndarray, tuple[float, float, float, float]]:
-    w = {n: (a[layer_key(layer, n)], b[layer_key(layer, n)]) for n in ("gate_proj", "up_proj", "down_proj")}
-    # rows of [Gate | Up | Down^T], each part unit-normalised (blind to the Up/Down scaling); float32 is ample
-    feats = [torch.cat([_unit(w[n][i] if n != "down_proj" else w[n][i].T) for n in w], dim=1).float() for i in (0, 1)]
-    sim = (feats[0] @ feats[1].T / 3).double().numpy()
-    rows, cols = linear_sum_assignment(sim, maximize=True)  # rows == arange: A's unit i <- B's unit cols[i]
-    mutual = (sim.argmax(axis=1) == cols) & (sim.argmax(axis=0)[cols] == rows)
-    ratio_a = w["up_proj"][0].norm(dim=1) / w["down_proj"][0].norm(dim=0)
-    ratio_b = w["up_proj"][1].norm(dim=1)[cols] / w["down_proj"][1].norm(dim=0)[cols]
-    log_scale = 0.5 * torch.log(ratio_a / ratio_b)
-    return cols.astype(np.int64), (float(np.mean(cols == rows)), float(mutual.mean()), float(sim[rows, cols].mean()),
-                                   float(log_scale.std()) if log_scale.numel() > 1 else 0.0)
+def starting_cross(a: StateDict, b: StateDict, shape: GaugeShape) -> tuple[torch.Tensor, list[str]]:
+    """The cross matrix of the first residual rotation: the token rows' (:func:`token_cross`), plus, where they do not
+    fix the rotation (a vocabulary smaller than the width, a zero embedding), every layer's Gate rows matched by
+    norm (Gate rows are only permuted by the other gauges, so for an exact copy the norms match them exactly; the
+    passes of :func:`align_folded` refine the start). Returns the cross and the note saying so (or none)."""
+    cross = token_cross(a, b)
+    s = torch.linalg.svdvals(cross)
+    if float(s[-1]) > TOKEN_RANK_TOLERANCE * float(s[0]):
+        return cross, []
+    for layer in range(shape.n_layers):
+        ga, gb = a[layer_key(layer, "gate_proj")], b[layer_key(layer, "gate_proj")]
+        order_a = torch.argsort(ga.norm(dim=1), descending=True, stable=True)
+        order_b = torch.argsort(gb.norm(dim=1), descending=True, stable=True)
+        cross += gb[order_b].T @ ga[order_a]
+    rank = int((s > TOKEN_RANK_TOLERANCE * max(float(s[0]), 1e-300)).sum())
+    return cross, [f"the token embedding and head fix the residual rotation in {rank} of {s.numel()} dimensions; "
+                   "it was started from every layer's Gate rows matched by norm and refitted on every weight"]
 
 
-def _balance_scales(a: StateDict, b: StateDict, layer: int) -> torch.Tensor:
-    # Each of B's units scaled so its log(||Up_j|| / ||Down_j||) equals A's: exact for a rescaled copy.
-    up, down = layer_key(layer, "up_proj"), layer_key(layer, "down_proj")
-    ratio_a = a[up].norm(dim=1) / a[down].norm(dim=0)
-    ratio_b = b[up].norm(dim=1) / b[down].norm(dim=0)
-    return (ratio_a / ratio_b).sqrt()
+def full_cross(a: StateDict, b: StateDict, shape: GaugeShape, attention: bool = True) -> torch.Tensor:
+    """:func:`token_cross` plus every projection's residual side (readers' columns, writers' rows); without
+    ``attention``, Q/K/V/O are left out (their per-head maps could not be undone exactly, so their head sides
+    differ by them)."""
+    cross = token_cross(a, b)
+    for layer in range(shape.n_layers):
+        for name in READERS + WRITERS:
+            if not attention and name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                continue
+            wa, wb = a[layer_key(layer, name)], b[layer_key(layer, name)]
+            cross += wb @ wa.T if name in WRITERS else wb.T @ wa
+    return cross
 
 
-def _fit_vo(a: StateDict, b: StateDict, shape: GaugeShape, layer: int, orthogonal: bool) -> tuple[StateDict, float]:
-    # Least squares N V_B ~ V_A per KV head (N orthogonal: Procrustes); orbit.transform_vo puts N on V's
-    # rows and N^-1 on O's columns.
-    v = layer_key(layer, "v_proj")
-    num = den = 0.0
-    for g in range(shape.n_kv_heads):
-        rows = shape.head_rows(g)
-        va, vb = a[v][rows], b[v][rows]
-        if orthogonal:
-            n = torch.from_numpy(orthogonal_procrustes(vb.T.numpy(), va.T.numpy())[0]).T
-        else:
-            n = va @ vb.T @ torch.linalg.inv(vb @ vb.T)
-        b = transform_vo(b, shape, layer, g, n)
-        num += float(torch.linalg.vector_norm(b[v][rows] - va)) ** 2
-        den += float(torch.linalg.vector_norm(va)) ** 2
-    return b, (num / den) ** 0.5 if den else 0.0
-
-
-def _fit_qk(a: StateDict, b: StateDict, shape: GaugeShape, layer: int, orthogonal: bool) -> tuple[StateDict, float]:
-    # Per KV head and RoPE pair, the least-squares 2x2 N K_B ~ K_A projected onto rotation-scalings
-    # rho R(theta) (RoPE's commutant): orbit.transform_qk_all with r = 1/rho, phi = theta puts
-    # (1/r) R(phi) = N on K's pair rows and r R(phi) = N^-T on Q's (rho = 1: rotations only).
-    k = layer_key(layer, "k_proj")
-    num = den = 0.0
-    for g in range(shape.n_kv_heads):
-        rho = torch.ones(shape.pairs, dtype=torch.float64)
-        theta = torch.zeros(shape.pairs, dtype=torch.float64)
-        for i in range(shape.pairs):
-            rows = shape.head_rows(g, pair=i)
-            ka, kb = a[k][rows], b[k][rows]
-            n = ka @ kb.T @ torch.linalg.inv(kb @ kb.T)
-            c, s = float(n[0, 0] + n[1, 1]) / 2, float(n[1, 0] - n[0, 1]) / 2
-            rho[i], theta[i] = 1.0 if orthogonal else (c * c + s * s) ** 0.5, float(np.arctan2(s, c))
-        b = transform_qk_all(b, shape, layer, g, 1.0 / rho, theta)
-        rows = shape.head_rows(g)
-        num += float(torch.linalg.vector_norm(b[k][rows] - a[k][rows])) ** 2
-        den += float(torch.linalg.vector_norm(a[k][rows])) ** 2
-    return b, (num / den) ** 0.5 if den else 0.0
+__all__ = ["DEFAULT_HEAD_MAPS", "HEAD_MAPS", "ORBIT_TOLERANCE", "AlignmentReport", "LayerAlignment", "align",
+           "align_folded", "check_same_shape", "fold_float64", "full_cross", "nearest_rotation", "shape_of",
+           "token_cross", "weight_error"]

@@ -3,8 +3,11 @@
 The basis ``P``: the eigenvectors of the token embedding's Gram ``E^T E`` (largest eigenvalue first; each
 signed so that the token coordinates' third moment ``sum((E p)^3)`` is positive). The embedding is the one
 residual-side matrix no other gauge touches, so a residual rotation ``R`` moves this basis to ``R P`` and every
-weight expressed in it is unchanged, coordinates included (docs/verdicts.md). A scan never multiplies a matrix
-into ``P``: it rotates the singular vectors instead (:func:`rotate_triplets`, :func:`rotate_residual`).
+weight expressed in it is unchanged, coordinates included (docs/verdicts.md). Only a whole-model canonical form
+(:func:`geodrift.gauge.canonical.canonicalise`) needs ``P``: the scan's canonical view reads nothing off residual
+coordinates (its null on the residual side is the rotation null), so it computes no basis (issue 38; the cost that
+dominated an 8B model's default scan). :func:`rotate_residual` moves singular vectors by a residual rotation (the
+series' alignment refits one after the decomposition).
 
 Example:
     >>> p = residual_basis(torch.randn(50, 4, generator=torch.Generator().manual_seed(0)))
@@ -19,11 +22,13 @@ from dataclasses import replace
 
 import torch
 
+from geodrift.errors import GeodriftError
 from geodrift.gauge.status import residual_spaces
 from geodrift.linalg import SVDTriplets
 
 WRITERS = ("o_proj", "down_proj")  # write the residual stream (its basis acts on their rows); the others read it
 _TOKEN_BLOCK = 1024  # tokens per block of the residual basis's third moments
+_DISTINCT = 1e-12  # eigenvalues of the embedding's Gram closer than this share of the largest: not distinct
 
 
 def positive_third_moment(rows: torch.Tensor) -> torch.Tensor:
@@ -42,15 +47,28 @@ def residual_basis(embedding: torch.Tensor) -> torch.Tensor:
         float64 ``P``: eigenvectors of ``E^T E``, largest eigenvalue first, signs by a positive third moment
         (the Gram and the coordinates computed in the embedding's dtype).
 
+    Raises:
+        GeodriftError: a Gram that does not fix the basis: fewer tokens than the width, a zero or repeated
+            eigenvalue (within 1e-12 of the largest).
+
     Example:
         >>> p = residual_basis(torch.randn(50, 4, generator=torch.Generator().manual_seed(0)))
         >>> bool(torch.allclose(p.T @ p, torch.eye(4, dtype=torch.float64)))
         True
     """
+    if embedding.ndim != 2 or embedding.shape[0] < embedding.shape[1]:
+        raise GeodriftError(f"the token embedding is {'x'.join(map(str, embedding.shape))}: fewer tokens than its "
+                            "width, so its Gram does not fix a residual basis (rank-deficient)")
     # the Gram in the embedding's own precision (a float32 checkpoint's: 4x faster than float64 on a large
     # vocabulary), decomposed in float64 from its upper triangle
-    _, vectors = torch.linalg.eigh(_upper_gram(embedding).to(torch.float64), UPLO="U")
-    vectors = vectors.flip(-1)  # descending eigenvalues
+    values, vectors = torch.linalg.eigh(_upper_gram(embedding).to(torch.float64), UPLO="U")
+    values, vectors = values.flip(-1), vectors.flip(-1)  # descending eigenvalues
+    gaps = values[:-1] - values[1:]
+    if float(values[0]) <= 0 or float(values[-1]) <= _DISTINCT * float(values[0]) or \
+            bool((gaps <= _DISTINCT * values[0]).any()):
+        raise GeodriftError(f"the token embedding ({'x'.join(map(str, embedding.shape))}) has a Gram with a zero or "
+                            "repeated eigenvalue, so it does not fix a residual basis (its eigenvectors are not "
+                            "unique); the scan needs none - only a whole-model canonical form does")
     # the tokens' coordinates in the embedding's precision too, cubed in place and summed in float64, a block of
     # tokens at a time (cache-sized: the whole (vocab, d) product costs more)
     basis = vectors.to(embedding.dtype)
@@ -78,15 +96,6 @@ def to_basis(layer: dict[str, torch.Tensor], basis: torch.Tensor) -> dict[str, t
         p = basis.to(weight.dtype)
         out[name] = p.T @ weight if name in WRITERS else weight @ p
     return out
-
-
-def coordinates(rows: torch.Tensor, basis: torch.Tensor | None) -> torch.Tensor:
-    """Residual-side rows ``(..., d)`` in the residual basis ``P`` (None: they already are), for third-moment signs."""
-    # residual-side rows (..., d) in the residual basis P (None: they already are), for the third-moment signs;
-    # the product in float32 like to_basis's, the cubes in the rows' dtype
-    if basis is None:
-        return rows
-    return (rows.to(torch.float32) @ basis.to(torch.float32)).to(rows.dtype)
 
 
 def rotate_triplets(triplets: SVDTriplets, basis: torch.Tensor, left: bool, right: bool) -> SVDTriplets:
@@ -142,5 +151,5 @@ def rotate_residual(spectra: dict[tuple[str, int], SVDTriplets],
     return out
 
 
-__all__ = ["WRITERS", "coordinates", "positive_third_moment", "residual_basis", "rotate_residual", "rotate_triplets",
+__all__ = ["WRITERS", "positive_third_moment", "residual_basis", "rotate_residual", "rotate_triplets",
            "to_basis"]

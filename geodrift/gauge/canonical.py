@@ -5,21 +5,25 @@ rotation, per KV head ``GL(head_dim)`` on V/O, per KV head and RoPE pair a rotat
 per hidden unit a nonzero scale on Up/Down, hidden-unit and head permutations. The convention
 (docs/verdicts.md says why):
 
-- **residual basis** (:func:`geodrift.gauge.basis.residual_basis`): the eigenvectors of the token embedding's Gram
-  ``E^T E`` (largest eigenvalue first; each signed so that the token coordinates' third moment
-  ``sum((E p)^3)`` is positive). The embedding is the one residual-side matrix no other gauge touches, so
-  a residual rotation ``R`` moves this basis to ``R P`` and every weight expressed in it is unchanged,
-  coordinates included: the permutation null and z are then invariant too.
+- **residual basis**: none per layer. Every map below commutes with a residual rotation, so a layer is
+  canonicalised in whatever residual basis it comes in, and every number a scan reads off the residual side
+  (``|cos|`` of adjacent layers, and the rotation null of ``geodrift.continuity``) is basis-free: the scan
+  needs no residual basis at all. :func:`canonicalise` (a whole state dict, for tests and the library) also
+  fixes one: the eigenbasis of the token embedding's Gram (:func:`geodrift.gauge.basis.residual_basis`).
+- **signs** (the orthogonal tie-breaks of the V/O and Q/K factorisations): a row is signed so that its inner
+  product with the **token embedding's mean** ``e`` is positive (``sign_reference``; rotation-equivariant: a
+  residual rotation moves the rows and ``e`` together); without a reference, so that the row's coordinates
+  have a positive third moment.
 - **MLP**, per hidden unit ``j``: the sign that makes ``<Gate_j, Up_j>`` positive (Up enters
   linearly, so ``-1`` is a gauge too), then the **balanced** split ``||Up_j|| = ||Down_j||`` (the
   minimum-norm point of the scaling orbit), then units sorted by ``||Gate_j||`` (descending; ties by
   the balanced norm).
 - **V/O**, per KV head: the balanced factorisation of the stacked ``[O_q V]`` of its query heads
   (SVD ``U S W^T``: ``V = S^1/2 W^T``, ``O_stack = U S^1/2``), each singular pair signed so that V's
-  row has a positive third moment.
+  row is signed as above.
 - **Q/K**, per KV head and RoPE pair: the balanced scale (the group's Q pair rows and K's pair
   rows of equal Frobenius norm), then the rotation that diagonalises their summed 2x2 Gram (the
-  larger eigenvalue first), the remaining ``R(pi)`` fixed by a positive third moment of the first rows.
+  larger eigenvalue first), the remaining ``R(pi)`` fixed by the sign of the first rows' summed score.
 - **heads**: KV heads sorted by ``||[O_q V]||_F`` (descending), query heads within a group by
   ``||O_q V||_F``.
 
@@ -46,8 +50,6 @@ import torch
 
 from geodrift.gauge.basis import (
     WRITERS,
-    coordinates,
-    positive_third_moment,
     residual_basis,
     rotate_residual,
     rotate_triplets,
@@ -137,12 +139,12 @@ def _descending(key: torch.Tensor, tie: torch.Tensor) -> torch.Tensor:
 
 
 def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
-                 basis: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 sign_reference: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per KV head, the balanced factorisation of the stacked ``[O_q V_h]`` (float64 ``v``, ``o``).
 
     Args:
         v: ``(n_kv_heads * head_dim, d)``; o: ``(d, n_heads * head_dim)``; shape: the heads.
-        basis: the residual basis ``P`` when ``v``/``o`` are not yet in it (the signs read V's rows in ``P``).
+        sign_reference: the token embedding's mean in ``v``'s basis (None: signs by third moments).
 
     Returns:
         ``(v, o)`` canonical, the products ``O_q V_h`` unchanged.
@@ -155,7 +157,7 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
         >>> bool(torch.allclose(o_c[:, :4] @ v_c[:4], o[:, :4] @ v[:4]))
         True
     """
-    return _balanced_vo(v, o, *_head_grams(v, o, shape), shape, basis)
+    return _balanced_vo(v, o, *_head_grams(v, o, shape), shape, sign_reference)
 
 
 def _head_grams(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,7 +169,7 @@ def _head_grams(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[to
 
 
 def _balanced_vo(v: torch.Tensor, o: torch.Tensor, o_gram: torch.Tensor, v_gram: torch.Tensor, shape: GaugeShape,
-                 basis: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+                 sign_reference: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     # canonical_vo from the head Grams: every KV head at once. The stacked O_stack = Q_O R_O and V^T = Q_V R_V
     # need only their triangular factors, the Cholesky factors of the Grams (R^T R = O_stack^T O_stack); then
     # svd(R_O R_V^T) = A S B^T gives V = S^1/2 (R_V^-1 B)^T V and each O_q -> O_q R_O^-1 A S^1/2: one hd x hd map
@@ -183,7 +185,7 @@ def _balanced_vo(v: torch.Tensor, o: torch.Tensor, o_gram: torch.Tensor, v_gram:
         v_map = root.unsqueeze(-1) * torch.linalg.solve_triangular(r_v, bt.mT, upper=True).mT  # (n_kv, hd, hd)
         o_map = torch.linalg.solve_triangular(r_o, a, upper=True) * root.unsqueeze(1)
         v_new = (v_map @ v_heads).reshape(n_kv * hd, d)
-        sign = positive_third_moment(coordinates(v_new, basis)).reshape(n_kv, 1, hd)
+        sign = row_signs(v_new, sign_reference).reshape(n_kv, 1, hd)
         o_heads = o.reshape(d, shape.n_heads, hd).transpose(0, 1)  # (n_heads, d, hd)
         o_new = o_heads @ (o_map * sign).repeat_interleave(group, 0)
         return v_new * sign.reshape(-1, 1), o_new.transpose(0, 1).reshape(d, shape.n_heads * hd)
@@ -193,7 +195,7 @@ def _balanced_vo(v: torch.Tensor, o: torch.Tensor, o_gram: torch.Tensor, v_gram:
     a, s, bt = torch.linalg.svd(r_o @ r_v.mT)
     root = s.sqrt()
     v_new = (root.unsqueeze(-1) * (bt @ qv.mT)).reshape(n_kv * hd, d)
-    sign = positive_third_moment(coordinates(v_new, basis)).reshape(n_kv, 1, 1, hd)
+    sign = row_signs(v_new, sign_reference).reshape(n_kv, 1, 1, hd)
     o_new = ((qo @ a) * root.unsqueeze(1)).reshape(n_kv, group, d, hd) * sign
     return v_new * sign.reshape(-1, 1), o_new.permute(2, 0, 1, 3).reshape(d, n_kv * group * hd)
 
@@ -206,7 +208,7 @@ def _well_conditioned(triangular: torch.Tensor) -> bool:
 
 
 def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape,
-                 basis: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                 sign_reference: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per KV head and RoPE pair: balanced scale, Gram-diagonalising rotation, sign.
 
     Every KV head and pair at once: the pairs' 2x2 Grams accumulated and diagonalised in float64 (one
@@ -215,7 +217,7 @@ def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape,
 
     Args:
         q: ``(n_heads * head_dim, d)``; k: ``(n_kv_heads * head_dim, d)`` (HF half-split pairs).
-        basis: the residual basis ``P`` when ``q``/``k`` are not yet in it (the signs read rows in ``P``).
+        sign_reference: the token embedding's mean in ``q``'s basis (None: signs by third moments).
 
     Returns:
         ``(q, k)`` canonical (new tensors); every RoPE score is unchanged.
@@ -252,10 +254,10 @@ def canonical_qk(q: torch.Tensor, k: torch.Tensor, shape: GaugeShape,
     ck, sk = (cos / scale).to(q.dtype), (sin / scale).to(q.dtype)
     first_q = (q_first * cq.unsqueeze(1)).addcmul_(q_second, sq.unsqueeze(1))
     first_k = (k_first * ck).addcmul_(k_second, sk)
-    # the sign of each pair: a positive third moment of its first rows (the group's Q rows and K's) in P
+    # the sign of each pair: a positive summed score (sign_scores) of its first rows (the group's Q rows and K's)
     rows = torch.cat([first_q.transpose(0, 1).reshape(group, n_kv * half, d), first_k.reshape(1, n_kv * half, d)])
-    third = coordinates(rows.reshape(-1, d), basis).pow(3).reshape(group + 1, n_kv * half, d).sum((0, 2))
-    sign = torch.where(third < 0, -1.0, 1.0).to(q.dtype).reshape(n_kv, half, 1)
+    score = sign_scores(rows.reshape(-1, d), sign_reference).reshape(group + 1, n_kv * half).sum(0)
+    sign = torch.where(score < 0, -1.0, 1.0).to(q.dtype).reshape(n_kv, half, 1)
     # the outputs written in place: first rows * sign, second rows (c x2 - s x1) * sign
     q_out = torch.empty((n_kv, group, 2, half, d), dtype=q.dtype)
     torch.mul(first_q, sign.unsqueeze(1), out=q_out[:, :, 0])
@@ -301,20 +303,20 @@ def _head_rows(kv_perm: torch.Tensor, q_perms: torch.Tensor, shape: GaugeShape) 
 
 
 def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
-                    basis: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """One layer's seven projections (folded, in the canonical residual basis) at their canonical point.
+                    sign_reference: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """One layer's seven projections (folded) at their canonical point.
 
-    Every step but the third-moment signs commutes with a residual rotation, so the layer may also be
-    given *before* the rotation with ``basis`` = ``P``: the result is then the canonical layer before the
-    rotation, ``canonical_layer(to_basis(layer, P)) == to_basis(canonical_layer(layer, basis=P), P)`` to
-    rounding, and a scan may decompose it and rotate only the singular vectors (:func:`rotate_triplets`).
-    The heads are put in their canonical order first (its keys are invariant) and then canonicalised in
-    place of it, which equals canonicalising and then ordering (each head's maps are its own).
+    Every step commutes with a residual rotation (the signs read rows against ``sign_reference``, which
+    rotates with them), so the layer may come in any residual basis: ``canonical_layer(to_basis(layer, P),
+    sign_reference=P^T e) == to_basis(canonical_layer(layer, sign_reference=e), P)`` to rounding. The heads are
+    put in their canonical order first (its keys are invariant) and then canonicalised in place of it, which
+    equals canonicalising and then ordering (each head's maps are its own).
 
     Args:
         layer: ``{"q_proj": ..., ..., "down_proj": ...}`` (``nn.Linear`` layout).
         shape: the heads.
-        basis: ``P`` when ``layer`` is not yet in the canonical residual basis (None: it is).
+        sign_reference: the token embedding's mean, in the layer's residual basis (None: signs by third moments
+            of the rows' own coordinates, which a residual rotation moves).
 
     Returns:
         The same keys and dtype, canonical (the attention's factorisations are computed in float64, the
@@ -329,42 +331,60 @@ def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
         True
     """
     dtype = layer["q_proj"].dtype
-    basis = None if basis is None else basis.to(torch.float32)  # the signs' coordinates are float32 products
+    reference = None if sign_reference is None else sign_reference.to(torch.float64)
     v_wide, o_wide = layer["v_proj"].to(torch.float64), layer["o_proj"].to(torch.float64)
     o_gram, v_gram = _head_grams(v_wide, o_wide, shape)
     kv_perm, q_perms = _order_from_grams(o_gram, v_gram, shape)
     kv_rows, q_rows = _head_rows(kv_perm, q_perms, shape)
     q_heads = (kv_perm.reshape(-1, 1) * shape.group + q_perms).reshape(-1)
     v, o = _balanced_vo(v_wide.index_select(0, kv_rows), o_wide.index_select(1, q_rows),
-                        o_gram.index_select(0, q_heads), v_gram.index_select(0, kv_perm), shape, basis)
+                        o_gram.index_select(0, q_heads), v_gram.index_select(0, kv_perm), shape, reference)
     q, k = canonical_qk(layer["q_proj"].index_select(0, q_rows), layer["k_proj"].index_select(0, kv_rows), shape,
-                        basis)
+                        reference)
     gate, up, down = canonical_mlp(layer["gate_proj"], layer["up_proj"], layer["down_proj"])
     return {"q_proj": q.to(dtype), "k_proj": k.to(dtype), "v_proj": v.to(dtype), "o_proj": o.to(dtype),
             "gate_proj": gate, "up_proj": up, "down_proj": down}
 
 
+def sign_scores(rows: torch.Tensor, sign_reference: torch.Tensor | None) -> torch.Tensor:
+    """``(n,)`` float64 scores whose signs fix the rows' signs: ``<row, e>`` with the token embedding's mean ``e``,
+    or (no reference) the third moment of the row's coordinates."""
+    if sign_reference is None:
+        return rows.to(torch.float64).pow(3).sum(-1)
+    return rows.to(torch.float64) @ sign_reference.to(torch.float64)
+
+
+def row_signs(rows: torch.Tensor, sign_reference: torch.Tensor | None) -> torch.Tensor:
+    """``(n,)`` signs (in ``rows``' dtype) making each row's :func:`sign_scores` non-negative (+1 at exactly 0)."""
+    return torch.where(sign_scores(rows, sign_reference) < 0, -1.0, 1.0).to(rows.dtype)
+
+
 def canonicalise(sd: StateDict, shape: GaugeShape) -> StateDict:
     """A whole state dict at its canonical point: gains folded, the residual basis of :func:`residual_basis`,
-    every layer by :func:`canonical_layer`. The function is unchanged (float64 out).
+    every layer by :func:`canonical_layer` (signed against the token embedding's mean). The function is unchanged
+    (float64 out).
 
     Args:
         sd: a Llama state dict (HF names); shape: its :class:`~geodrift.gauge.orbit.GaugeShape`.
 
     Returns:
         The canonical state dict (gains 1, untied ``lm_head``).
+
+    Raises:
+        GeodriftError: an embedding whose Gram does not fix the basis (:func:`residual_basis`).
     """
     out = {key: value.to(torch.float64) for key, value in fold_gains(sd, shape).items()}
     basis = residual_basis(out[EMBED])
     out[EMBED] = out[EMBED] @ basis
     out[LM_HEAD] = out[LM_HEAD] @ basis
+    reference = out[EMBED].mean(0)
     for layer in range(shape.n_layers):
         weights = to_basis({name: out[layer_key(layer, name)] for name in PROJECTIONS}, basis)
-        for name, value in canonical_layer(weights, shape).items():  # float64 throughout here
+        for name, value in canonical_layer(weights, shape, reference).items():  # float64 throughout here
             out[layer_key(layer, name)] = value
     return out
 
 
 __all__ = ["PROJECTIONS", "WRITERS", "canonical_layer", "canonical_mlp", "canonical_qk",
            "canonical_vo", "canonicalise", "head_order", "residual_basis", "rotate_residual", "rotate_triplets",
-           "to_basis"]
+           "row_signs", "sign_scores", "to_basis"]

@@ -343,7 +343,8 @@ def random_gauge(sd: StateDict, shape: GaugeShape, generator: torch.Generator, *
     whether or not ``fold`` is chosen: it needs them); ``vo``: per KV head a ``B`` of condition number
     ``condition`` (log-spaced singular values, Haar-random singular vectors); ``qk``: per KV head and
     RoPE pair ``r R(phi)`` with ``log r ~ N(0, sigma^2)`` and ``phi`` uniform on ``[0, 2 pi)``;
-    ``mlp_scale``: per hidden unit ``log s ~ N(0, sigma^2)``; ``mlp_permute``: a uniform hidden-unit
+    ``mlp_scale``: per hidden unit ``s = +-exp(N(0, sigma^2))``, each sign uniform (Up enters the gated product
+    linearly, so a negative ``s`` is exact too); ``mlp_permute``: a uniform hidden-unit
     permutation per layer; ``head_permute``: uniform permutations of the KV heads and of the query
     heads within each group, per layer (:func:`permute_heads`).
 
@@ -385,7 +386,9 @@ def random_gauge(sd: StateDict, shape: GaugeShape, generator: torch.Generator, *
                 out = transform_qk_all(out, shape, layer, kv, logr.exp(), phis)
         d_ff = out[layer_key(layer, "up_proj")].shape[0]
         if "mlp_scale" in generators:
-            out = scale_mlp(out, layer, (torch.randn(d_ff, generator=generator, dtype=torch.float64) * sigma).exp())
+            magnitude = (torch.randn(d_ff, generator=generator, dtype=torch.float64) * sigma).exp()
+            sign = torch.randint(0, 2, (d_ff,), generator=generator).to(torch.float64) * 2 - 1
+            out = scale_mlp(out, layer, magnitude * sign)
         if "mlp_permute" in generators:
             out = permute_mlp(out, layer, torch.randperm(d_ff, generator=generator))
         if "head_permute" in generators:

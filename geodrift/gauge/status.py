@@ -19,6 +19,12 @@ Per view (generators as named in :data:`geodrift.gauge.orbit.GENERATORS`):
 
 Roles outside the Llama-family group (experts, router, the toy residual MLP's) are ``unknown``.
 
+The **null** each number is judged against (:func:`null_kind`): the paper's coordinate-permutation null, except
+on the residual side of the canonical view, whose coordinates no weight fixes (a residual rotation is exact and
+the view fixes none): there the null is the **rotation** null, ``|cos|`` under a uniformly random rotation
+(:func:`geodrift.metrics.rotation_null`: analytic, basis-free, continuous). On the head/hidden side, whose
+remaining gauge is permutations (and signs), the permutation null stays.
+
 Example:
     >>> space_gauge("folded", "mlp_gate", "v"), space_gauge("canonical", "attn_q", "u")
     (('varies', ('rotate',)), ('aligned', ()))
@@ -26,6 +32,8 @@ Example:
 
 from __future__ import annotations
 
+# The nulls a number is judged against.
+PERMUTATION_NULL, ROTATION_NULL = "permutation", "rotation"
 # Statuses, from the view's point of view.
 INVARIANT, VARIES, ALIGNED, UNKNOWN = "invariant", "varies", "aligned", "unknown"
 GAUGE_STATUSES = (INVARIANT, VARIES, ALIGNED, UNKNOWN)
@@ -88,3 +96,14 @@ def space_gauge(view: str, role: str, space: str) -> tuple[str, tuple[str, ...]]
     moved: tuple[str, ...] = ("fold",) if view == "raw" and reads and space == "v" else ()
     moved += ("rotate",) if space == residual else (permutation,)
     return VARIES, moved + own
+
+
+def null_kind(view: str, role: str, space: str) -> str:
+    """The null of ``role``'s ``space`` in ``view``: ``rotation`` on the residual side of the canonical view, else
+    ``permutation`` (the module docstring says why).
+
+    Example:
+        >>> null_kind("canonical", "mlp_up", "v"), null_kind("canonical", "mlp_up", "u"), null_kind("raw", "mlp_up", "v")
+        ('rotation', 'permutation', 'permutation')
+    """
+    return ROTATION_NULL if view == "canonical" and space in residual_spaces(role) else PERMUTATION_NULL

@@ -8,7 +8,9 @@ and :class:`~geodrift.scanner.series.CompareReport` (the same fields), and every
 - ``gauge_fixing``: how the gauge was fixed across checkpoints (the report's own field where the scanner sets
   it; else what the view and ``--align`` imply, :func:`gauge_fixing`);
 - ``gauge`` per projection and space: ``aligned`` where the view orders that space itself (the canonical view's
-  head/hidden side), which is no measurement - the renderers show no number for it and count it nowhere.
+  head/hidden side), which is no measurement - the renderers show no number for it and count it nowhere; a
+  cross-checkpoint number carries its own (:func:`cross_gauges`: in the canonical view every checkpoint is
+  aligned to the reference, so its head and hidden side compare unit for unit and are measurements).
 
 Example:
     >>> from geodrift.scanner.series import CompareReport
@@ -58,6 +60,19 @@ def space_gauges(rep: Series) -> dict[tuple[str, str], str]:
             for space, continuity in role.spaces.items():
                 if out.get((role.role, space)) != ALIGNED:
                     out[(role.role, space)] = continuity.gauge
+    return out
+
+
+def cross_gauges(rep: Series) -> dict[tuple[str, str], str]:
+    """``(role, space) -> gauge status`` of ``rep``'s cross-checkpoint numbers (rotation rows, subspace rows): the
+    status the scanner set on them (the canonical view aligns every checkpoint to the reference, so its head and
+    hidden side are compared unit for unit and are ``invariant``), else :func:`space_gauges`'."""
+    out = space_gauges(rep)
+    rows = rep.rotation if isinstance(rep, DriftReport) else rep.subspaces
+    for row in rows:
+        given = getattr(row, "gauge", "unknown")
+        if given != "unknown":
+            out[(row.role, row.space)] = given
     return out
 
 
@@ -223,6 +238,6 @@ class CompareResult(CompareReport):
     def measured_above_null(self) -> tuple[int, int]:
         """``(above, measured)``: the (projection, space, layer) subspaces that overlap above their permutation null
         (+3 sd), of those measured - ``aligned`` spaces are no measurement and are not counted."""
-        gauges = space_gauges(self)
+        gauges = cross_gauges(self)
         rows = [r for r in self.subspaces if gauges.get((r.role, r.space)) != ALIGNED]
         return sum(r.overlap > r.overlap_null_mean + 3 * r.overlap_null_std for r in rows), len(rows)

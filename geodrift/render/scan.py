@@ -54,6 +54,23 @@ def _predicted(role: RoleReport) -> str:
     return {"v": "v (input)", "u": "u (output)", None: "neither"}[role.predicted_space]
 
 
+def _null_short(report: Report) -> str:
+    # the brief table's words for its null: the permutation null's draws, and the rotation null where it is used
+    draws = f"{report.null_draws} permutation{plural(report.null_draws)}"
+    if not any(s.null == "rotation" for r in report.roles for s in r.spaces.values()):
+        return draws
+    return f"residual side: random rotations, analytic; head/hidden side: {draws}"
+
+
+def _null_words(report: Report) -> str:
+    # which null the z and brackets are against (geodrift.gauge.status.null_kind)
+    permutation = f"the permutation null ({report.null_draws} draws, seed {report.seed})"
+    if not any(s.null == "rotation" for r in report.roles for s in r.spaces.values()):
+        return permutation
+    return (f"its null: the rotation null on the residual side (random directions, analytic: no basis), {permutation} "
+            "on the head/hidden side")
+
+
 def scan_grid(report: Report, title: str | None = None) -> Grid:
     """The main table: one row per projection, v1 and u1 continuity with both floors and both verdicts."""
     grid = Grid(
@@ -61,8 +78,7 @@ def scan_grid(report: Report, title: str | None = None) -> Grid:
         [Col("Proj", "left", style="bold"), Col("shape · L", "left"), Col("predicted", "left"),
          Col("v1 (input)"), Col("u1 (output)"), Col("σ²-WA v"), Col("σ²-WA u"), Col("verdict", "left")],
         caption=(
-            "v1/u1: mean |cos| of adjacent layers (Eq. 1), z against the permutation null "
-            f"({report.null_draws} draws, seed {report.seed}); random = sqrt(2/(πd)). "
+            f"v1/u1: mean |cos| of adjacent layers (Eq. 1), z against {_null_words(report)}; random = sqrt(2/(πd)). "
             "σ²-WA: Eq. 2 (from the top-k: lower ≤ upper bound; exact with --full-spectrum), null mean in brackets. "
             "verdict: shared frame (Eq. 1 in the predicted space, the paper's claim) and depth path (nearby layers "
             "agree more than far ones); criteria below the tables."
@@ -97,8 +113,8 @@ def brief_grid(report: Report) -> Grid:
         [Col("Proj", "left", style="bold"), Col("pred", "left"), Col("v1 |cos| (null)"), Col("u1 |cos| (null)"),
          Col("frame", "left"), Col("path", "left")],
         caption=(
-            f"|cos| of adjacent layers' v1/u1 (Eq. 1), z and (mean) of its null ({report.null_draws} "
-            f"permutation{plural(report.null_draws)}); bold: predicted."
+            f"|cos| of adjacent layers' v1/u1 (Eq. 1), z and (mean) of its null ({_null_short(report)}); "
+            "bold: predicted."
             + (" V: none = none found, as predicted." if any(
                 r.predicted_space is None and r.verdict != "no prediction" for r in report.roles) else "")
             + (" —: the theory makes no prediction for this projection." if any(

@@ -19,7 +19,7 @@ from typing import Any
 from rich.text import Text
 
 from geodrift.gauge.status import ALIGNED
-from geodrift.jobs.series_results import CompareResult, DriftResult, gauge_fixing, space_gauges
+from geodrift.jobs.series_results import CompareResult, DriftResult, cross_gauges, gauge_fixing, space_gauges
 from geodrift.render import console, fmt, lit, plural
 from geodrift.render.layout import Col, Grid, print_grid
 from geodrift.render.scan import ALIGNED_CELL
@@ -41,7 +41,7 @@ def drift_grid(rep: DriftResult) -> Grid:
     rot: dict[tuple[str, str, int], list[Any]] = defaultdict(list)
     for r in rep.rotation:
         rot[(r.role, r.space, r.checkpoint)].append(r)
-    gauges = space_gauges(rep)
+    gauges, cross = space_gauges(rep), cross_gauges(rep)
     cols = [Col("Proj", "left", style="bold"), Col("space", "left")]
     cols += [Col(f"#{t}" + (" (ref)" if t == 0 else "")) for t in range(len(rep.checkpoints))]
     grid = Grid(
@@ -55,7 +55,8 @@ def drift_grid(rep: DriftResult) -> Grid:
     )
     for role in rep.reports[0].roles:
         for space in ("v", "u"):
-            if gauges.get((role.role, space)) == ALIGNED:
+            aligned = gauges.get((role.role, space)) == ALIGNED
+            if aligned and cross.get((role.role, space)) == ALIGNED:
                 grid.add(lit(role.label), SPACE_NAMES[space], *[ALIGNED_CELL] * len(rep.reports))
                 continue
             cells = []
@@ -65,7 +66,8 @@ def drift_grid(rep: DriftResult) -> Grid:
                     cells.append("—")
                     continue
                 vc = rr.spaces[space].vectors[0]
-                line = f"{fmt(vc.mean)} [dim]({fmt(vc.null_mean)})[/dim]"
+                # line 1 is continuity across depth: an aligned space's is the view's ordering; its rotation is not
+                line = ALIGNED_CELL if aligned else f"{fmt(vc.mean)} [dim]({fmt(vc.null_mean)})[/dim]"
                 rows = rot.get((role.role, space, t), [])
                 if rows:
                     line += (f"\n{_deg(fmean(r.angle_deg for r in rows))} "
@@ -80,7 +82,7 @@ def compare_grid(rep: CompareResult) -> Grid:
     groups: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in rep.subspaces:
         groups[(row.role, row.space)].append(row)
-    gauges = space_gauges(rep)
+    gauges = cross_gauges(rep)
     grid = Grid(
         f"Top-{rep.k} subspaces of {rep.a} vs {rep.b} ({view_title(rep)}; means over layers)",
         [Col("Proj", "left", style="bold"), Col("space", "left"), Col("layers"), Col("overlap (null · random)"),
@@ -116,7 +118,7 @@ def drift_summary(rep: DriftResult) -> str:
         >>> drift_summary(DriftResult(["a", "b"], 2, 4, 0, "raw", [], []))
         '2 checkpoints (raw view, gauge: none (raw weights)); mean rotation of v1/u1 from #0 to #1: — (unrelated vectors: —)'
     """
-    gauges = space_gauges(rep)
+    gauges = cross_gauges(rep)
     last = [r for r in rep.rotation if r.checkpoint == len(rep.checkpoints) - 1
             and gauges.get((r.role, r.space)) != ALIGNED]
     moved = fmean(r.angle_deg for r in last) if last else math.nan
@@ -196,7 +198,7 @@ def rotation_figure(rep: DriftResult) -> Any:
     from geodrift.weights import PREDICTED_SPACE
 
     roles = list(rep.reports[0].roles)
-    gauges = space_gauges(rep)
+    gauges = cross_gauges(rep)
     with style():
         fig, axes = panels(len(roles), cols=2, sharey=True)
         x = list(range(len(rep.checkpoints)))
@@ -285,7 +287,7 @@ def compare_figure(rep: CompareResult) -> Any:
 
     colors = {"v": "tab:blue", "u": "tab:orange"}
     labels = list(dict.fromkeys((r.role, r.label) for r in rep.subspaces))
-    gauges = space_gauges(rep)
+    gauges = cross_gauges(rep)
     with style():
         fig, axes = panels(len(labels), cols=2)
         for ax, (role, label) in zip(axes, labels, strict=True):

@@ -2,15 +2,13 @@
 
 The maths is :mod:`geodrift.gauge.canonical`; this module streams it. The folded projections of
 one layer (:mod:`geodrift.scanner.fold`) are read together and canonicalised in the folded basis (every
-per-layer map commutes with the residual rotation; only the signs read coordinates in the canonical
-residual basis ``P``, the eigenbasis of the token embedding's Gram, computed once); the layer is kept
-while its seven projections are handed out one by one (at most two layers resident: the scan reads
-the next matrix on a second thread). The WeightSet's matrices are in ``P`` (readers ``W P``, writers
-``P^T W``); its ``before_rotation`` holds the same matrices before the rotation and ``P``, and the
-measurement (:func:`geodrift.continuity.measure.decompose`) decomposes those and rotates only the top
-singular vectors on the residual side (``k x d`` instead of a ``d_out x d x d`` product per matrix). Every reader hands Q/K rows over in Hugging Face's half-split
-rotary order (the GGUF reader undoes llama.cpp's interleaving, :func:`geodrift.scanner.gguf_reader.unpermute_qk`),
-so the RoPE pairs are the same for every format.
+per-layer map commutes with the residual rotation; the signs read rows against the token embedding's mean,
+computed once); the layer is kept while its seven projections are handed out one by one (at most two layers
+resident: the scan reads the next matrix on a second thread). No residual basis is computed: every number the
+scan reads off the residual side is basis-free (adjacent ``|cos|``, and the rotation null there:
+:func:`geodrift.gauge.status.null_kind`), so the matrices stay in the folded basis. Every reader hands Q/K rows
+over in Hugging Face's half-split rotary order (the GGUF reader undoes llama.cpp's interleaving,
+:func:`geodrift.scanner.gguf_reader.unpermute_qk`), so the RoPE pairs are the same for every format.
 
 Only architectures whose gauge group geodrift has derived are accepted (:data:`CANONICAL_ARCHITECTURES`);
 the others are refused with the symmetry that is not derived.
@@ -26,7 +24,7 @@ from collections.abc import Callable
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis, to_basis
+from geodrift.gauge.canonical import PROJECTIONS, canonical_layer
 from geodrift.gauge.orbit import GaugeShape
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.fold import INPUT_SIDE
@@ -69,7 +67,13 @@ def canonical_refusal(ckpt: Checkpoint) -> str | None:
         return ("the head counts are unknown (the V/O and Q/K gauges act per head); pass the model's config "
                 "(config.json beside the weights, or config= in geodrift.scan)")
     if ("embed", None) not in ckpt.plan:
-        return "no token embedding, which fixes the canonical residual basis (map it in --names as 'embed')"
+        return "no token embedding, which signs the canonical factors (map it in --names as 'embed')"
+    embed = ckpt.canonical_shape(("embed", None))
+    reads = ckpt.canonical_shape(next(key for key in sorted(ckpt.plan, key=str) if key[0] == "attn_q"
+                                      and key[1] is not None)) if any(k[0] == "attn_q" for k in ckpt.plan) else None
+    if reads is not None and (len(embed) != 2 or embed[1] != reads[1]):
+        return (f"the token embedding is {'x'.join(map(str, embed))} but the projections read {reads[1]}-wide "
+                "vectors (the embedding must be as wide as the residual stream)")
     layers = sorted({layer for (role, layer) in ckpt.plan if layer is not None and role in TRANSFORMER_ROLES})
     missing = [f"{kind}[{layer}]" for layer in layers
                for kind in (*TRANSFORMER_ROLES, *_READ_NORMS)
@@ -127,36 +131,64 @@ def resolve_view(ckpt: Checkpoint, view: str | None) -> tuple[str, str | None]:
                    f"{why}; these numbers and verdicts can move under an exact reparametrisation of the weights")
 
 
+# An embedding mean below this share of its rows' RMS norm signs nothing (then the norm-weighted mean is tried).
+_ZERO_MEAN = 1e-6
+
+
 class CanonicalLayers:
     """Canonical layers computed on demand from folded loaders; thread-safe, at most ``keep`` layers cached.
 
     Args:
         loaders: ``(role, layer) -> folded loader`` for all seven projections of every layer.
-        embedding: loads the token embedding (the residual basis, computed on first use).
+        embedding: loads the token embedding (its mean signs the factors, computed on first use).
         shape: the heads.
         keep: layers kept (the scan reads ahead one matrix).
+        label: names the checkpoint in errors.
     """
 
     def __init__(self, loaders: dict[tuple[str, int], Callable[[], torch.Tensor]],
-                 embedding: Callable[[], torch.Tensor], shape: GaugeShape, keep: int = 2) -> None:
-        self.loaders, self.embedding, self.shape, self.keep = loaders, embedding, shape, keep
+                 embedding: Callable[[], torch.Tensor], shape: GaugeShape, keep: int = 2, label: str = "") -> None:
+        self.loaders, self.embedding, self.shape, self.keep, self.label = loaders, embedding, shape, keep, label
         self._lock = threading.Lock()
         self._layers: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
-        self._basis: torch.Tensor | None = None
+        self._reference: torch.Tensor | None = None
 
-    def basis(self) -> torch.Tensor:
-        """The canonical residual basis (:func:`geodrift.gauge.canonical.residual_basis`)."""
-        if self._basis is None:
-            self._basis = residual_basis(self.embedding())
-        return self._basis
+    def sign_reference(self) -> torch.Tensor:
+        """The token embedding's mean row (float64; where it is zero, the mean weighted by each row's squared norm):
+        the canonical factors are signed against it. Rotation-equivariant, so the signs are too.
+
+        Raises:
+            GeodriftError: both means are zero (a zero embedding, or one symmetric under negation): nothing in
+                the weights signs the factors, and the head-side numbers would depend on the SVD's signs.
+        """
+        if self._reference is None:
+            embedding = self.embedding().to(torch.float32)
+            energy = embedding.pow(2).sum(1, dtype=torch.float64)
+            rms = float(energy.mean().sqrt()) if embedding.numel() else 0.0
+            means = (lambda: embedding.sum(0, dtype=torch.float64) / max(embedding.shape[0], 1),
+                     lambda: (energy @ embedding.double()) / max(float(energy.sum()), 1e-300))
+            for mean_of in means:
+                mean = mean_of()
+                if float(mean.norm()) > _ZERO_MEAN * rms:
+                    self._reference = mean
+                    break
+            else:
+                raise GeodriftError(f"--view canonical: the token embedding of {self.label or 'the model'} has a zero "
+                                    "mean (also weighted by norm), so nothing signs its canonical factors; use "
+                                    "--view folded")
+        return self._reference
+
+    def folded(self, layer: int) -> dict[str, torch.Tensor]:
+        """The folded projections of ``layer`` (float32), by Hugging Face name."""
+        return {NAME_OF[r]: self.loaders[(r, layer)]().to(torch.float32) for r in TRANSFORMER_ROLES}
+
+    def compute(self, layer: int) -> dict[str, torch.Tensor]:
+        """The canonical projections of ``layer`` (float32), by Hugging Face name."""
+        done = canonical_layer(self.folded(layer), self.shape, self.sign_reference())
+        return {key: value.to(torch.float32) for key, value in done.items()}
 
     def load(self, role: str, layer: int) -> torch.Tensor:
-        """The canonical ``(role, layer)`` projection, float32, in the canonical residual basis."""
-        name = NAME_OF[role]
-        return to_basis({name: self.load_unrotated(role, layer)}, self.basis())[name]
-
-    def load_unrotated(self, role: str, layer: int) -> torch.Tensor:
-        """The canonical ``(role, layer)`` projection before the residual rotation (:meth:`load` rotates it).
+        """The canonical ``(role, layer)`` projection, float32, in the folded residual basis.
 
         Each projection is handed over once, not copied (the caller owns it); asking for it again computes
         its layer again.
@@ -165,9 +197,7 @@ class CanonicalLayers:
         with self._lock:
             cached = self._layers.get(layer)
             if cached is None or name not in cached:
-                raw = {NAME_OF[r]: self.loaders[(r, layer)]().to(torch.float32) for r in TRANSFORMER_ROLES}
-                done = canonical_layer(raw, self.shape, basis=self.basis())
-                cached = self._layers[layer] = {key: value.to(torch.float32) for key, value in done.items()}
+                cached = self._layers[layer] = self.compute(layer)
                 while len(self._layers) > self.keep:
                     self._layers.popitem(last=False)
             value = cached.pop(name)
@@ -176,19 +206,22 @@ class CanonicalLayers:
             return value
 
 
-def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable[[], torch.Tensor]) -> WeightSet:
+def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable[[], torch.Tensor],
+                        source: CanonicalLayers | None = None) -> WeightSet:
     """The canonical view of ``ckpt`` from its folded WeightSet (same keys, shapes and sources).
 
     Args:
         ckpt: the checkpoint (checked by :func:`check_canonical`).
         folded: its folded WeightSet (all seven projections of every layer).
         embedding: loads the token embedding.
+        source: computes the layers (default: :class:`CanonicalLayers`; the series' alignment passes its own).
 
     Returns:
-        A WeightSet with ``view="canonical"`` (its ``before_rotation``: the same before the residual rotation, and ``P``).
+        A WeightSet with ``view="canonical"``.
 
     Raises:
-        GeodriftError: see :func:`check_canonical`; a layer without all seven projections.
+        GeodriftError: see :func:`check_canonical`; a layer without all seven projections; (on first use) an
+            embedding that signs nothing (:meth:`CanonicalLayers.sign_reference`).
     """
     shape = check_canonical(ckpt)
     layers = sorted({layer for _, layer in folded.entries})
@@ -198,14 +231,12 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
                             "seven projections (a layer's gauges tie them together) - use --view folded")
     # Each folded matrix read through the WeightSet's checks (NaN/Inf, a corrupt outlier): balancing would hide an
     # outlier in its layer's product, so it is refused (or skipped, with its layer) by the name of its tensor.
-    source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries}, embedding,
-                             shape)
+    if source is None:
+        source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
+                                 embedding, shape, label=ckpt.label)
     entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
                for key, entry in folded.entries.items()}
-    unrotated = {key: WeightEntry(entry.shape, f"{entry.source} (canonical, before the residual rotation)",
-                                  _loader(source.load_unrotated, *key)) for key, entry in folded.entries.items()}
-    return WeightSet(entries, origin=folded.origin, view="canonical",
-                     before_rotation=(WeightSet(unrotated, origin=folded.origin, view="canonical"), source.basis))
+    return WeightSet(entries, origin=folded.origin, view="canonical")
 
 
 def _loader(load: Callable[[str, int], torch.Tensor], role: str, layer: int) -> Callable[[], torch.Tensor]:

@@ -5,10 +5,18 @@ residual check, the OV composite when the config names the heads), its continuit
 from those triplets, and only the top-k vectors kept; the cross-checkpoint numbers
 (``geodrift.continuity.series``) are computed from them. Time and memory grow linearly with the
 number of checkpoints.
+
+The gauge is fixed once for the series (``gauge_fixing`` in the reports says how): in the canonical view (the
+default where the gauge group is derived) the reference (checkpoint 0, or A) is canonical and every other
+checkpoint canonical *and aligned to it* (:mod:`geodrift.scanner.series_gauge`: exact and continuous); no
+checkpoint's own canonical tie-break enters a cross-checkpoint number. ``--view raw`` is the paper's metric (no
+gauge fixed); ``--view folded`` folds the gains, and ``--align`` then aligns every checkpoint to the first
+(:mod:`geodrift.scanner.aligned`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +25,7 @@ from typing import Any
 from geodrift.continuity import MeasureSpec, Report, assemble, decompose
 from geodrift.continuity.series import RotationRow, Spectra, SubspaceRow, rotation_drift, subspace_comparison
 from geodrift.errors import GeodriftError
-from geodrift.gauge.align import DEFAULT_HEAD_MAPS, AlignmentReport
+from geodrift.gauge.align import DEFAULT_HEAD_MAPS, HEAD_MAPS, AlignmentReport
 from geodrift.linalg import SVDTriplets
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.distributed import check_backend, on_ray, svd_workers
@@ -25,6 +33,7 @@ from geodrift.scanner.open import open_model
 from geodrift.scanner.preflight import check_layers, check_plan
 from geodrift.scanner.readers import weightset
 from geodrift.scanner.scan import heads_of, ov_composite_hook
+from geodrift.scanner.series_gauge import ReferenceStore, aligned_weightset, reference_weightset
 from geodrift.weights import WeightSet
 
 Progress = Callable[[str], None]
@@ -42,7 +51,8 @@ class DriftReport:
     reports: list[Report]
     rotation: list[RotationRow]
     notes: list[str] = field(default_factory=list)
-    alignment: list[AlignmentReport] = field(default_factory=list)  # --align: each checkpoint after the first
+    alignment: list[AlignmentReport] = field(default_factory=list)  # each checkpoint after the first, when aligned
+    gauge_fixing: str = ""  # in words, which gauge fixing produced the numbers (e.g. "canonical, aligned to ...")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (see docs/output-schema.md, kind ``drift_report``)."""
@@ -79,7 +89,8 @@ class CompareReport:
     reports: list[Report]
     subspaces: list[SubspaceRow]
     notes: list[str] = field(default_factory=list)
-    alignment: AlignmentReport | None = None  # --align: what was recovered
+    alignment: AlignmentReport | None = None  # what was recovered, when aligned
+    gauge_fixing: str = ""  # in words, which gauge fixing produced the numbers
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (see docs/output-schema.md, kind ``compare_report``)."""
@@ -148,8 +159,11 @@ def _span(layers: list[int]) -> str:
 
 def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str | None = None, roles: list[str] | None = None,
                          layers: list[int] | None = None, ov: bool = True, names: str | Path | None = None,
-                         progress: Progress | None = None, max_memory: int | None = None) -> tuple[Report, Spectra]:
-    """Read one checkpoint once: its continuity Report and its top-``spec.k`` triplets.
+                         progress: Progress | None = None, max_memory: int | None = None,
+                         reference: ReferenceStore | None = None, head_maps: str = DEFAULT_HEAD_MAPS,
+                         ) -> tuple[Report, Spectra, AlignmentReport | None]:
+    """Read one checkpoint once: its continuity Report, its top-``spec.k`` triplets and, with a ``reference``
+    (the canonical series, :mod:`geodrift.scanner.series_gauge`), what its alignment to it recovered.
 
     Raises:
         GeodriftError: any unreadable input, fewer than 2 layers; with ``max_memory``, the checks of
@@ -157,8 +171,22 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str | None = No
     """
     ws, heads = plan_checkpoint(model, spec, view=view, roles=roles, layers=layers, ov=ov, names=names,
                                 max_memory=max_memory)
+    if reference is None:
+        report, kept = _measure(ws, heads, spec, progress)
+        return report, kept, None
+    ckpt = model if isinstance(model, Checkpoint) else open_model(model, names)
+    aligned, source = aligned_weightset(ckpt, reference, head_maps)
+    report, kept = _measure(aligned.select(roles, layers), heads, spec, progress, source.rotated)
+    return report, kept, source.report()
+
+
+def _measure(ws: WeightSet, heads: tuple[int, int] | None, spec: MeasureSpec, progress: Progress | None,
+             turn: Callable[[Spectra], Spectra] | None = None) -> tuple[Report, Spectra]:
+    # decomposed, turned into the reference's residual frame (an aligned checkpoint: turn), assembled, truncated
     derive = ov_composite_hook(*heads) if heads is not None and {"attn_v", "attn_o"} <= set(ws.roles()) else None
     spectra = decompose(ws, spec, progress, derive)
+    if turn is not None:
+        spectra = turn(spectra)
     report = assemble(spectra, spec, ws.origin, ws.view, trajectory=True)
     report.notes += ws.notes
     kept = {key: SVDTriplets(t.U[:, :spec.k].clone(), t.S[:spec.k].clone(), t.Vh[:spec.k].clone(), t.frobenius_sq,
@@ -176,10 +204,12 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
         spec: k, null draws, seed (shared by every checkpoint).
         progress: called after each matrix.
         backend: ``local`` (one checkpoint after another) or ``ray`` (one Ray task per checkpoint, at
-            ``address`` or on a local cluster; bitwise the local numbers, see :mod:`geodrift.scanner.distributed`).
+            ``address`` or on a local cluster; bitwise the local numbers, see :mod:`geodrift.scanner.distributed`;
+            in the canonical view the reference is read here and the others on Ray).
         address: an existing Ray cluster (``ray`` only).
-        align: bring every checkpoint into the first one's gauge first (:mod:`geodrift.scanner.aligned`).
-        head_maps: the per-head V/O and Q/K maps ``align`` fits: ``orthogonal`` (default), ``general`` or
+        align: ``raw``/``folded`` views: bring every checkpoint into the first one's gauge first
+            (:mod:`geodrift.scanner.aligned`); the canonical view aligns every checkpoint anyway.
+        head_maps: the per-head V/O and Q/K maps of the alignment: ``orthogonal`` (default), ``general`` or
             ``none`` (:data:`geodrift.gauge.align.DEFAULT_HEAD_MAPS` says why).
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory`` (``view`` None, the default: canonical where every model's gauge group is derived,
@@ -194,20 +224,20 @@ def drift(models: list[Any], spec: MeasureSpec, *, progress: Progress | None = N
     """
     if len(models) < 2:
         raise GeodriftError(f"drift: needs at least 2 checkpoints of one training run, got {len(models)}")
-    alignment = _align(models, align, options, head_maps)
-    if align:
-        models = alignment[0]
-    plans, options, view_notes = _plans_in_one_view(models, spec, options)
+    models, plans, options, notes, alignment = _prepared(models, spec, align, head_maps, options, "drift")
     check_same_shapes(plans, "drift", same_layers=True)
     if not any(len(plans[0].layers(role)) >= 2 for role in plans[0].roles()):
         raise GeodriftError(f"drift: no projection of {plans[0].origin} has 2 or more selected layers; continuity "
                             "compares adjacent layers - select at least 2 (--layers)")
-    decomposed = _decompose_all(models, spec, progress, backend, address, options)
-    reports, series = [report for report, _ in decomposed], [spectra for _, spectra in decomposed]
-    notes = view_notes + _shape_notes(series) + [f"checkpoint {t}: {rep.summary()}"
-                                                 for t, rep in enumerate(alignment[1], 1)]
-    return DriftReport([r.origin for r in reports], spec.k, spec.null_draws, spec.seed, reports[0].view, reports,
-                       rotation_drift(series, spec.null_draws, spec.seed), notes, alignment[1])
+    reports, series, aligned = _decompose_series(models, plans[0].view, spec, progress, backend, address, options,
+                                                 head_maps)
+    alignment = alignment or aligned
+    notes += _shape_notes(series) + [f"checkpoint {t}: {rep.summary()}" for t, rep in enumerate(alignment, 1)]
+    view = reports[0].view
+    fixing = gauge_fixing(view, bool(alignment), "checkpoint 0", head_maps)
+    return DriftReport([r.origin for r in reports], spec.k, spec.null_draws, spec.seed, view, reports,
+                       rotation_drift(series, spec.null_draws, spec.seed, view), [f"gauge fixing: {fixing}", *notes],
+                       alignment, fixing)
 
 
 def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = None, backend: str = "local",
@@ -220,7 +250,7 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         spec: ``k`` is the subspace dimension; null draws and seed as the scan's.
         progress: called after each matrix.
         backend, address: as :func:`drift`'s (one Ray task per model).
-        align: bring B into A's gauge first (:mod:`geodrift.scanner.aligned`): compare in the aligned frame.
+        align: as :func:`drift`'s (B into A's gauge).
         head_maps: as :func:`drift`'s.
         options: :func:`decompose_checkpoint`'s ``view``, ``roles``, ``layers``, ``ov``, ``names``,
             ``max_memory`` (``view`` None, the default: canonical where every model's gauge group is derived,
@@ -233,19 +263,42 @@ def compare(a: Any, b: Any, spec: MeasureSpec, *, progress: Progress | None = No
         GeodriftError: an unreadable model, shared projections of different shapes (from the headers,
             before any SVD), or no projection in common.
     """
-    aligned, reports = _align([a, b], align, options, head_maps)
-    if align:
-        a, b = aligned
-    plans, options, view_notes = _plans_in_one_view([a, b], spec, options)
+    models, plans, options, notes, alignment = _prepared([a, b], spec, align, head_maps, options, "compare")
     check_same_shapes(plans, "compare", same_layers=False)
-    (report_a, spectra_a), (report_b, spectra_b) = _decompose_all([a, b], spec, progress, backend, address, options)
-    rows = subspace_comparison(spectra_a, spectra_b, spec.k, spec.null_draws, spec.seed)
+    (report_a, report_b), (spectra_a, spectra_b), aligned = _decompose_series(
+        models, plans[0].view, spec, progress, backend, address, options, head_maps)
+    alignment = alignment or aligned
+    view = report_a.view
+    rows = subspace_comparison(spectra_a, spectra_b, spec.k, spec.null_draws, spec.seed, view)
     if not rows:
         raise GeodriftError(f"compare: {report_a.origin} and {report_b.origin} share no projection of the same shape "
                             "and layers; compare checkpoints of one architecture")
-    return CompareReport(report_a.origin, report_b.origin, spec.k, spec.null_draws, spec.seed, report_a.view,
-                         [report_a, report_b], rows, view_notes + _shape_notes([spectra_a, spectra_b])
-                         + [r.summary() for r in reports], reports[0] if reports else None)
+    fixing = gauge_fixing(view, bool(alignment), "A", head_maps)
+    return CompareReport(report_a.origin, report_b.origin, spec.k, spec.null_draws, spec.seed, view,
+                         [report_a, report_b], rows, [f"gauge fixing: {fixing}", *notes]
+                         + _shape_notes([spectra_a, spectra_b]) + [r.summary() for r in alignment],
+                         alignment[0] if alignment else None, fixing)
+
+
+def gauge_fixing(view: str, aligned: bool, reference: str, head_maps: str) -> str:
+    """In words, which gauge fixing produced a series' numbers (``DriftReport.gauge_fixing``).
+
+    Example:
+        >>> gauge_fixing("folded", False, "checkpoint 0", "orthogonal")
+        'folded: norm gains folded, no gauge fixed (exact reparametrisations move these numbers)'
+    """
+    maps = {"orthogonal": "a rotation per head and RoPE pair", "general": "least-squares per-head maps",
+            "none": "no per-head maps"}[head_maps]
+    if view == "canonical":
+        return (f"canonical, aligned to {reference}: every checkpoint at the canonical point of its orbit (balanced), "
+                f"then brought to the point nearest the reference by the residual rotation of the token rows, head "
+                f"and signed hidden-unit permutations and {maps} (exact and continuous)")
+    if aligned:
+        return (f"{view}, aligned to {reference}: norm gains folded, then B brought into the reference's gauge "
+                f"(residual rotation, permutations, scales, {maps})")
+    if view == "folded":
+        return "folded: norm gains folded, no gauge fixed (exact reparametrisations move these numbers)"
+    return "none: the raw weights as stored, the paper's metric (exact reparametrisations move these numbers)"
 
 
 def _plans_in_one_view(models: list[Any], spec: MeasureSpec, options: dict[str, Any]
@@ -260,36 +313,85 @@ def _plans_in_one_view(models: list[Any], spec: MeasureSpec, options: dict[str, 
     return plans, options, notes
 
 
-def _align(models: list[Any], align: bool, options: dict[str, Any], head_maps: str
-           ) -> tuple[list[Any], list[AlignmentReport]]:
-    # --align: every model after the first brought into the first one's gauge (gains folded).
+def _prepared(models: list[Any], spec: MeasureSpec, align: bool, head_maps: str, options: dict[str, Any],
+              command: str) -> tuple[list[Any], list[WeightSet], dict[str, Any], list[str], list[AlignmentReport]]:
+    # Every model's plan in one view; in raw/folded, --align aligns the models in memory first (the canonical view
+    # aligns every checkpoint anyway, as it is read). Returns (models, plans, options, notes, alignment reports).
+    if head_maps not in HEAD_MAPS:
+        raise GeodriftError(f"--head-maps {head_maps!r}: use one of {', '.join(HEAD_MAPS)}")
+    unchecked, _, _ = _plans_in_one_view(models, spec, {**options, "max_memory": None})  # the view, from headers
+    if unchecked[0].view == "canonical" or not align:
+        _check_architectures(models, options.get("names"), command)
+        plans, options, notes = _plans_in_one_view(models, spec, options)
+    if unchecked[0].view == "canonical":
+        if align:
+            notes.append("--align: the canonical view aligns every checkpoint to the reference already")
+        return models, plans, options, notes, []
     if not align:
         if head_maps != DEFAULT_HEAD_MAPS:
             raise GeodriftError(f"--head-maps {head_maps}: chooses the maps of --align; add --align or drop it")
-        return models, []
+        return models, plans, options, notes, []
     from geodrift.scanner.aligned import aligned_series
 
-    return aligned_series(models, options.get("names"), head_maps=head_maps, max_memory=options.get("max_memory"))
+    aligned, reports = aligned_series(models, options.get("names"), head_maps=head_maps,
+                                      max_memory=options.get("max_memory"))
+    plans, options, notes = _plans_in_one_view(aligned, spec, options)
+    return list(aligned), plans, options, notes, reports
 
 
-def checkpoint_task(model: Any, spec: MeasureSpec, options: dict[str, Any], threads: int) -> tuple[Report, Spectra]:
+def _check_architectures(models: list[Any], names: Any, command: str) -> None:
+    # one line naming both models when their architectures differ (headers only)
+    ckpts = [m if isinstance(m, Checkpoint) else open_model(m, names) for m in models]
+    for other in ckpts[1:]:
+        if other.architecture != ckpts[0].architecture:
+            raise GeodriftError(f"{command}: {ckpts[0].label} is a {ckpts[0].architecture!r} model but {other.label} is "
+                                f"a {other.architecture!r} one; {command} needs checkpoints of one architecture")
+
+
+def checkpoint_task(model: Any, spec: MeasureSpec, options: dict[str, Any], threads: int
+                    ) -> tuple[Report, Spectra, AlignmentReport | None]:
     """A Ray task of :func:`drift` and :func:`compare`: :func:`decompose_checkpoint` on a worker."""
     with svd_workers(threads):
         return decompose_checkpoint(model, spec, **options)
 
 
-def _decompose_all(models: list[Any], spec: MeasureSpec, progress: Progress | None, backend: str,
-                   address: str | None, options: dict[str, Any]) -> list[tuple[Report, Spectra]]:
-    # Every checkpoint's Report and kept triplets, here or as Ray tasks (the same numbers).
+def _decompose_series(models: list[Any], view: str, spec: MeasureSpec, progress: Progress | None, backend: str,
+                      address: str | None, options: dict[str, Any], head_maps: str
+                      ) -> tuple[list[Report], list[Spectra], list[AlignmentReport]]:
+    # Every checkpoint's Report and kept triplets (here or as Ray tasks: the same numbers); in the canonical view the
+    # reference first, here (its layers kept), then every other checkpoint aligned to it.
     check_backend(backend, address)
+    first: list[tuple[Report, Spectra, AlignmentReport | None]] = []
+    rest = [(model, spec, options) for model in models]
+    if view == "canonical":
+        ckpt = models[0] if isinstance(models[0], Checkpoint) else open_model(models[0], options.get("names"))
+        _check_reference_memory(ckpt, options.get("max_memory"))
+        _, heads = plan_checkpoint(ckpt, spec, **options)
+        ws, store = reference_weightset(ckpt)
+        first = [(*_measure(ws.select(options.get("roles"), options.get("layers")), heads, spec, progress), None)]
+        store.spectra = first[0][1]  # the reference's kept triplets: the others' residual rotation is refitted on them
+        rest = [(model, spec, {**options, "reference": store, "head_maps": head_maps}) for model in models[1:]]
     if backend == "ray":
-        def done(_: int, result: tuple[Report, Spectra]) -> None:
+        def done(_: int, result: tuple[Report, Spectra, AlignmentReport | None]) -> None:
             for key in result[1]:
                 if progress is not None:
                     progress(f"{result[0].origin}: {key[0]}[{key[1]}]")
 
-        return on_ray(checkpoint_task, [(model, spec, options) for model in models], address, done)
-    return [decompose_checkpoint(model, spec, progress=progress, **options) for model in models]
+        results = first + on_ray(checkpoint_task, rest, address, done)
+    else:
+        results = first + [decompose_checkpoint(model, spec, progress=progress, **opts) for model, _, opts in rest]
+    return ([r for r, _, _ in results], [s for _, s, _ in results], [a for _, _, a in results if a is not None])
+
+
+def _check_reference_memory(ckpt: Checkpoint, max_memory: int | None) -> None:
+    # the reference's canonical layers and token rows are kept (float32) while the others are aligned to it
+    if max_memory is None:
+        return
+    need = 4 * sum(math.prod(ckpt.shape(name)) for name in ckpt.tensor_names())
+    if need > max_memory:
+        raise GeodriftError(f"{ckpt.label}: the canonical series keeps the reference's weights (about "
+                            f"{need / 2**30:.1f} GiB in float32), above --max-memory {max_memory / 2**30:.1f} GiB; "
+                            "raise --max-memory or use --view folded")
 
 
 def _shape_notes(series: list[Spectra]) -> list[str]:

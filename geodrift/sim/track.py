@@ -49,7 +49,7 @@ from geodrift import metrics
 from geodrift.continuity import MeasureSpec, PermutationBank, assemble, decompose, vector_continuity
 from geodrift.linalg import top_right_vectors
 from geodrift.lm.llama import LlamaLM
-from geodrift.sim.canonical import canonical_weightset
+from geodrift.sim.canonical import CanonicalFrame
 from geodrift.sim.config import TrackConfig
 from geodrift.sim.data import Dataset
 from geodrift.sim.mlp import ResidualMLP
@@ -145,6 +145,8 @@ class MLPTracker:
         self.vectors: list[dict[str, list[list[float]]]] = [{} for _ in range(E)]
         self.seconds = 0.0
         self.latest: Latest | None = None
+        self.frame: CanonicalFrame | None = None  # the canonical view's gauge, fixed at the first tracked step
+        self.first_vectors: dict | None = None  # the first tracked step's v1/u1 (rotation_deg's reference)
 
     def after_backward(self, step: int, stats: dict[str, torch.Tensor]) -> None:
         start = time.perf_counter()
@@ -286,6 +288,8 @@ class LlamaTracker:
         self.vectors: list[dict[str, list[list[float]]]] = [{}]
         self.seconds = 0.0
         self.latest: Latest | None = None
+        self.frame: CanonicalFrame | None = None  # the canonical view's gauge, fixed at the first tracked step
+        self.first_vectors: dict | None = None  # the first tracked step's v1/u1 (rotation_deg's reference)
 
     def after_backward(self, step: int, stats: dict[str, torch.Tensor]) -> None:
         self.losses.append(float(stats["loss"]))
@@ -302,15 +306,36 @@ class LlamaTracker:
         epoch = step / self.steps_per_epoch
         spec = MeasureSpec(k=self.cfg.k, null_draws=self.cfg.null_draws, seed=track_seed(self.seed, step))
         if self.cfg.view == "canonical":  # the weights at their canonical point; no gradients (geodrift.sim.canonical)
-            self.series[0].measure(step, epoch, "W", canonical_weightset(self.model), spec)
+            if self.frame is None:
+                self.frame = CanonicalFrame(self.model)
+            spectra = self.series[0].measure(step, epoch, "W", self.frame.weightset(self.model), spec)
         else:
-            self.series[0].measure(step, epoch, "W", self.model.weightset(), spec)
+            spectra = self.series[0].measure(step, epoch, "W", self.model.weightset(), spec)
             self.series[0].measure(step, epoch, "G", self.model.gradset(), spec)
+        self._rotation(step, epoch, spectra)
         self.latest = latest_continuity(self.series[0].rows, step, PAPER_TABLE2_SPACE,
                                         f"W, mean of {len(PAPER_TABLE2_SPACE)} projections (paper's space)")
         if step == self.steps or (self.cfg.eval_every and step % self.cfg.eval_every == 0):
             self.record_eval(step)
         self.seconds += time.perf_counter() - start
+
+    def _rotation(self, step: int, epoch: float, spectra: dict) -> None:
+        # rotation_deg: per projection, space and layer, arccos |cos| of the first singular vector against the first
+        # tracked step's (Fig. 2a), and its mean over layers; in the canonical view both in the first step's gauge
+        first = {key: (t.Vh[0].double(), t.U[:, 0].double()) for key, t in spectra.items()}
+        if self.first_vectors is None:
+            self.first_vectors = first
+        for role in sorted({r for r, _ in first}):
+            layers = sorted(layer for r, layer in first if r == role and (r, layer) in self.first_vectors)
+            for index, space in enumerate(("v", "u")):
+                angles = [math.degrees(math.acos(min(1.0, abs(float(
+                    torch.nn.functional.cosine_similarity(first[(role, layer)][index],
+                                                         self.first_vectors[(role, layer)][index], dim=0))))))
+                    for layer in layers]
+                for layer, angle in zip(layers, angles, strict=True):
+                    self.series[0].add(step, epoch, "W", role, "rotation_deg", angle, space, 1, layer)
+                if angles:
+                    self.series[0].add(step, epoch, "W", role, "rotation_deg", sum(angles) / len(angles), space, 1)
 
     def record_eval(self, step: int) -> None:
         """Evaluate held-out perplexity now and record it at ``step``."""
@@ -322,11 +347,19 @@ class LlamaTracker:
         return self.series[member].rows
 
     def state_dict(self) -> dict[str, Any]:
-        return {"losses": list(self.losses), "seconds": self.seconds, "rows": self.series[0].rows}
+        # the first tracked step's vectors and canonical weights travel too: a resumed run keeps its reference
+        first = [[role, layer, *vectors] for (role, layer), vectors in (self.first_vectors or {}).items()]
+        return {"losses": list(self.losses), "seconds": self.seconds, "rows": self.series[0].rows,
+                "first_vectors": first, "frame": None if self.frame is None else self.frame.reference}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.losses, self.seconds = list(state["losses"]), float(state["seconds"])
         self.series[0].rows = state["rows"]
+        first = state.get("first_vectors") or []
+        self.first_vectors = {(role, layer): (v, u) for role, layer, v, u in first} or None
+        if state.get("frame") is not None:
+            self.frame = CanonicalFrame(self.model)
+            self.frame.reference = state["frame"]
 
 
 def _alignment(a: torch.Tensor, b: torch.Tensor, draws: int, bank: PermutationBank) -> tuple[float, float]:
@@ -377,6 +410,8 @@ def summarize(rows: list[Row]) -> dict[str, float | None]:
             out[f"{prefix}erank"] = value
         elif metric == "align_w_v1":
             out[f"align {source}"] = value
+        elif metric == "rotation_deg" and role not in (None, "block"):
+            out[f"{prefix}rotation_deg({space})"] = value
         elif source in ("train", "test", "eval") or metric in ("delta_gw", "rel_change", "rotation_deg"):
             out[metric if source != "train" else f"train {metric}"] = value
     for source in ("G", "W"):
