@@ -12,8 +12,9 @@ singular vectors on the residual side (``k x d`` instead of a ``d_out x d x d`` 
 rotary order (the GGUF reader undoes llama.cpp's interleaving, :func:`geodrift.scanner.gguf_reader.unpermute_qk`),
 so the RoPE pairs are the same for every format.
 
-Only architectures whose gauge group geodrift has derived are accepted (:data:`CANONICAL_ARCHITECTURES`);
-the others are refused with the symmetry that is not derived.
+Only architectures whose row in :data:`geodrift.architectures.ARCHITECTURES` lists canonical steps this module
+runs are accepted (:data:`CANONICAL_ARCHITECTURES`); the others are refused with the reason, and their default
+view is ``folded`` (:func:`resolve_view`).
 """
 
 from __future__ import annotations
@@ -25,30 +26,58 @@ from collections.abc import Callable
 
 import torch
 
+from geodrift.architectures import ARCHITECTURES as REGISTRY
 from geodrift.errors import GeodriftError
 from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis, to_basis
 from geodrift.gauge.orbit import GaugeShape
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.fold import INPUT_SIDE
-from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet
+from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet, base_role
 
-# Llama-family attention (RoPE, GQA, no per-head q/k norm), pre-norm RMSNorm, gated MLP.
-CANONICAL_ARCHITECTURES = ("llama", "mistral", "qwen2")
+# The canonical steps this module runs (geodrift.architectures: each row lists its own); a row with a step not here
+# is not canonicalised yet and its default view is folded.
+IMPLEMENTED_STEPS = frozenset({"fold", "basis", "heads", "vo", "qk_rope", "mlp"})
+CANONICAL_ARCHITECTURES = tuple(name for name, row in REGISTRY.items()
+                                if row.canonical and set(row.canonical) <= IMPLEMENTED_STEPS and row.gguf_arch)
 # The norm gains the canonical view folds (the inputs of Q, K, V, Gate, Up).
 _READ_NORMS = tuple(sorted({INPUT_SIDE[role] for role in TRANSFORMER_ROLES if role in INPUT_SIDE}))
 ROLE_OF: dict[str, str] = dict(zip(PROJECTIONS, TRANSFORMER_ROLES, strict=True))
 NAME_OF: dict[str, str] = {role: name for name, role in ROLE_OF.items()}
-# What keeps an architecture's group underived, by the norms its checkpoint holds.
-_UNDERIVED_NORMS = {
-    "norm_q": "per-head q/k norm gains sit between Q/K and RoPE (the Q/K gauge is not derived)",
-    "norm_k": "per-head q/k norm gains sit between Q/K and RoPE (the Q/K gauge is not derived)",
-    "norm_attn_post": "sandwich norms sit between O and the residual stream (the residual rotation is not derived)",
-    "norm_mlp_post": "sandwich norms sit between Down and the residual stream (the residual rotation is not derived)",
+# Tensors an architecture's row does not expect: the checkpoint is then not that row's group.
+_FOREIGN = {
+    "norm_q": "per-head q/k norms, which its group does not have",
+    "norm_k": "per-head q/k norms, which its group does not have",
+    "norm_attn_post": "norms on what its blocks write (sandwich or post-norms), which its group does not have",
+    "norm_mlp_post": "norms on what its blocks write (sandwich or post-norms), which its group does not have",
+    "router": "a mixture of experts, which its group does not have",
 }
 
 
+def _group_refusal(ckpt: Checkpoint) -> str | None:
+    # why the checkpoint's group is not one geodrift canonicalises: the row, its steps, foreign tensors, its config
+    row = REGISTRY.get(ckpt.architecture)
+    if row is None:
+        return f"{ckpt.architecture!r} has no row in the table of architectures (geodrift.architectures)"
+    if not row.canonical:
+        return row.not_canonical or f"the canonical view of {ckpt.architecture!r} is not derived"
+    missing = [step for step in row.canonical if step not in IMPLEMENTED_STEPS]
+    if missing:
+        return f"the canonical steps {', '.join(missing)} of {ckpt.architecture!r} are not done yet"
+    kinds = {kind for kind, _ in ckpt.plan}
+    expected = set(row.post_norms) | ({"norm_q", "norm_k"} if {"qk_head_scale", "qk_scale"} & set(row.group) else set())
+    expected |= {"router"} if row.moe else set()
+    for kind, why in _FOREIGN.items():
+        if kind in kinds and kind not in expected:
+            return f"it holds {kind} ({why})"
+    rotary = ckpt.config.get("raw", {}).get("partial_rotary_factor") if isinstance(ckpt.config.get("raw"), dict) else None
+    if rotary not in (None, 1, 1.0):
+        return (f"a partial rotary factor {rotary} leaves GL on the unrotated head dimensions, which the canonical "
+                "view does not fix")
+    return None
+
+
 def canonical_refusal(ckpt: Checkpoint) -> str | None:
-    """Why the canonical view cannot read ``ckpt`` (the symmetry geodrift has not derived, or what is missing), or
+    """Why the canonical view cannot read ``ckpt`` (the group geodrift has not canonicalised, or what is missing), or
     None when it can; read from the headers only.
 
     Example:
@@ -56,15 +85,9 @@ def canonical_refusal(ckpt: Checkpoint) -> str | None:
         >>> canonical_refusal(open_checkpoint(None)) is None
         True
     """
-    kinds = {kind for kind, _ in ckpt.plan}
-    for kind, why in _UNDERIVED_NORMS.items():
-        if kind in kinds:
-            return why
-    if "router" in kinds:
-        return "a mixture of experts (the experts' permutation and each expert's group are not derived for the scan yet)"
-    if ckpt.architecture not in CANONICAL_ARCHITECTURES:
-        return (f"the gauge group of {ckpt.architecture!r} is not derived (known: {', '.join(CANONICAL_ARCHITECTURES)}; "
-                "e.g. LayerNorm's centring and biases in gpt2, fused or partial-rotary attention)")
+    why = _group_refusal(ckpt)
+    if why is not None:
+        return why
     if not ckpt.config.get("n_heads"):
         return ("the head counts are unknown (the V/O and Q/K gauges act per head); pass the model's config "
                 "(config.json beside the weights, or config= in geodrift.scan)")
@@ -84,8 +107,8 @@ def check_canonical(ckpt: Checkpoint) -> GaugeShape:
     """The gauge shape of a checkpoint the canonical view can read, or a one-line refusal.
 
     Raises:
-        GeodriftError: an architecture whose gauge group is not derived (naming the symmetry), a mixture
-            of experts, no head counts, or a missing projection/norm/embedding (:func:`canonical_refusal`).
+        GeodriftError: an architecture whose gauge group is not canonicalised (naming why), no head counts, or a
+            missing projection/norm/embedding (:func:`canonical_refusal`).
 
     Example:
         >>> from geodrift.scanner.readers import open_checkpoint
@@ -94,15 +117,28 @@ def check_canonical(ckpt: Checkpoint) -> GaugeShape:
     """
     why = canonical_refusal(ckpt)
     if why is not None:
-        raise GeodriftError(f"--view canonical: {ckpt.label} ({ckpt.architecture}): {why}; geodrift has not derived "
-                            "this model's gauge group for the scan - use --view folded or raw")
+        raise GeodriftError(f"--view canonical: {ckpt.label} ({ckpt.architecture}): {why}; geodrift has no canonical "
+                            "form of this model's gauge group for the scan - use --view folded or raw")
     return GaugeShape.from_config(ckpt.config)
+
+
+def folded_refusal(ckpt: Checkpoint) -> str | None:
+    """Why ``--view folded`` cannot read ``ckpt`` (a reader whose input norm no tensor maps to), or None."""
+    row = REGISTRY.get(ckpt.architecture)
+    for role, layer in ckpt.plan:
+        kind = INPUT_SIDE.get(base_role(role))
+        if layer is None or kind is None or (row is not None and kind not in row.pre_norms):
+            continue
+        if (kind, layer) not in ckpt.plan:
+            return f"no tensor maps to the {kind} gain of layer {layer} that {role} reads"
+    return None
 
 
 def resolve_view(ckpt: Checkpoint, view: str | None) -> tuple[str, str | None]:
     """The view a scan of ``ckpt`` reads, and the note its report carries: ``view=None`` is the default,
-    ``canonical`` where geodrift has derived the model's gauge group (numbers and verdicts that exact
-    reparametrisations leave unchanged), else ``raw`` with a note naming the symmetry not derived.
+    ``canonical`` where geodrift canonicalises the model's gauge group (numbers and verdicts that exact
+    reparametrisations leave unchanged), else ``folded`` (every gain folded: strictly more invariant than raw)
+    with a note naming the generators that can still move the numbers, else (no norm tensors) ``raw``.
     A view named explicitly is returned as it is (``canonical`` is then checked, and refused, by
     :func:`check_canonical`).
 
@@ -111,7 +147,7 @@ def resolve_view(ckpt: Checkpoint, view: str | None) -> tuple[str, str | None]:
         view: ``"raw"``, ``"folded"``, ``"canonical"`` or None (the default).
 
     Returns:
-        ``(view, note)``: the note is None unless the default fell back to ``raw``.
+        ``(view, note)``: the note is None unless the default fell back.
 
     Example:
         >>> from geodrift.scanner.readers import open_checkpoint
@@ -123,8 +159,14 @@ def resolve_view(ckpt: Checkpoint, view: str | None) -> tuple[str, str | None]:
     why = canonical_refusal(ckpt)
     if why is None:
         return "canonical", None
-    return "raw", (f"view: raw, the default where geodrift has not derived the gauge group - {ckpt.architecture}: "
-                   f"{why}; these numbers and verdicts can move under an exact reparametrisation of the weights")
+    fallback = "folded" if folded_refusal(ckpt) is None else "raw"
+    row = REGISTRY.get(ckpt.architecture)
+    moving = row.still_moving(fallback) if row is not None else ()
+    named = (f"the exact gauges {', '.join(moving)} (geodrift.architectures) can still move these numbers and "
+             "verdicts" if moving else "its gauge group is not in the table, so an exact reparametrisation may move "
+             "these numbers and verdicts")
+    return fallback, (f"view: {fallback}, the default where geodrift has no canonical form of the gauge group - "
+                      f"{ckpt.architecture}: {why}; {named}")
 
 
 class CanonicalLayers:
@@ -205,7 +247,8 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
     unrotated = {key: WeightEntry(entry.shape, f"{entry.source} (canonical, before the residual rotation)",
                                   _loader(source.load_unrotated, *key)) for key, entry in folded.entries.items()}
     return WeightSet(entries, origin=folded.origin, view="canonical",
-                     before_rotation=(WeightSet(unrotated, origin=folded.origin, view="canonical"), source.basis))
+                     before_rotation=(WeightSet(unrotated, origin=folded.origin, view="canonical"), source.basis),
+                     architecture=folded.architecture)
 
 
 def _loader(load: Callable[[str, int], torch.Tensor], role: str, layer: int) -> Callable[[], torch.Tensor]:
