@@ -422,3 +422,18 @@ def summaries() -> list[Summary]:
     """Every scanned architecture's :class:`Summary`, in table order."""
     return [Summary(a, r.family, list(r.continuous()), list(r.discrete()), r.view, r.note)
             for a, r in ARCHITECTURES.items()]
+
+
+def docs_table() -> str:
+    """The architectures as docs/models.md lists them (a test keeps the page equal to this)."""
+    lines = ["| architecture | family | forward pass | continuous generators (dimension) | discrete generators | "
+             "default view | checked by |", "|---|---|---|---|---|---|---|"]
+    for name, r in ARCHITECTURES.items():
+        continuous = ", ".join(f"`{g}` {r.group[g]}" + (" (up to ε)" if GENERATORS[g].exact else "")
+                               for g in r.continuous())
+        check = "`geodrift prove dimension`" + (f"; `pytest tests/test_family_views.py -k {name}`"
+                                               if r.probe is not None else "")
+        lines.append(f"| {name} | {r.family} | {r.forward} | {continuous or '—'} | "
+                     f"{', '.join(f'`{g}`' for g in r.discrete()) or '—'} | "
+                     f"{r.view if r.canonical or r.forward != 'simulator' else '—'} | {check} |")
+    return "\n".join(lines)

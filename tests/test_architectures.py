@@ -82,3 +82,12 @@ def test_the_jacobian_finds_the_q_k_norm_scale_a_table_without_it_would_miss(mon
     short = jacobian.measure("qwen3")
     assert not short.agrees and short.measured - short.derived == 2 * (4 + 2), short.to_dict()
     assert short.remeasured  # measured again with twice the inputs: still missing, not a rank not yet reached
+
+
+def test_docs_models_lists_every_architecture_as_the_table_has_it() -> None:
+    from pathlib import Path
+
+    from geodrift.architectures import docs_table
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "models.md").read_text(encoding="utf-8")
+    assert docs_table() in page

@@ -325,7 +325,7 @@ def _nonzero(count: Any) -> Any:
 
 ACTIONS: dict[str, Action] = {
     **RESIDUAL_ACTIONS,
-    "vo": Action(_vo, lambda s, lay, g: [random_conditioned(lay.sizes["hd"], g) * log_normal(1, g)[0]
+    "vo": Action(_vo, lambda s, lay, g: [random_conditioned(lay.sizes["hd"], g, 100.0) * log_normal(1, g)[0]
                                          for _ in _heads(lay)],
                  lambda lay, theta: _square_maps(lay, theta, lay.sizes["L"] * lay.sizes["Hkv"])),
     "qk_rope": Action(_rope, _rope_random, _rope_element),

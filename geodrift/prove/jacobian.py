@@ -92,6 +92,9 @@ def probe_config(architecture: str, sizes: dict[str, int]) -> Any:
               "shared_expert_intermediate_size": sizes["fs"], "num_local_experts": sizes["E"],
               "num_experts": sizes["E"], "num_experts_per_tok": 2, "rms_norm_eps": 0.0, "layer_norm_epsilon": 0.0,
               "query_pre_attn_scalar": sizes["hd"], "max_position_embeddings": SEQ, "pad_token_id": None, **extra}
+    if "layer_types" in fields:  # a pattern of layer kinds, repeated over the layers
+        pattern = list(fields["layer_types"])
+        fields["layer_types"] = [pattern[i % len(pattern)] for i in range(sizes["L"])]
     config = getattr(hf, config_class)(**fields)
     config._attn_implementation = "eager"
     return config

@@ -27,21 +27,25 @@ from collections.abc import Callable
 import torch
 
 from geodrift.architectures import ARCHITECTURES as REGISTRY
+from geodrift.architectures import LLAMA_STEPS
 from geodrift.errors import GeodriftError
-from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis, to_basis
+from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis
+from geodrift.gauge.families import STEPS, family_layer
 from geodrift.gauge.orbit import GaugeShape
+from geodrift.gauge.status import residual_spaces
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.fold import INPUT_SIDE
 from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet, base_role
 
 # The canonical steps this module runs (geodrift.architectures: each row lists its own); a row with a step not here
 # is not canonicalised yet and its default view is folded.
-IMPLEMENTED_STEPS = frozenset({"fold", "basis", "heads", "vo", "qk_rope", "mlp"})
+IMPLEMENTED_STEPS = STEPS
 CANONICAL_ARCHITECTURES = tuple(name for name, row in REGISTRY.items()
                                 if row.canonical and set(row.canonical) <= IMPLEMENTED_STEPS and row.gguf_arch)
 # The norm gains the canonical view folds (the inputs of Q, K, V, Gate, Up).
 _READ_NORMS = tuple(sorted({INPUT_SIDE[role] for role in TRANSFORMER_ROLES if role in INPUT_SIDE}))
 ROLE_OF: dict[str, str] = dict(zip(PROJECTIONS, TRANSFORMER_ROLES, strict=True))
+ATTENTION_ROLES = ("attn_q", "attn_k", "attn_v", "attn_o")
 NAME_OF: dict[str, str] = {role: name for name, role in ROLE_OF.items()}
 # Tensors an architecture's row does not expect: the checkpoint is then not that row's group.
 _FOREIGN = {
@@ -93,13 +97,14 @@ def canonical_refusal(ckpt: Checkpoint) -> str | None:
                 "(config.json beside the weights, or config= in geodrift.scan)")
     if ("embed", None) not in ckpt.plan:
         return "no token embedding, which fixes the canonical residual basis (map it in --names as 'embed')"
-    layers = sorted({layer for (role, layer) in ckpt.plan if layer is not None and role in TRANSFORMER_ROLES})
+    row = REGISTRY[ckpt.architecture]
+    layers = sorted({layer for (role, layer) in ckpt.plan if layer is not None and role in ATTENTION_ROLES})
     missing = [f"{kind}[{layer}]" for layer in layers
-               for kind in (*TRANSFORMER_ROLES, *_READ_NORMS)
+               for kind in (*layer_roles(ckpt, layer), *row.pre_norms, *row.post_norms)
                if (kind, layer) not in ckpt.plan]
     if missing:
-        return (f"no tensor for {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} (every layer needs its "
-                "seven projections and both norm gains: a layer's gauges tie them together)")
+        return (f"no tensor for {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} (every layer needs all "
+                "its projections and norm gains: a layer's gauges tie them together)")
     return None
 
 
@@ -173,29 +178,44 @@ class CanonicalLayers:
     """Canonical layers computed on demand from folded loaders; thread-safe, at most ``keep`` layers cached.
 
     Args:
-        loaders: ``(role, layer) -> folded loader`` for all seven projections of every layer.
+        loaders: ``(role, layer) -> folded loader`` for every projection of every layer.
         embedding: loads the token embedding (the residual basis, computed on first use).
         shape: the heads.
+        steps: the architecture's canonical steps (its row in :data:`geodrift.architectures.ARCHITECTURES`):
+            the llama ones run :func:`geodrift.gauge.canonical.canonical_layer`, any other list
+            :func:`geodrift.gauge.families.family_layer`.
         keep: layers kept (the scan reads ahead one matrix).
     """
 
     def __init__(self, loaders: dict[tuple[str, int], Callable[[], torch.Tensor]],
-                 embedding: Callable[[], torch.Tensor], shape: GaugeShape, keep: int = 2) -> None:
+                 embedding: Callable[[], torch.Tensor], shape: GaugeShape, steps: tuple[str, ...] = LLAMA_STEPS,
+                 keep: int = 2) -> None:
         self.loaders, self.embedding, self.shape, self.keep = loaders, embedding, shape, keep
+        self.steps = steps
         self._lock = threading.Lock()
         self._layers: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
         self._basis: torch.Tensor | None = None
 
     def basis(self) -> torch.Tensor:
-        """The canonical residual basis (:func:`geodrift.gauge.canonical.residual_basis`)."""
+        """The canonical residual basis (:func:`geodrift.gauge.canonical.residual_basis`; of the embedding centred
+        and projected off ``1`` where the steps centre along ``1``, LayerNorm's)."""
         if self._basis is None:
-            self._basis = residual_basis(self.embedding())
+            embedding = self.embedding()
+            if "center_ones" in self.steps:
+                embedding = embedding - embedding.mean(0, keepdim=True)
+                embedding = embedding - embedding.mean(1, keepdim=True)
+            self._basis = residual_basis(embedding)
         return self._basis
 
     def load(self, role: str, layer: int) -> torch.Tensor:
         """The canonical ``(role, layer)`` projection, float32, in the canonical residual basis."""
-        name = NAME_OF[role]
-        return to_basis({name: self.load_unrotated(role, layer)}, self.basis())[name]
+        weight, basis = self.load_unrotated(role, layer), self.basis().to(torch.float32)
+        spaces = residual_spaces(role)
+        if "u" in spaces:
+            weight = basis.T @ weight
+        if "v" in spaces:
+            weight = weight @ basis
+        return weight
 
     def load_unrotated(self, role: str, layer: int) -> torch.Tensor:
         """The canonical ``(role, layer)`` projection before the residual rotation (:meth:`load` rotates it).
@@ -203,16 +223,19 @@ class CanonicalLayers:
         Each projection is handed over once, not copied (the caller owns it); asking for it again computes
         its layer again.
         """
-        name = NAME_OF[role]
         with self._lock:
             cached = self._layers.get(layer)
-            if cached is None or name not in cached:
-                raw = {NAME_OF[r]: self.loaders[(r, layer)]().to(torch.float32) for r in TRANSFORMER_ROLES}
-                done = canonical_layer(raw, self.shape, basis=self.basis())
+            if cached is None or role not in cached:
+                raw = {r: loader().to(torch.float32) for (r, at), loader in self.loaders.items() if at == layer}
+                if self.steps == LLAMA_STEPS:
+                    done = canonical_layer({NAME_OF[r]: w for r, w in raw.items()}, self.shape, basis=self.basis())
+                    done = {ROLE_OF[name]: w for name, w in done.items()}
+                else:
+                    done = family_layer(raw, self.shape, self.steps, basis=self.basis())
                 cached = self._layers[layer] = {key: value.to(torch.float32) for key, value in done.items()}
                 while len(self._layers) > self.keep:
                     self._layers.popitem(last=False)
-            value = cached.pop(name)
+            value = cached.pop(role)
             if not cached:
                 self._layers.pop(layer, None)
             return value
@@ -223,25 +246,27 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
 
     Args:
         ckpt: the checkpoint (checked by :func:`check_canonical`).
-        folded: its folded WeightSet (all seven projections of every layer).
+        folded: its folded WeightSet (every projection of every layer its row's steps need).
         embedding: loads the token embedding.
 
     Returns:
         A WeightSet with ``view="canonical"`` (its ``before_rotation``: the same before the residual rotation, and ``P``).
 
     Raises:
-        GeodriftError: see :func:`check_canonical`; a layer without all seven projections.
+        GeodriftError: see :func:`check_canonical`; a layer without a projection its gauges tie to the others.
     """
     shape = check_canonical(ckpt)
+    steps = REGISTRY[ckpt.architecture].canonical
     layers = sorted({layer for _, layer in folded.entries})
-    missing = [f"{role}[{layer}]" for layer in layers for role in TRANSFORMER_ROLES if (role, layer) not in folded.entries]
+    missing = [f"{role}[{layer}]" for layer in layers for role in layer_roles(ckpt, layer)
+               if (role, layer) not in folded.entries]
     if missing:
         raise GeodriftError(f"--view canonical: {ckpt.label} lacks {', '.join(missing[:4])}; every layer needs all "
-                            "seven projections (a layer's gauges tie them together) - use --view folded")
+                            "its projections (a layer's gauges tie them together) - use --view folded")
     # Each folded matrix read through the WeightSet's checks (NaN/Inf, a corrupt outlier): balancing would hide an
     # outlier in its layer's product, so it is refused (or skipped, with its layer) by the name of its tensor.
     source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries}, embedding,
-                             shape)
+                             shape, steps)
     entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
                for key, entry in folded.entries.items()}
     unrotated = {key: WeightEntry(entry.shape, f"{entry.source} (canonical, before the residual rotation)",
@@ -249,6 +274,18 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
     return WeightSet(entries, origin=folded.origin, view="canonical",
                      before_rotation=(WeightSet(unrotated, origin=folded.origin, view="canonical"), source.basis),
                      architecture=folded.architecture)
+
+
+def layer_roles(ckpt: Checkpoint, layer: int) -> list[str]:
+    """The projections of ``layer`` that its row's canonical steps tie together (all must be present)."""
+    steps = REGISTRY[ckpt.architecture].canonical
+    roles = list(ATTENTION_ROLES)
+    roles += ["mlp_gate", "mlp_up", "mlp_down"] if "mlp" in steps else []
+    roles += ["mlp_up", "mlp_down"] if "mlp_order" in steps else []
+    roles += ["shared_gate", "shared_up", "shared_down"] if "shared" in steps else []
+    if "experts" in steps:
+        roles += ["router"] + [role for role, at in ckpt.plan if at == layer and role.startswith("expert_")]
+    return roles
 
 
 def _loader(load: Callable[[str, int], torch.Tensor], role: str, layer: int) -> Callable[[], torch.Tensor]:
