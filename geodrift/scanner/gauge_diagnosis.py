@@ -42,10 +42,9 @@ def diagnose_checkpoint(ckpt: Checkpoint, layers: list[int] | None = None) -> Ga
         return str(why)
     cfg = ckpt.config
     d_model, n_layers = int(cfg["d_model"]), int(cfg["n_layers"])
-    shape = GaugeShape(n_layers, n_heads, n_kv, d_model // n_heads)
+    shape = GaugeShape(n_layers, n_heads, n_kv, int(cfg.get("head_dim") or d_model // n_heads))
     chosen = layers if layers is not None else list(range(n_layers))
-    d_ff = int(load_canonical(ckpt, ("mlp_up", chosen[0])).shape[0])
-    out = diagnose([], shape, d_model, d_ff, ckpt.label)
+    out = diagnose([], shape, ckpt.label)
     for layer in chosen:
         tensors = {layer_key(layer, _NORMS[k]): load_canonical(ckpt, (k, layer)) for k in _NORMS}
         for role, name in HF_LLAMA_PROJECTIONS.items():
