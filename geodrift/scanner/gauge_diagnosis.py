@@ -2,7 +2,8 @@
 
 The numbers are :mod:`geodrift.gauge.diagnose`'s; this module streams a checkpoint's layers into
 it (one layer's tensors resident at a time) for the families whose gauge group is derived
-(:data:`geodrift.scanner.aligned.ALIGNABLE_ARCHITECTURES`).
+(:data:`geodrift.scanner.aligned.ALIGNABLE_ARCHITECTURES`); the flags compare the median over the layers
+diagnosed with the band of whole trained models.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def diagnose_checkpoint(ckpt: Checkpoint, layers: list[int] | None = None) -> Ga
     Example:
         >>> from geodrift.scanner.readers import open_checkpoint
         >>> diag = diagnose_checkpoint(open_checkpoint(None), layers=[0, 1])
-        >>> len(diag.layers), diag.flagged
-        (2, False)
+        >>> len(diag.layers), sorted(diag.medians)
+        (2, ['attn_in', 'mlp', 'mlp_in', 'qk', 'residual', 'vo'])
     """
     try:
         n_heads, n_kv = check_alignable(ckpt, "gauge diagnosis")
