@@ -22,7 +22,6 @@ Usage (writes ``--out``, default benchmarks/RESULTS_gauge_diagnosis.md, with the
 from __future__ import annotations
 
 import argparse
-import copy
 import tempfile
 import time
 from dataclasses import replace
@@ -41,6 +40,7 @@ from geodrift.gauge.diagnose import FAMILIES, LOW_IS_OFF, REFERENCE, GaugeDiagno
 from geodrift.gauge.orbit import StateDict, random_conditioned, transform_qk_all, transform_vo
 from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
 from geodrift.lm.hf import hf_step_dir
+from geodrift.lm.llama import LlamaLM
 from geodrift.sim.presets import preset
 from geodrift.sim.record import run_dir
 from geodrift.sim.run import run
@@ -76,6 +76,13 @@ def _vo_maps(sd: StateDict, shape: Any, generator: torch.Generator) -> StateDict
     return sd
 
 
+def _untied(model: LlamaLM) -> LlamaLM:
+    # the same Llama with its own head (geodrift.lm.llama.LlamaLM's switches kept)
+    return LlamaLM(model.model.embed_tokens.num_embeddings, model.model.embed_tokens.embedding_dim, model.n_layers,
+                   model.n_heads, model.model.layers[0].mlp.up_proj.out_features, n_kv_heads=model.n_kv_heads,
+                   rope_theta=model.rope_theta, norm_eps=model.norm_eps, tie_embeddings=False, init_std=0.0).eval()
+
+
 def folds_part(alpha: float, layers: str, null_draws: int) -> tuple[list[str], list[str], GaugeDiagnosis]:
     """Parts 1 and 2 on the embedded SmolLM2."""
     setup, texts = load_compress_setup(None)
@@ -93,14 +100,16 @@ def folds_part(alpha: float, layers: str, null_draws: int) -> tuple[list[str], l
         "Q/K rotation-scalings per RoPE pair (log r ~ N(0, 1))": _pair_maps(sd, shape, generator),
     }
     ids = texts.evaluation[:4, :-1]
-    other = copy.deepcopy(model)
+    other = _untied(model)  # QuaRot folds the final gain into the head, which unties it
     with torch.no_grad():
         before = model(ids)
     plain = _diagnose(sd, 9, 3, "SmolLM2")
     rows = [_row("SmolLM2-135M (embedded)", plain)]
     changes = []
     for label, folded in folds.items():
-        other.load_state_dict({k: v.to(torch.float32) for k, v in folded.items()})
+        state = {k: v.to(torch.float32) for k, v in folded.items()}
+        state.setdefault("lm_head.weight", state["model.embed_tokens.weight"])
+        other.load_state_dict(state)
         with torch.no_grad():
             changes.append(f"{label.split(' (')[0]} {float((other(ids) - before).abs().max()):.1e}")
         rows.append(_row(f"the same, {label}", _diagnose(folded, 9, 3, label)))
