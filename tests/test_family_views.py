@@ -2,7 +2,8 @@
 
 Real parts: random transformers models of every row of geodrift.architectures (3 layers, width 16, gains and
 biases random, built from their configs), each generator of the row drawn at a realistic size
-(geodrift.gauge.generator_actions: log-normal scales of spread 1 to 1.5, V/O and Q/K maps of condition 100, Haar
+(geodrift.gauge.generator_actions: log-normal scales of spread 1 to 1.5, V/O and Q/K maps of condition 30 (a float32 copy keeps
+7 digits: c x 1e-7 of rounding), Haar
 rotations, router shifts of size 3, every sign flip and permutation), all applied at once in an order
 Hypothesis draws, the function checked unchanged, then both state dicts scanned through geodrift.scan's
 default view. Beside it, the folded view is shown to move under the generators it does not fix.
@@ -127,3 +128,31 @@ def test_gemma3_norm_gain_sign_flips_move_raw_not_folded_nor_default() -> None:
     for view in ("folded", None):
         assert differences(report("gemma3", view), p.scan(moved, view), SAME) == [], view
     assert math.isfinite(report("gemma3").roles[0].spaces["v"].vectors[0].mean)
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen3", "gpt2"])
+def test_signs_from_a_few_columns_of_the_basis_keep_the_default_scan_exact(architecture: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # a wide stream's canonical signs read only the first columns of P (scanner.canonical_view.sign_basis); the
+    # same exactness at width 16 with 4 columns
+    from geodrift.scanner import canonical_view
+
+    monkeypatch.setattr(canonical_view, "SIGN_COLUMNS", 8)
+    monkeypatch.setattr(canonical_view, "SIGN_COLUMNS_WIDE", 4)
+    p = probe(architecture)
+    moved = p.gauged(11, list(ARCHITECTURES[architecture].generators()))
+    assert differences(p.scan(p.params), p.scan(moved), SAME) == []
+
+
+@pytest.mark.parametrize("architecture", ["llama", "gemma2", "gpt2"])
+def test_the_basis_of_a_wide_embedding_keeps_the_default_scan_exact(architecture: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # an embedding wider than scanner.embedding_basis.WHOLE gives the orthonormal factor of fixed combinations of
+    # its token rows instead of the eigenvectors of its Gram: as exact
+    from geodrift.scanner import embedding_basis
+
+    p = probe(architecture)
+    eigen = p.scan(p.params)
+    monkeypatch.setattr(embedding_basis, "WHOLE", 100)
+    moved = p.gauged(13, list(ARCHITECTURES[architecture].generators()))
+    base = p.scan(p.params)
+    assert differences(base, p.scan(moved), SAME) == []
+    assert differences(base, eigen, SAME)  # a different basis: the nulls differ from the eigenbasis'

@@ -325,11 +325,11 @@ def _nonzero(count: Any) -> Any:
 
 ACTIONS: dict[str, Action] = {
     **RESIDUAL_ACTIONS,
-    "vo": Action(_vo, lambda s, lay, g: [random_conditioned(lay.sizes["hd"], g, 100.0) * log_normal(1, g)[0]
+    "vo": Action(_vo, lambda s, lay, g: [random_conditioned(lay.sizes["hd"], g, 30.0) * log_normal(1, g)[0]
                                          for _ in _heads(lay)],
                  lambda lay, theta: _square_maps(lay, theta, lay.sizes["L"] * lay.sizes["Hkv"])),
     "qk_rope": Action(_rope, _rope_random, _rope_element),
-    "qk_gl": Action(_qk_gl, lambda s, lay, g: [random_conditioned(lay.sizes["hd"], g, 100.0) * log_normal(1, g)[0]
+    "qk_gl": Action(_qk_gl, lambda s, lay, g: [random_conditioned(lay.sizes["hd"], g, 30.0) * log_normal(1, g)[0]
                                                for _ in range(lay.sizes["L"] * lay.sizes["H"])],
                     lambda lay, theta: _square_maps(lay, theta, lay.sizes["L"] * lay.sizes["H"])),
     "qk_head_scale": Action(_head_scale, _positive("qk_head_scale", 1.5), _exp),

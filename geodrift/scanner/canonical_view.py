@@ -29,11 +29,12 @@ import torch
 from geodrift.architectures import ARCHITECTURES as REGISTRY
 from geodrift.architectures import LLAMA_STEPS
 from geodrift.errors import GeodriftError
-from geodrift.gauge.canonical import PROJECTIONS, canonical_layer, residual_basis
-from geodrift.gauge.families import STEPS, family_layer
+from geodrift.gauge.canonical import PROJECTIONS
+from geodrift.gauge.families import GROUPS, STEPS, apply_gated, family_layer, gated_maps, group_of
 from geodrift.gauge.orbit import GaugeShape
 from geodrift.gauge.status import residual_spaces
 from geodrift.scanner.checkpoint import Checkpoint
+from geodrift.scanner.embedding_basis import embedding_basis
 from geodrift.scanner.fold import INPUT_SIDE
 from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet, base_role
 
@@ -42,6 +43,7 @@ from geodrift.weights import TRANSFORMER_ROLES, WeightEntry, WeightSet, base_rol
 IMPLEMENTED_STEPS = STEPS
 CANONICAL_ARCHITECTURES = tuple(name for name, row in REGISTRY.items()
                                 if row.canonical and set(row.canonical) <= IMPLEMENTED_STEPS and row.gguf_arch)
+SIGN_COLUMNS, SIGN_COLUMNS_WIDE = 1024, 256  # the residual coordinates the canonical signs read (sign_basis)
 # The norm gains the canonical view folds (the inputs of Q, K, V, Gate, Up).
 _READ_NORMS = tuple(sorted({INPUT_SIDE[role] for role in TRANSFORMER_ROLES if role in INPUT_SIDE}))
 ROLE_OF: dict[str, str] = dict(zip(PROJECTIONS, TRANSFORMER_ROLES, strict=True))
@@ -175,37 +177,42 @@ def resolve_view(ckpt: Checkpoint, view: str | None) -> tuple[str, str | None]:
 
 
 class CanonicalLayers:
-    """Canonical layers computed on demand from folded loaders; thread-safe, at most ``keep`` layers cached.
+    """Canonical projections computed on demand from folded loaders, a group of a layer at a time (its attention,
+    MLP, shared expert or experts: :data:`geodrift.gauge.families.GROUPS`); thread-safe, at most ``keep`` groups
+    cached, each matrix handed over once.
 
     Args:
         loaders: ``(role, layer) -> folded loader`` for every projection of every layer.
-        embedding: loads the token embedding (the residual basis, computed on first use).
+        basis: computes the canonical residual basis (:func:`geodrift.scanner.embedding_basis.embedding_basis`;
+            called once, on first use).
         shape: the heads.
-        steps: the architecture's canonical steps (its row in :data:`geodrift.architectures.ARCHITECTURES`):
-            the llama ones run :func:`geodrift.gauge.canonical.canonical_layer`, any other list
-            :func:`geodrift.gauge.families.family_layer`.
-        keep: layers kept (the scan reads ahead one matrix).
+        steps: the architecture's canonical steps (its row in :data:`geodrift.architectures.ARCHITECTURES`),
+            run by :func:`geodrift.gauge.families.family_layer` group by group.
+        keep: groups kept (the scan reads ahead one matrix).
     """
 
     def __init__(self, loaders: dict[tuple[str, int], Callable[[], torch.Tensor]],
-                 embedding: Callable[[], torch.Tensor], shape: GaugeShape, steps: tuple[str, ...] = LLAMA_STEPS,
+                 basis: Callable[[], torch.Tensor], shape: GaugeShape, steps: tuple[str, ...] = LLAMA_STEPS,
                  keep: int = 2) -> None:
-        self.loaders, self.embedding, self.shape, self.keep = loaders, embedding, shape, keep
+        self.loaders, self.compute_basis, self.shape, self.keep = loaders, basis, shape, keep
         self.steps = steps
         self._lock = threading.Lock()
-        self._layers: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
+        self._groups: OrderedDict[tuple[int, str], dict[str, torch.Tensor]] = OrderedDict()
+        self._maps: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
         self._basis: torch.Tensor | None = None
 
     def basis(self) -> torch.Tensor:
-        """The canonical residual basis (:func:`geodrift.gauge.canonical.residual_basis`; of the embedding centred
-        and projected off ``1`` where the steps centre along ``1``, LayerNorm's)."""
+        """The canonical residual basis ``P`` (float64)."""
         if self._basis is None:
-            embedding = self.embedding()
-            if "center_ones" in self.steps:
-                embedding = embedding - embedding.mean(0, keepdim=True)
-                embedding = embedding - embedding.mean(1, keepdim=True)
-            self._basis = residual_basis(embedding)
+            self._basis = self.compute_basis()
         return self._basis
+
+    def sign_basis(self) -> torch.Tensor:
+        """The columns of ``P`` whose coordinates sign the canonical factors: all of them up to :data:`SIGN_COLUMNS`
+        residual dimensions, the first :data:`SIGN_COLUMNS_WIDE` beyond (a 4,096-wide layer's signs read 256
+        coordinates per row instead of 4,096: every gauge moves them alike, so the signs stay exact)."""
+        basis = self.basis()
+        return basis if basis.shape[1] <= SIGN_COLUMNS else basis[:, :SIGN_COLUMNS_WIDE]
 
     def load(self, role: str, layer: int) -> torch.Tensor:
         """The canonical ``(role, layer)`` projection, float32, in the canonical residual basis."""
@@ -221,33 +228,51 @@ class CanonicalLayers:
         """The canonical ``(role, layer)`` projection before the residual rotation (:meth:`load` rotates it).
 
         Each projection is handed over once, not copied (the caller owns it); asking for it again computes
-        its layer again.
+        its group again.
         """
+        group = group_of(role)
+        if group in ("mlp", "shared") and tuple(s for s in self.steps if s in GROUPS[group][1]) in (("mlp",),
+                                                                                                    ("shared",)):
+            return self._gated(role, layer)
         with self._lock:
-            cached = self._layers.get(layer)
+            cached = self._groups.get((layer, group))
             if cached is None or role not in cached:
-                raw = {r: loader().to(torch.float32) for (r, at), loader in self.loaders.items() if at == layer}
-                if self.steps == LLAMA_STEPS:
-                    done = canonical_layer({NAME_OF[r]: w for r, w in raw.items()}, self.shape, basis=self.basis())
-                    done = {ROLE_OF[name]: w for name, w in done.items()}
-                else:
-                    done = family_layer(raw, self.shape, self.steps, basis=self.basis())
-                cached = self._layers[layer] = {key: value.to(torch.float32) for key, value in done.items()}
-                while len(self._layers) > self.keep:
-                    self._layers.popitem(last=False)
-            value = cached.pop(role)
+                roles, acting = GROUPS[group]
+                members = {r: loader().to(torch.float32) for (r, at), loader in self.loaders.items()
+                           if at == layer and r.split(".", 1)[0] in roles}
+                steps = tuple(step for step in self.steps if step in acting)
+                cached = self._groups[(layer, group)] = family_layer(members, self.shape, steps,
+                                                                     basis=self.sign_basis())
+                while len(self._groups) > self.keep:
+                    self._groups.popitem(last=False)
+            value = cached.pop(role).to(torch.float32)
             if not cached:
-                self._layers.pop(layer, None)
+                self._groups.pop((layer, group), None)
             return value
 
+    def _gated(self, role: str, layer: int) -> torch.Tensor:
+        # A gated MLP in two passes: its maps from the matrices read two at a time (kept per layer, a few vectors),
+        # then each matrix read again (the page cache holds it) and mapped when asked for: one resident matrix
+        # instead of three (an 8B layer's MLP is 0.7 GB in float32).
+        prefix, kind = role.split("_", 1)
+        with self._lock:
+            maps = self._maps.get((layer, prefix))
+            if maps is None:
+                maps = self._maps[(layer, prefix)] = gated_maps(
+                    *(lambda r=r: self.loaders[(f"{prefix}_{r}", layer)]().to(torch.float32)
+                      for r in ("gate", "up", "down")))
+                while len(self._maps) > 2 * self.keep:
+                    self._maps.pop(next(iter(self._maps)))
+        return apply_gated(kind, self.loaders[(role, layer)]().to(torch.float32), maps)
 
-def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable[[], torch.Tensor]) -> WeightSet:
+
+def canonical_weightset(ckpt: Checkpoint, folded: WeightSet) -> WeightSet:
     """The canonical view of ``ckpt`` from its folded WeightSet (same keys, shapes and sources).
 
     Args:
         ckpt: the checkpoint (checked by :func:`check_canonical`).
-        folded: its folded WeightSet (every projection of every layer its row's steps need).
-        embedding: loads the token embedding.
+        folded: its folded WeightSet (every projection of every layer its row's steps need); the residual basis is
+            read from its token embedding (:func:`geodrift.scanner.embedding_basis.embedding_basis`).
 
     Returns:
         A WeightSet with ``view="canonical"`` (its ``before_rotation``: the same before the residual rotation, and ``P``).
@@ -265,8 +290,8 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, embedding: Callable
                             "its projections (a layer's gauges tie them together) - use --view folded")
     # Each folded matrix read through the WeightSet's checks (NaN/Inf, a corrupt outlier): balancing would hide an
     # outlier in its layer's product, so it is refused (or skipped, with its layer) by the name of its tensor.
-    source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries}, embedding,
-                             shape, steps)
+    source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
+                             functools.partial(embedding_basis, ckpt, "center_ones" in steps), shape, steps)
     entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
                for key, entry in folded.entries.items()}
     unrotated = {key: WeightEntry(entry.shape, f"{entry.source} (canonical, before the residual rotation)",
