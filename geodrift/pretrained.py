@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from geodrift.architectures import ARCHITECTURES as REGISTRY
 from geodrift.continuity import MeasureSpec, Report
 from geodrift.errors import GeodriftError
 from geodrift.io.atomic import document, write_json
@@ -48,7 +49,7 @@ from geodrift.scanner.readers import canonical_keys, load_canonical, open_checkp
 from geodrift.scanner.scan import load_weights, scan
 from geodrift.weights import TRANSFORMER_ROLES
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral")
+SUPPORTED_ARCHITECTURES = tuple(name for name, row in REGISTRY.items() if row.forward == "geodrift")  # the table's
 # Why compress share (which rewrites the projections of geodrift's own Llama) cannot run each causal LM that
 # transformers runs: what its forward has that a Llama's does not. Others get NOT_A_LLAMA.
 NOT_LLAMA_BECAUSE = {

@@ -228,6 +228,8 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
             change ``P = basis()`` applied (readers ``W P``, writers ``P^T W``; the canonical view): the
             measurement decomposes ``unrotated`` and rotates the singular vectors instead (exact, cheaper).
         notes: lines every report of these weights carries (e.g. why the default view is ``raw``).
+        architecture: the checkpoint's architecture (``geodrift.architectures``; "" unknown): which exact gauges
+            move each number (``moved_by``).
 
     Raises:
         GeodriftError: on an unknown role, a non-2-D shape, or shapes that differ across layers
@@ -244,6 +246,7 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
     view: str = "raw"
     before_rotation: tuple[WeightSet, Callable[[], torch.Tensor]] | None = None
     notes: tuple[str, ...] = ()
+    architecture: str = ""
 
     def __post_init__(self) -> None:
         for (role, layer), entry in self.entries.items():
@@ -326,7 +329,7 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
         if not kept:
             raise GeodriftError(f"{self.origin}: every selected matrix is corrupt (non-finite or overflowing values); "
                                 "nothing is left to scan")
-        return WeightSet(kept, self.origin, self.view, notes=self.notes), notes
+        return WeightSet(kept, self.origin, self.view, notes=self.notes, architecture=self.architecture), notes
 
     def __iter__(self) -> Iterator[WeightKey]:
         return iter(sorted(self.entries, key=_key_order))
@@ -376,7 +379,8 @@ class WeightSet(Mapping[WeightKey, torch.Tensor]):
         }
         inner = None if self.before_rotation is None else \
             (self.before_rotation[0].select(roles, layers), self.before_rotation[1])
-        return WeightSet(kept, origin=self.origin, view=self.view, before_rotation=inner, notes=self.notes)
+        return WeightSet(kept, origin=self.origin, view=self.view, before_rotation=inner, notes=self.notes,
+                         architecture=self.architecture)
 
 
 def all_finite(tensor: torch.Tensor) -> bool:

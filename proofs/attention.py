@@ -164,12 +164,24 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
     cphi, sphi = sp.symbols("c s", real=True)
     commute = sp.factor(sp.expand((sp.diag(g1, g2) * rotation2(cphi, sphi) - rotation2(cphi, sphi)
                                    * sp.diag(g1, g2))[0, 1]))
+    cpos = sp.Symbol("c", positive=True)
+    vq = sp.Matrix(sp.symbols("q1:3", real=True))
+    divided = (rms(cpos * vq, 0) - rms(vq, 0)).applyfunc(sp.simplify)
     out.check(
-        "**q/k norms** (Gemma 3, Qwen3, OLMo 2: $q = g_q\\odot n(Qx)$ before RoPE, $n$ RMSNorm over the head). "
-        "$n$ is radial, so only orthogonal $M$ pass it ($n(cq)\\ne c\\,n(q)$ for $c\\neq\\pm1$); "
+        "**q/k norms** (Gemma 3, Qwen3, OLMo 2: $q = g_q\\odot n(Qx)$ before RoPE, $n$ RMSNorm over the head, or over "
+        "all heads in OLMo 2). The norm *divides out* a positive scale: at $\\epsilon = 0$, $n(cq) - n(q) = "
+        f"{sp.latex(divided.T)}^\\top$ for $c > 0$ (symbolic), so a positive scale of each query head's $Q$ rows, and "
+        "of each KV head's $K$ rows, is exact on its own, with nothing undone on the other side (up to the norm's "
+        "$\\epsilon$: a relative change $\\epsilon/\\|q\\|^2$). The earlier form of this claim missed it by "
+        "asking only which maps on $Q$ are undone on $K$.",
+        is_zero(divided),
+    )
+    out.check(
+        "Beyond that scale, a map $M$ on $Q$ must pass the norm, $n(Mq) = M'n(q)$, so $M = cO$ with $O$ orthogonal "
+        "(the scale is divided out), and $O$ must commute with $\\operatorname{diag}(g)$ and with RoPE: "
         "$\\operatorname{diag}(g)R(\\phi) = R(\\phi)\\operatorname{diag}(g)$ needs the off-diagonal "
         f"${sp.latex(commute)} = 0$: $g_1 = g_2$ or $s = \\sin\\phi = 0$. So for generic gains one sign $\\pm1$ "
-        "per frequency pair (on $Q$ and $K$ together) survives on the weights.",
+        "per frequency pair (on $Q$ and $K$ together) survives on the weights beside the per-head scales.",
         True if sp.expand(commute - sphi * (g2 - g1)) == 0 or sp.expand(commute + sphi * (g2 - g1)) == 0 else None,
     )
     ga, gb = sp.Matrix(sp.symbols("a1 a2", real=True)), sp.Matrix(sp.symbols("b1 b2", real=True))
@@ -203,15 +215,16 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
 CLAIM = Claim(
     name="attention",
     title="Attention heads: GL(d_head) on V/O and RoPE's commutant on Q/K per KV head, head permutations; "
-          "signs under q/k norms",
+          "per-head scales and pair signs under q/k norms",
     statement=(
         "Per KV head (shared by its query heads): $V\\mapsto BV$, $O_h\\mapsto O_hB^{-1}$ is exact for every "
         "$B\\in GL(d_{\\text{head}})$, with $O_hV$ invariant, and the heads may be permuted (KV heads with their "
         "query groups); $Q\\mapsto MQ$, $K\\mapsto M^{-\\top}K$ is exact "
         "iff $M$ commutes with RoPE's rotations: $M = \\bigoplus_i r_iR(\\phi_i)$, one rotation-scaling per "
-        "frequency pair (every $M\\in GL(d_{\\text{head}})$ without RoPE). With per-coordinate q/k norm gains "
-        "(generic) only a sign per pair survives on the weights, and a scale $\\rho_i$ per pair moves between "
-        "the $q$ and $k$ gains."
+        "frequency pair (every $M\\in GL(d_{\\text{head}})$ without RoPE). A q/k norm divides out a positive "
+        "scale of each query head's $Q$ rows and each KV head's $K$ rows (exact up to its $\\epsilon$); beyond it, "
+        "with per-coordinate q/k norm gains (generic) only a sign per pair survives on the weights, and a scale "
+        "$\\rho_i$ per pair moves between the $q$ and $k$ gains."
     ),
     premises=PREMISES,
     method="matrix expressions with Inverse (symbolic d_head); linsolve of the RoPE commutant; determinant "

@@ -122,6 +122,18 @@ def derive(assumed: sp.Basic | None = None) -> Derivation:
         "S\\operatorname{diag}(g)\\,n(x)$ for $S = \\operatorname{diag}(-1, 1)$.",
         True if perm_ok and sign_ok else None,
     )
+    kpos = sp.Symbol("k", positive=True)
+    zv = sp.Matrix(sp.symbols("z_1 z_2", real=True))
+    post_sign = is_zero(sp.diag(-g1, g2) * rms(signs * zv, 0) - gains * rms(zv, 0))
+    post_scale = is_zero((gains * rms(kpos * zv, 0) - gains * rms(zv, 0)).applyfunc(sp.simplify))
+    out.check(
+        "**A sandwich norm's own gauges** (on what one block writes, $g\\odot n(z)$, $z = W_{\\text{out}}\\phi$): a "
+        "gain coordinate and the matching row of $W_{\\text{out}}$ may change sign together, "
+        "$\\operatorname{diag}(Sg)\\,n(Sz) = \\operatorname{diag}(g)\\,n(z)$ for $S = \\operatorname{diag}(-1, 1)$; and "
+        "at $\\epsilon = 0$ the writer's positive scale is divided out, $n(kz) = n(z)$ for $k > 0$ (up to $\\epsilon$ "
+        "otherwise). Both act on one block alone (claim `dimension` counts the scale).",
+        True if post_sign and post_scale else None,
+    )
     g_w = sp.diag(1, 2)
     gain_break = _certified(
         out, "Witness: $g = (1, 2)$, $R^*$, $x^*$, $\\epsilon = 10^{-5}$: $\\operatorname{diag}(g)\\,n(R^*x^*) - "

@@ -33,10 +33,10 @@ def test_an_nn_module_scans_like_the_same_weights_written_as_a_safetensors_folde
     folder = write_hf_folder(tmp_path / "hf", {k: v.detach() for k, v in model.state_dict().items()},
                              hf_config(n_layers=4, d=32, n_heads=4, n_kv=4, d_ff=48, vocab=40), dtype=torch.float32)
     in_memory = geodrift.scan(model, null_draws=10, k=2, ov=False)
-    # geodrift's LlamaLM has no Hugging Face config: no head counts, so the default view is raw, with a note why
-    assert in_memory.view == "raw" and len(in_memory.notes) == 1 and "head counts are unknown" in in_memory.notes[0]
+    # geodrift's LlamaLM has no Hugging Face config: no head counts, so the default view is folded, with a note why
+    assert in_memory.view == "folded" and len(in_memory.notes) == 1 and "head counts are unknown" in in_memory.notes[0]
     assert geodrift.scan(folder, null_draws=2, k=1, ov=False, roles="q,k").view == "canonical"  # config.json: heads
-    on_disk = geodrift.scan(folder, view="raw", null_draws=10, k=2, ov=False)
+    on_disk = geodrift.scan(folder, view="folded", null_draws=10, k=2, ov=False)
     assert in_memory.origin == "LlamaLM (in memory)"
     for a, b in zip(_numbers(in_memory), _numbers(on_disk), strict=True):
         assert a[:2] == b[:2] and a[2:] == pytest.approx(b[2:], abs=1e-5)
@@ -177,7 +177,7 @@ def test_role_accepts_the_roles_names_and_the_repr_is_a_few_lines():
     assert report.role("router") is None and report.role("attn_ov") is None  # no head counts in memory: no OV
     text = repr(report)
     assert len(text.splitlines()) <= 6 and len(text) < 600
-    assert text.startswith("ScanReport(LlamaLM (in memory), raw view, k=1, 8 null draws, seed 0)")
+    assert text.startswith("ScanReport(LlamaLM (in memory), folded view, k=1, 8 null draws, seed 0)")
     assert "7 projections (Q K V O Gate Up Down) over 4 layers 0..3" in text
     assert "shared frame: " in text and "depth path: " in text and "geodrift.scan(<LlamaLM>, k=1, null_draws=8)" in text
 
@@ -298,7 +298,7 @@ def test_the_figure_has_no_overlapping_text_and_a_legend_for_every_band(tmp_path
     assert {"v1 (input space)", "u1 (output space)", "null of v1 (mean to +3 sd)", "null of u1 (mean to +3 sd)",
             "random floor √(2/πd)", "thick: predicted space"} == set(legend)
     _assert_every_line_style_is_in_the_legend(figure)
-    assert figure._suptitle.get_text().startswith("frame ") and " · raw view\n" in figure._suptitle.get_text()
+    assert figure._suptitle.get_text().startswith("frame ") and " · folded view\n" in figure._suptitle.get_text()
     # every title lies within the figure (none cut at its edge)
     width = figure.get_window_extent().width
     assert all(0 <= ax.title.get_window_extent().x0 and ax.title.get_window_extent().x1 <= width for ax in figure.axes)

@@ -73,8 +73,8 @@ def test_an_embedding_narrower_than_the_stream_is_refused_in_one_line(tmp_path: 
     folder = _folder(tmp_path, "wide_embedding", torch.randn(50, 33, generator=torch.Generator().manual_seed(2)))
     err = _refused(["scan", str(folder), "--view", "canonical", "--quiet", "--null-draws", "4"], capsys)
     assert "50x33" in err and "32-wide" in err and str(folder) in err
-    default = geodrift.scan(folder, null_draws=4, roles="q,k")  # the default view falls back to raw, saying why
-    assert default.view == "raw" and any("50x33" in note for note in default.notes)
+    default = geodrift.scan(folder, null_draws=4, roles="q,k")  # the default view falls back to folded, saying why
+    assert default.view == "folded" and any("50x33" in note for note in default.notes)
 
 
 def test_a_zero_embedding_is_refused_by_the_canonical_view_and_aligned_in_a_series(tmp_path: Path,

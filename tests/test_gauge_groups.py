@@ -12,22 +12,23 @@ import torch
 from prove_report import full_report
 from typer.testing import CliRunner
 
+from geodrift.architectures import ARCHITECTURES
 from geodrift.gauge import groups
-from geodrift.proofs import attention, experts, mlp, norms
+from geodrift.proofs import attention, dimension, experts, mlp, norms
 from geodrift.proofs.claim import conjunction
 from geodrift.proofs.registry import claim_names
 from geodrift.prove.groups_report import family_rows, gauge_groups, groups_markdown
 from geodrift.prove.twins import Twin, has_transformers, proof_label
-from geodrift.scanner.names import ARCHITECTURES
+from geodrift.scanner.names import ARCHITECTURES as ARCHITECTURES_SCANNED
 
-NEW = (norms, attention, mlp, experts)
+NEW = (norms, attention, mlp, experts, dimension)
 
 
 @pytest.mark.parametrize("module", NEW, ids=[m.CLAIM.name for m in NEW])
 def test_each_gauge_claim_is_verified_by_sympy_alone(module) -> None:  # type: ignore[no-untyped-def]
     out = module.derive()
     assert out.verdict == "verified", out.reason
-    assert out.facts["exact"] or module is mlp
+    assert out.facts.get("exact") or module in (mlp, dimension)
 
 
 @pytest.mark.parametrize(("module", "premise", "step"), [(norms, "ORTHOGONAL", "Folded gains"),
@@ -45,24 +46,18 @@ def test_silu_scale_equation_has_the_single_real_root_one() -> None:
     assert step.ok is True and "\\left\\{1\\right\\}" in step.text
 
 
-def test_every_scanner_architecture_is_derived_or_says_why_not() -> None:
-    for arch in ARCHITECTURES:
-        fam = groups.family_of(arch)
-        assert fam is not None or arch in groups.NOT_DERIVED, arch
-        if fam is None:
-            assert not groups.gauge_of(arch, "attn_q").derived
-            assert arch in groups.unknown_reason(arch, "attn_q")
+def test_every_scanner_architecture_has_a_row_and_every_generator_an_action() -> None:
+    from geodrift.architectures import ARCHITECTURES, GENERATORS
+    from geodrift.gauge.generator_actions import ACTIONS
 
-
-def test_table_names_only_existing_claims_and_kinds() -> None:
-    for fam in groups.FAMILIES.values():
-        for g in [fam.residual] + [side for rg in fam.roles.values() for side in (rg.rows, rg.cols)]:
-            assert g.kind in groups.KINDS
-            assert set(g.claims) <= set(claim_names()), g.claims
-            assert g.derived == (g.kind != "unknown")
-    assert groups.gauge_of("llama", "expert_up.3").rows.kind == "unknown"  # no experts in a dense Llama
-    assert groups.gauge_of("mixtral", "expert_up.3").rows.kind == "nonzero_scaling_permutation"
-    assert groups.gauge_of("gpt2", "attn_q").rows.kind == "gl_qk_per_head"
+    assert set(ARCHITECTURES) >= set(ARCHITECTURES_SCANNED)
+    for arch, row in ARCHITECTURES.items():
+        assert set(row.group) <= set(GENERATORS), arch
+        if row.forward != "simulator" or arch == "sim_llama":
+            assert set(row.group) <= set(ACTIONS), (arch, set(row.group) - set(ACTIONS))
+        for g in row.group:
+            assert GENERATORS[g].claim in claim_names(), g
+    assert groups.unknown_reason("custom") and not groups.unknown_reason("gemma3")
     json.dumps(groups.table())
 
 
@@ -73,20 +68,6 @@ def test_simulator_mlp_groups_agree_with_the_mlp_proofs_table() -> None:
         plain = row["plain_hidden"]
         assert ("positive" in plain) == ("positive" in expected), act
         assert ("signed" in plain) == ("signed" in expected), act
-
-
-def test_simulator_llama_groups_follow_the_proofs_per_switch() -> None:
-    table = mlp.derive().facts["table"]
-    assert groups.sim_llama_family().roles["attn_q"] == groups.FAMILIES["llama"].roles["attn_q"]
-    for act in ("silu", "relu", "gelu"):
-        gate = groups.sim_llama_family(activation=act).roles["mlp_gate"].rows.kind
-        assert ("positive" in gate) == ("positive" in table[act]["gated_gate"]), act
-    for act in ("relu", "tanh", "silu", "gelu"):
-        v = groups.sim_llama_family(v_activation=act).roles["attn_v"].rows.kind
-        assert ("positive" in v) == ("positive" in table[act]["plain_hidden"]), act
-        assert ("signed" in v) == ("signed" in table[act]["plain_hidden"]), act
-    assert groups.sim_llama_family(v_activation="radial").roles["attn_o"].cols.kind == "orthogonal_per_kv_head"
-    assert not groups.sim_llama_family(residual=False).roles["attn_q"].derived  # its stream group is unknown
 
 
 def test_proof_label_reads_activation_tables_and_lists() -> None:
@@ -120,29 +101,24 @@ def test_the_twin_disagrees_when_the_proof_says_otherwise() -> None:
     assert not res.passed and "router_shift" in res.summary
 
 
-def test_every_twin_the_table_names_was_measured_on_a_real_model_and_agreed() -> None:
+def test_prove_measures_every_architecture_and_each_agrees_with_its_table_row() -> None:
     report = full_report()
     names = {r.name: r for r in report.results}
-    for claim in ("residual", "attention", "mlp", "experts"):
+    for claim in ("residual", "attention", "mlp", "experts", "dimension"):
         assert names[claim].status == "verified", names[claim].numeric_summary
-    measured = {k: v for r in report.results for k, v in r.numeric_metrics.get("agree", {}).items()}
-    expected = {k: v for r in report.results for k, v in r.numeric_metrics.get("expected", {}).items()}
-    assert any(k.startswith("smollm2:") for k in measured)  # the embedded model's real weights
-    assert {"exact", "broken"} <= set(expected.values())
+    measured = names["dimension"].numeric_metrics["architectures"]
+    if has_transformers():
+        assert {a for a, row in ARCHITECTURES.items() if row.probe is not None} <= set(measured)
+    for arch, m in measured.items():
+        assert m["agrees"] and m["measured"] == m["derived"] == m["tangent_rank"], arch
+        assert m["last_kept"] > 10 * m["threshold"] > 100 * m["first_null"], arch  # a clear gap around the threshold
     table = gauge_groups(report)
-    for fam in table["families"]:
-        entries = [fam["residual"]] + [g[s] for g in fam["roles"] for s in ("rows", "cols")]
-        for e in entries:
-            for item in e["twins"]:
-                twin, outcome = item["map"], item["outcome"]
-                skipped = not has_transformers() and not twin.startswith("smollm2:")
-                assert outcome == ("not run" if skipped else "agrees"), twin
-                if not skipped:
-                    assert expected[twin] == "exact" and measured[twin]
     rows = family_rows(table)
-    assert [r[0].split(":")[0] for r in rows] == list(groups.FAMILIES)
+    assert [r[0].split(" ")[0] for r in rows] == list(ARCHITECTURES)
+    qwen3 = next(r for r in rows if r[0].startswith("qwen3 "))
+    assert "qk_head_scale 12" in qwen3[1] and qwen3[3] == f"{measured['qwen3']['measured']} / 297"
     text = "\n".join(groups_markdown(table))
-    assert "## Gauge groups by architecture family" in text and "gpt2" in text
+    assert "## Gauge groups by architecture" in text and "`qk_head_scale`" in text
 
 
 def test_prove_json_lists_the_gauge_groups(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -152,10 +128,9 @@ def test_prove_json_lists_the_gauge_groups(tmp_path) -> None:  # type: ignore[no
     res = CliRunner().invoke(app, ["prove", "experts", "--json", "--markdown", str(md)])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.stdout)
-    fams = {f["family"]: f for f in payload["gauge_groups"]["families"]}
-    assert set(fams) == set(groups.FAMILIES)
-    router = next(g for g in fams["mixtral"]["roles"] if g["role"] == "router")["rows"]
-    assert router["kind"] == "expert_permutation_shift" and router["proofs"] == [{"claim": "experts",
-                                                                                "status": "verified"}]
-    assert {"claim": "residual", "status": "not run"} in fams["llama"]["residual"]["proofs"]
-    assert "Gauge groups by architecture family" in md.read_text()
+    archs = {a["architecture"]: a for a in payload["gauge_groups"]["architectures"]}
+    assert set(archs) == set(ARCHITECTURES)
+    shift = next(g for g in archs["mixtral"]["generators"] if g["name"] == "router_shift")
+    assert shift["claim"] == "experts" and shift["status"] == "verified" and shift["dimension"] == "L*d"
+    assert archs["mixtral"]["measurement"] is None  # claim dimension not run
+    assert "Gauge groups by architecture" in md.read_text()

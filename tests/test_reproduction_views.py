@@ -38,7 +38,7 @@ def test_every_prediction_has_its_number_null_verdicts_and_gauge_status_in_each_
             assert (cell.gauge == "invariant") == (view == "canonical"), (row.label, view, cell.gauge)
             assert (cell.moved_by == []) == (view == "canonical")
     q = by_role["attn_q"].cells
-    assert q["raw"].moved_by == ["fold", "rotate", "qk"] and q["folded"].moved_by == ["rotate", "qk"]
+    assert q["raw"].moved_by == ["fold", "rotate", "qk_rope"] and q["folded"].moved_by == ["rotate", "qk_rope"]
     # folding the gains moves Q v1 (the gains scale its input coordinates); Gate has no gauge of its own, so
     # only the residual basis (null, z) separates folded and canonical, never the mean
     assert q["raw"].mean != pytest.approx(q["folded"].mean, abs=1e-4)
@@ -57,7 +57,7 @@ def test_the_report_shows_the_views_table_and_the_canonical_verdicts_as_claims(v
     table = [line for line in md.splitlines() if re.match(r"\| (Q|K|V|O|Gate|Up|Down|OV) \|", line)]
     assert len(table) == 8
     q_row = next(line for line in table if line.startswith("| Q |"))
-    assert "| v1 | 0.82 |" in q_row and "varies (fold, rotate, qk)" in q_row and "; invariant |" in q_row
+    assert "| v1 | 0.82 |" in q_row and "varies (fold, rotate, qk_rope)" in q_row and "; invariant |" in q_row
     assert re.search(r"\d\.\d{3} \(null \d\.\d{3} ± \d\.\d{3}, z -?[\d.]+\); frame \w+, path [\w /]+;", q_row)
     assert next(line for line in table if line.startswith("| OV |")).split(" | ")[2] == "—"
     assert "(predicted: neither)" in next(line for line in table if line.startswith("| V |"))

@@ -119,11 +119,12 @@ def measure(ws: WeightSet, spec: MeasureSpec, *, progress: Callable[[str], None]
         >>> measure(ws, MeasureSpec(k=2, null_draws=10)).roles[0].label
         'Block'
     """
-    return assemble(decompose(ws, spec, progress, derive), spec, ws.origin, ws.view, trajectory=trajectory)
+    return assemble(decompose(ws, spec, progress, derive), spec, ws.origin, ws.view, trajectory=trajectory,
+                    architecture=ws.architecture)
 
 
 def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: str, view: str, *,
-             trajectory: bool = False, bank: PermutationBank | None = None) -> Report:
+             trajectory: bool = False, bank: PermutationBank | None = None, architecture: str = "") -> Report:
     """The Report of already-decomposed matrices (:func:`decompose`'s output); ``measure`` = both.
 
     A tracker that also needs the singular vectors themselves calls the two halves. With
@@ -131,7 +132,8 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
     layers and each role gets its depth-path verdict (``geodrift.continuity.verdicts.path_verdicts``);
     without it (tracking during training) ``path_verdict`` is ``n/a``. ``bank`` (default: a fresh one
     seeded with ``spec.seed``) lets a caller share the permutations with further nulls of the same
-    report (the scan's trajectory shapes draw from it).
+    report (the scan's trajectory shapes draw from it). ``architecture`` names the exact gauges that move each
+    number (``moved_by``, :func:`geodrift.gauge.status.space_gauge`).
     """
     bank = bank if bank is not None else PermutationBank(torch.Generator().manual_seed(spec.seed))
     roles = sorted({role for role, _ in spectra}, key=role_sort_key)
@@ -145,7 +147,7 @@ def assemble(spectra: dict[WeightKey, SVDTriplets], spec: MeasureSpec, origin: s
                 notes.append(f"{role}: only {len(layers)} layer(s); continuity needs at least 2 - skipped")
                 continue
             reports.append(_role_report(role, [spectra[(role, layer)] for layer in layers], layers,
-                                        spec.null_draws, bank, spec.k, view))
+                                        spec.null_draws, bank, spec.k, view, architecture))
             undefined_note = degenerate.note(role, layers, degenerate.undefined_vectors(
                 torch.stack([spectra[(role, layer)].S[:reports[-1].k] for layer in layers]), reports[-1].shape),
                 reports[-1].k)
@@ -227,7 +229,7 @@ def vector_continuity(vectors: torch.Tensor, draws: int, bank: PermutationBank) 
 
 
 def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null_draws: int,
-                 bank: PermutationBank, k: int, view: str = "raw") -> RoleReport:
+                 bank: PermutationBank, k: int, view: str = "raw", architecture: str = "") -> RoleReport:
     # Continuity of one role from its per-layer triplets (ordered by depth).
     available = min(t.S.shape[0] for t in triplets)
     k = min(k, available)
@@ -242,7 +244,7 @@ def _role_report(role: str, triplets: list[SVDTriplets], layers: list[int], null
     spaces = {s: _space_continuity(s, stacks[s], sigma, fro, k, null_draws, bank, undefined, null_kind(view, role, s))
               for s in SPACES}
     for s in SPACES:  # the gauge label of every number (geodrift.gauge.status)
-        status, moved = space_gauge(view, role, s)
+        status, moved = space_gauge(view, role, s, architecture)
         spaces[s] = replace(spaces[s], gauge=status, moved_by=list(moved))
     lower, upper = metrics.effective_rank_bounds(sigma, fro, min(shape))
     known, predicted = predicted_space(role)

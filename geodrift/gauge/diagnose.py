@@ -1,34 +1,33 @@
-"""Gauge diagnosis: how far each layer of a Llama-family checkpoint sits from its balanced (canonical) point.
+"""Gauge diagnosis: where each layer of a Llama-family checkpoint sits on the orbit of each generator of its group.
 
-Every continuous gauge of a layer (:mod:`geodrift.gauge.orbit`) moves scale from one factor to the
-other while the function stays put; its orbit has one minimum-norm point, where both factors carry
-the same scale. How far a layer sits from it is therefore a property of the *parametrisation*, not of
-the function - and a large one says the checkpoint has been through such a map (AWQ and SmoothQuant
-fold per-channel scales exactly this way), so that raw per-weight numbers (norms, singular vectors)
-reflect that map as much as training. Per layer, every quantity a log-ratio in nats (0 = balanced):
+Every continuous generator (:data:`geodrift.architectures.GENERATORS`) moves scale or direction between
+factors while the function stays put. Training leaves a checkpoint at some point of each orbit; a
+quantisation method that folds scales or a rotation into the weights (AWQ, SmoothQuant, QuaRot) moves it
+far along one, so that raw per-weight numbers (norms, singular vectors) reflect that map as much as
+training. One number per generator and layer (:data:`FAMILIES`), each in nats:
 
-- ``mlp``: ``log(||Up_j|| / ||Down_j||)`` over hidden units ``j`` (Up rows against Down columns; gains
-  folded). Balanced: 0 for every unit.
-- ``mlp_norm``, ``attn_norm``: ``log(|g_i| / ||W[:, i]||)`` over residual channels ``i``, ``g`` the block's
-  RMSNorm gain and ``W`` its stacked readers ([Gate; Up] or [Q; K; V]): the scale SmoothQuant/AWQ move
-  between a norm and the columns after it. Its spread, not its level, is the signal (the level depends
-  on the init scale).
-- ``qk``: ``log(||Q_p||_F / ||K_p||_F)`` per key-value head and RoPE pair ``p`` (``Q_p``: the pair's rows
-  in every query head of the group). Balanced: 0.
-- ``vo``: per key-value head, the balance of ``V`` against the stacked ``O`` columns of its query heads:
-  ``||V V^T - Σ_h O_h^T O_h||_F / ||V V^T + Σ_h O_h^T O_h||_F`` (0 at the balanced factorisation, 1 at
-  most), beside ``log(||V||_F / ||O_group||_F)``.
+- ``mlp`` (``mlp_scale``): the spread (std) over hidden units of ``log(||Up_j|| / ||Down_j||)`` (gains folded);
+- ``attn_in``, ``mlp_in`` (``fold``: scales between a norm gain and the columns that read it): the largest
+  ``|log(c_i / median c)|`` over residual channels, ``c_i`` the norm of column ``i`` of the *raw* stacked readers
+  ([Q; K; V], [Gate; Up]); SmoothQuant and AWQ push activation outliers into these columns;
+- ``qk`` (``qk_rope``): the spread over KV heads and RoPE pairs of ``log(||Q_p|| / ||K_p||)``;
+- ``vo`` (``vo``): the mean over KV heads of ``log((||V||^2 + ||O_group||^2) / (2 ||O_group V||_*))``: how much
+  norm the V/O factorisation carries beyond its balanced (minimum-norm) point, where it is 0;
+- ``residual`` (``rotate``): the spread over residual channels of ``log`` of the folded readers' column norms:
+  trained models have a privileged residual basis (outlier channels); a rotation of the stream (QuaRot's
+  Hadamard) spreads every channel over all and removes it, so here a value *below* the band is off.
 
-Each family gets its root mean square (the distance from the balanced point) and its standard
-deviation (the spread, which a uniform rescaling does not change). :func:`fresh_reference` computes
-the same for a freshly initialised layer of the same shape - the reference a scan prints beside
-them; trained references (a simulator model with and without weight decay) are measured in
-``benchmarks/bench_gauge_diagnosis.py``. None of these numbers is gauge-invariant: they measure the
-gauge.
+Each is compared with :data:`REFERENCE`, the band that trained models span (measured by
+``benchmarks/bench_gauge_diagnosis.py``: the transformer simulator trained with and without weight decay, and
+the embedded SmolLM2-135M): a family is flagged when its median over layers lies beyond the band by more than
+:data:`MARGIN` (above ``MARGIN * high``, or for ``residual`` below ``low / MARGIN``). None of these numbers is
+gauge-invariant: they measure the gauge.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,46 +35,49 @@ import torch
 
 from geodrift.gauge.orbit import GaugeShape, StateDict, layer_key
 
-FAMILIES = ("mlp", "mlp_norm", "attn_norm", "qk", "vo_log")
-# A setting, not a measurement: a checkpoint is flagged "off balance" when the median over layers of its
-# hidden-unit spread is at least this many times a fresh initialisation's (benchmarks/RESULTS_gauge_diagnosis.md
-# measures where trained models and an AWQ-folded one fall).
-FLAG_RATIO = 3.0
-# Which exact gauges (geodrift.gauge.orbit.GENERATORS) move each family's numbers; none leaves all of them
-# unchanged, and permutations move none (a spread over units, heads or pairs ignores their order).
-MOVED_BY: dict[str, list[str]] = {"mlp": ["mlp_scale"], "mlp_norm": ["fold", "rotate"], "attn_norm": ["fold", "rotate"],
-                                  "qk": ["qk"], "vo_log": ["vo"], "vo_gram": ["vo"]}
-
-
-@dataclass
-class Spread:
-    """A family's log-imbalances in one layer: root mean square (distance from balance) and spread."""
-
-    rms: float
-    std: float
-    n: int
+FAMILIES = ("mlp", "attn_in", "mlp_in", "qk", "vo", "residual")
+# The generator (geodrift.architectures.GENERATORS) whose orbit each family measures.
+GENERATOR_OF: dict[str, str] = {"mlp": "mlp_scale", "attn_in": "fold", "mlp_in": "fold", "qk": "qk_rope", "vo": "vo",
+                                "residual": "rotate"}
+LOW_IS_OFF = frozenset({"residual"})  # a rotation removes the privileged basis: off balance below the band
+# The band of trained models, median over layers of each family (benchmarks/RESULTS_gauge_diagnosis.md:
+# `python benchmarks/bench_gauge_diagnosis.py`, the rows "simulator `tiny` ..., weight decay 0.1 / 0" and
+# "SmolLM2-135M (embedded)"): a calibration, re-measured by that command.
+REFERENCE: dict[str, tuple[float, float]] = {
+    "mlp": (0.062, 0.085), "attn_in": (0.332, 0.421), "mlp_in": (0.191, 1.713), "qk": (0.083, 0.143),
+    "vo": (0.037, 0.994), "residual": (0.105, 0.328),
+}
+REFERENCE_LABEL = ("trained: simulator `tiny` (weight decay 0.1 and 0, benchmarks/bench_gauge_diagnosis.py) and the "
+                   "embedded SmolLM2-135M")
+MARGIN = 1.5  # a setting: how far beyond the trained band a family must lie to be flagged
+# Which exact gauges move each family's numbers; permutations move none (a spread or maximum over units, heads,
+# pairs or channels ignores their order).
+MOVED_BY: dict[str, list[str]] = {"mlp": ["mlp_scale"], "attn_in": ["fold", "rotate", "vo", "qk_rope"],
+                                  "mlp_in": ["fold", "rotate", "mlp_scale"], "qk": ["qk_rope"], "vo": ["vo"],
+                                  "residual": ["rotate", "vo", "qk_rope", "mlp_scale"]}
+_TINY = 1e-300
 
 
 @dataclass
 class LayerGauge:
-    """One layer's distance from its balanced point, per gauge family (see the module docstring)."""
+    """One layer's position on each generator's orbit (see the module docstring), nats."""
 
     layer: int
-    spreads: dict[str, Spread]
-    vo_gram: float  # mean over KV heads of the relative V/O Gram imbalance (0 balanced, 1 at most)
+    values: dict[str, float]
 
 
 @dataclass
 class GaugeDiagnosis:
-    """Per layer :class:`LayerGauge`, and the same numbers for a fresh initialisation of that shape."""
+    """Per layer :class:`LayerGauge`; per family the median over layers against the trained band."""
 
     model: str
     layers: list[LayerGauge]
-    reference: LayerGauge
-    reference_label: str
-    mlp_median_ratio: float = float("nan")  # median over layers of the mlp spread / the reference's
-    flagged: bool = False  # mlp_median_ratio >= flag_ratio: the hidden units were rescaled after training
-    flag_ratio: float = FLAG_RATIO
+    reference: dict[str, tuple[float, float]] = field(default_factory=lambda: dict(REFERENCE))
+    reference_label: str = REFERENCE_LABEL
+    medians: dict[str, float] = field(default_factory=dict)
+    flagged_families: list[str] = field(default_factory=list)
+    flagged: bool = False
+    margin: float = MARGIN
     gauge: str = "varies"  # geodrift.gauge.status: these numbers measure the gauge
     moved_by: dict[str, list[str]] = field(default_factory=lambda: dict(MOVED_BY))
     notes: list[str] = field(default_factory=list)
@@ -84,120 +86,94 @@ class GaugeDiagnosis:
         """JSON-able form (docs/output-schema.md, ``gauge_diagnosis``)."""
         return asdict(self)
 
-    def spread(self, family: str) -> list[float]:
-        """Per layer, ``family``'s standard deviation (one of :data:`FAMILIES`)."""
-        return [x.spreads[family].std for x in self.layers]
+    def values(self, family: str) -> list[float]:
+        """Per layer, ``family``'s value (one of :data:`FAMILIES`)."""
+        return [x.values[family] for x in self.layers]
 
-    def ratios(self, family: str) -> list[float]:
-        """Per layer, ``family``'s spread over the fresh-initialisation reference's."""
-        ref = self.reference.spreads[family].std
-        return [s / ref if ref > 0 else float("inf") for s in self.spread(family)]
+    def off(self, family: str) -> bool:
+        """Whether ``family``'s median lies beyond the trained band by more than the margin."""
+        low, high = self.reference[family]
+        value = self.medians[family]
+        return value < low / self.margin if family in LOW_IS_OFF else value > high * self.margin
 
     def judge(self) -> GaugeDiagnosis:
-        """Set :attr:`mlp_median_ratio` and :attr:`flagged` from :attr:`layers` (call after adding layers)."""
-        ratios = sorted(self.ratios("mlp"))
-        mid = len(ratios) // 2
-        self.mlp_median_ratio = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
-        self.flagged = self.mlp_median_ratio >= self.flag_ratio
+        """Set :attr:`medians`, :attr:`flagged_families` and :attr:`flagged` (call after adding layers)."""
+        self.medians = {f: statistics.median(self.values(f)) for f in FAMILIES}
+        self.flagged_families = [f for f in FAMILIES if self.off(f)]
+        self.flagged = bool(self.flagged_families)
         return self
 
     def summary(self) -> str:
-        """One line: the hidden-unit balance against the reference, and the flag."""
-        verdict = "OFF BALANCE (units rescaled?)" if self.flagged else "balanced"
-        return f"gauge: Up/Down spread {self.mlp_median_ratio:.1f}x fresh init (flag >= {self.flag_ratio:g}x): {verdict}"
+        """One line: each flagged family with the generator that moved it, or ``balanced``."""
+        if not self.flagged:
+            return f"gauge: every generator within {self.margin:g}x of trained models' band: balanced"
+        parts = []
+        for f in self.flagged_families:
+            low, high = self.reference[f]
+            edge = f"below {low / self.margin:.3g}" if f in LOW_IS_OFF else f"above {high * self.margin:.3g}"
+            parts.append(f"{f} {self.medians[f]:.3g} ({edge}: {GENERATOR_OF[f]})")
+        return "gauge: OFF BALANCE - " + "; ".join(parts) + " (a fold or rotation applied after training?)"
 
 
-def _spread(x: torch.Tensor) -> Spread:
-    x = x.double().flatten()
-    return Spread(float(x.pow(2).mean().sqrt()), float(x.std()) if x.numel() > 1 else 0.0, int(x.numel()))
+def _max_deviation(columns: torch.Tensor) -> float:
+    logs = columns.clamp_min(_TINY).log()
+    return float((logs - logs.median()).abs().max())
 
 
 def layer_gauge(sd: StateDict, shape: GaugeShape, layer: int) -> LayerGauge:
-    """The balance of one layer of a Hugging Face-named Llama state dict (gains not yet folded).
-
-    Args:
-        sd: holds this layer's Q/K/V/O, Gate/Up/Down and both RMSNorm gains.
-        shape: the model's :class:`~geodrift.gauge.orbit.GaugeShape`.
-        layer: which layer.
-
-    Returns:
-        LayerGauge.
+    """One layer of a Hugging Face-named Llama state dict (gains not yet folded): its :data:`FAMILIES` values.
 
     Example:
         >>> from geodrift.gauge.orbit import toy_state_dict
         >>> shape = GaugeShape(1, 2, 1, 4)
         >>> sd = toy_state_dict(shape, d_model=8, d_ff=6, vocab=5, generator=torch.Generator().manual_seed(0))
-        >>> sorted(layer_gauge(sd, shape, 0).spreads) == sorted(FAMILIES)
+        >>> sorted(layer_gauge(sd, shape, 0).values) == sorted(FAMILIES)
         True
     """
     w = {n: sd[layer_key(layer, n)].double() for n in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                          "up_proj", "down_proj")}
     g_attn = sd[layer_key(layer, "input_layernorm")].double()
     g_mlp = sd[layer_key(layer, "post_attention_layernorm")].double()
-    tiny = 1e-300
+    values: dict[str, float] = {}
     up = (w["up_proj"] * g_mlp).norm(dim=1)
-    spreads = {"mlp": _spread(torch.log(up.clamp_min(tiny) / w["down_proj"].norm(dim=0).clamp_min(tiny)))}
-    readers_mlp = torch.cat([w["gate_proj"], w["up_proj"]]).norm(dim=0)
-    readers_attn = torch.cat([w["q_proj"], w["k_proj"], w["v_proj"]]).norm(dim=0)
-    spreads["mlp_norm"] = _spread(torch.log(g_mlp.abs().clamp_min(tiny) / readers_mlp.clamp_min(tiny)))
-    spreads["attn_norm"] = _spread(torch.log(g_attn.abs().clamp_min(tiny) / readers_attn.clamp_min(tiny)))
-    q, k = w["q_proj"] * g_attn, w["k_proj"] * g_attn
-    qk, vo_log, grams = [], [], []
-    for g in range(shape.n_kv_heads):
-        heads = range(g * shape.group, (g + 1) * shape.group)
-        for p in range(shape.pairs):
-            q_rows = torch.cat([shape.head_rows(h, pair=p) for h in heads])
-            qk.append(torch.log(q[q_rows].norm() / k[shape.head_rows(g, pair=p)].norm().clamp_min(tiny)))
-        v = w["v_proj"][shape.head_rows(g)] * g_attn
-        o_cols = torch.cat([shape.head_rows(h) for h in heads])
-        o = w["o_proj"][:, o_cols]
-        o_gram = sum(o[:, i * shape.head_dim:(i + 1) * shape.head_dim].T @ o[:, i * shape.head_dim:(i + 1) * shape.head_dim]
-                     for i in range(shape.group))
-        assert isinstance(o_gram, torch.Tensor)
-        v_gram = v @ v.T
-        grams.append(float((v_gram - o_gram).norm() / (v_gram + o_gram).norm().clamp_min(tiny)))
-        vo_log.append(torch.log(v.norm() / o.norm().clamp_min(tiny)))
-    spreads["qk"] = _spread(torch.stack(qk))
-    spreads["vo_log"] = _spread(torch.stack(vo_log))
-    return LayerGauge(layer, spreads, sum(grams) / len(grams))
+    values["mlp"] = float(torch.log(up.clamp_min(_TINY) / w["down_proj"].norm(dim=0).clamp_min(_TINY)).std())
+    attn_raw = torch.cat([w["q_proj"], w["k_proj"], w["v_proj"]])
+    mlp_raw = torch.cat([w["gate_proj"], w["up_proj"]])
+    values["attn_in"], values["mlp_in"] = _max_deviation(attn_raw.norm(dim=0)), _max_deviation(mlp_raw.norm(dim=0))
+    folded = torch.cat([attn_raw * g_attn, mlp_raw * g_mlp]).norm(dim=0)
+    values["residual"] = float(folded.clamp_min(_TINY).log().std())
+    q, k, v = w["q_proj"] * g_attn, w["k_proj"] * g_attn, w["v_proj"] * g_attn
+    hd, group, half = shape.head_dim, shape.group, shape.pairs
+    d = q.shape[1]
+    q_pairs = q.reshape(shape.n_kv_heads, group, 2, half, d).permute(0, 3, 1, 2, 4).reshape(shape.n_kv_heads, half, -1)
+    k_pairs = k.reshape(shape.n_kv_heads, 2, half, d).permute(0, 2, 1, 3).reshape(shape.n_kv_heads, half, -1)
+    values["qk"] = float(torch.log(q_pairs.norm(dim=-1).clamp_min(_TINY) / k_pairs.norm(dim=-1).clamp_min(_TINY))
+                         .flatten().std())
+    excess = []
+    for j in range(shape.n_kv_heads):
+        v_j = v[j * hd:(j + 1) * hd]
+        o_j = torch.cat([w["o_proj"][:, h * hd:(h + 1) * hd] for h in range(j * group, (j + 1) * group)])
+        # ||O V||_* from the triangular factors (hd x hd): O = Q_o R_o, V^T = Q_v R_v, so O V = Q_o (R_o R_v^T) Q_v^T
+        nuclear = float(torch.linalg.svdvals(torch.linalg.qr(o_j).R @ torch.linalg.qr(v_j.T).R.T).sum())
+        excess.append(math.log(float(v_j.pow(2).sum() + o_j.pow(2).sum()) / max(2 * nuclear, _TINY)))
+    values["vo"] = sum(excess) / len(excess)
+    return LayerGauge(layer, values)
 
 
-def fresh_reference(shape: GaugeShape, d_model: int, d_ff: int, seed: int = 0, std: float = 0.02) -> LayerGauge:
-    """:func:`layer_gauge` of one freshly initialised layer of this shape (every weight ~ N(0, std²), gains 1,
-    as :class:`~geodrift.lm.llama.LlamaLM` and Hugging Face initialise a Llama).
-
-    Example:
-        >>> ref = fresh_reference(GaugeShape(1, 4, 2, 8), d_model=32, d_ff=64)
-        >>> ref.spreads["mlp_norm"].std < 0.2, ref.vo_gram < 1.0
-        (True, True)
-    """
-    g = torch.Generator().manual_seed(seed)
-    hd = shape.head_dim
-    sizes = {"q_proj": (shape.n_heads * hd, d_model), "k_proj": (shape.n_kv_heads * hd, d_model),
-             "v_proj": (shape.n_kv_heads * hd, d_model), "o_proj": (d_model, shape.n_heads * hd),
-             "gate_proj": (d_ff, d_model), "up_proj": (d_ff, d_model), "down_proj": (d_model, d_ff)}
-    sd = {layer_key(0, n): std * torch.randn(*s, generator=g, dtype=torch.float64) for n, s in sizes.items()}
-    sd[layer_key(0, "input_layernorm")] = torch.ones(d_model, dtype=torch.float64)
-    sd[layer_key(0, "post_attention_layernorm")] = torch.ones(d_model, dtype=torch.float64)
-    return layer_gauge(sd, GaugeShape(1, shape.n_heads, shape.n_kv_heads, hd), 0)
-
-
-def diagnose(layers: list[tuple[int, StateDict]], shape: GaugeShape, d_model: int, d_ff: int,
-             model: str) -> GaugeDiagnosis:
-    """Every given layer's :func:`layer_gauge` beside a fresh initialisation's.
+def diagnose(layers: list[tuple[int, StateDict]], shape: GaugeShape, model: str) -> GaugeDiagnosis:
+    """Every given layer's :func:`layer_gauge`, judged against the trained band.
 
     Args:
         layers: ``(layer, tensors)`` pairs; each dict holds that layer's tensors (HF names).
-        shape, d_model, d_ff: the model's sizes.
+        shape: the model's heads.
         model: its label.
 
     Example:
         >>> from geodrift.gauge.orbit import toy_state_dict
         >>> shape = GaugeShape(2, 2, 1, 4)
         >>> sd = toy_state_dict(shape, d_model=8, d_ff=6, vocab=5, generator=torch.Generator().manual_seed(0))
-        >>> len(diagnose([(0, sd), (1, sd)], shape, 8, 6, "toy").layers)
+        >>> len(diagnose([(0, sd), (1, sd)], shape, "toy").layers)
         2
     """
-    out = GaugeDiagnosis(model, [layer_gauge(sd, shape, layer) for layer, sd in layers],
-                         fresh_reference(shape, d_model, d_ff), "fresh initialisation (N(0, 0.02²), gains 1)")
+    out = GaugeDiagnosis(model, [layer_gauge(sd, shape, layer) for layer, sd in layers])
     return out.judge() if out.layers else out

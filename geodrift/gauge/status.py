@@ -5,7 +5,8 @@ Up v, O u, Down u, and both spaces of OV) are vectors of the residual stream, sh
 the **head/hidden-side** ones (Q u, K u, V u, O v, Gate u, Up u, Down v) live in a basis of their own
 per layer (a head's, or the MLP's hidden units), which the network is free to choose.
 
-Per view (generators as named in :data:`geodrift.gauge.orbit.GENERATORS`):
+Per view (generators as named in :data:`geodrift.architectures.GENERATORS`, per architecture: the table's row
+says which act; the list below is the llama family's):
 
 - ``raw``: moving scales between a norm gain and the projections that read it (``fold``) moves every
   reader's input space; a residual rotation (after folding) moves every residual-side vector's
@@ -17,7 +18,8 @@ Per view (generators as named in :data:`geodrift.gauge.orbit.GENERATORS`):
   aligned across layers *by construction* (the canonical ordering), so they are labelled ``aligned``
   and are not continuity.
 
-Roles outside the Llama-family group (experts, router, the toy residual MLP's) are ``unknown``.
+An architecture whose canonical view is not done reads ``folded`` by default; its numbers carry the generators
+that still move them. Roles with no residual side (the toy residual MLP's ``block``) are ``unknown``.
 
 The **null** each number is judged against (:func:`null_kind`): the paper's coordinate-permutation null, except
 on the residual side of the canonical view, whose coordinates no weight fixes (a residual rotation is exact and
@@ -32,8 +34,11 @@ Example:
 
 from __future__ import annotations
 
+from geodrift.architectures import ARCHITECTURES, moved_by
+
 # The nulls a number is judged against.
 PERMUTATION_NULL, ROTATION_NULL = "permutation", "rotation"
+
 # Statuses, from the view's point of view.
 INVARIANT, VARIES, ALIGNED, UNKNOWN = "invariant", "varies", "aligned", "unknown"
 GAUGE_STATUSES = (INVARIANT, VARIES, ALIGNED, UNKNOWN)
@@ -44,16 +49,11 @@ GAUGE_NOTE = {
     UNKNOWN: "the gauge group of this projection is not derived",
 }
 
-# role -> (residual-side space, head/hidden-side space, the generator acting on the role itself,
-#          the permutation acting on its head/hidden side, whether it reads the stream through a norm)
-_ROLES: dict[str, tuple[str, str, tuple[str, ...], str, bool]] = {
-    "attn_q": ("v", "u", ("qk",), "head_permute", True),
-    "attn_k": ("v", "u", ("qk",), "head_permute", True),
-    "attn_v": ("v", "u", ("vo",), "head_permute", True),
-    "attn_o": ("u", "v", ("vo",), "head_permute", False),
-    "mlp_gate": ("v", "u", (), "mlp_permute", True),
-    "mlp_up": ("v", "u", ("mlp_scale",), "mlp_permute", True),
-    "mlp_down": ("u", "v", ("mlp_scale",), "mlp_permute", False),
+# role -> the space of its singular vectors that lives in the residual stream (the other is its head/hidden side)
+_RESIDUAL_SIDE: dict[str, str] = {
+    "attn_q": "v", "attn_k": "v", "attn_v": "v", "attn_o": "u", "mlp_gate": "v", "mlp_up": "v", "mlp_down": "u",
+    "router": "v", "expert_gate": "v", "expert_up": "v", "expert_down": "u", "shared_gate": "v", "shared_up": "v",
+    "shared_down": "u",
 }
 
 
@@ -66,36 +66,39 @@ def residual_spaces(role: str) -> tuple[str, ...]:
     """
     if role == "attn_ov":
         return ("u", "v")
-    return (_ROLES[role][0],) if role in _ROLES else ()
+    base = role.split(".", 1)[0]
+    return (_RESIDUAL_SIDE[base],) if base in _RESIDUAL_SIDE else ()
 
 
-def space_gauge(view: str, role: str, space: str) -> tuple[str, tuple[str, ...]]:
-    """``(status, moved_by)`` of the numbers of ``role``'s ``space`` (``v`` or ``u``) in ``view``.
+def space_gauge(view: str, role: str, space: str, architecture: str = "") -> tuple[str, tuple[str, ...]]:
+    """``(status, moved_by)`` of the numbers of ``role``'s ``space`` in ``view``, for ``architecture``.
 
     Args:
         view: ``raw``, ``folded`` or ``canonical``.
-        role: a canonical role (``attn_q`` ... ``mlp_down``, ``attn_ov``; others are ``unknown``).
+        role: a canonical role (``attn_q`` ... ``mlp_down``, ``attn_ov``, ``router``, ``expert_up.3`` ...; others
+            are ``unknown``).
         space: ``v`` (input) or ``u`` (output).
+        architecture: the checkpoint's (:data:`geodrift.architectures.ARCHITECTURES`); "" (in-memory weights of
+            no stated architecture) reads as llama; a name outside the table is ``unknown``.
 
     Returns:
-        The status (:data:`GAUGE_STATUSES`) and the generators that move the numbers (empty unless ``varies``).
+        The status (:data:`GAUGE_STATUSES`) and the generators that move the numbers (empty unless ``varies``),
+        named as in :data:`geodrift.architectures.GENERATORS`.
 
     Example:
         >>> space_gauge("raw", "attn_o", "u")
         ('varies', ('rotate', 'vo'))
+        >>> space_gauge("folded", "attn_q", "v", "gemma3")
+        ('varies', ('qk_head_scale', 'signed_permute'))
     """
-    if role == "attn_ov":
-        if view == "canonical":
-            return INVARIANT, ()
-        return VARIES, (("fold", "rotate") if view == "raw" and space == "v" else ("rotate",))
-    if role not in _ROLES or view not in ("raw", "folded", "canonical"):
+    row = ARCHITECTURES.get(architecture or "llama")
+    residual = space in residual_spaces(role)
+    if row is None or not residual_spaces(role) or view not in ("raw", "folded", "canonical"):
         return UNKNOWN, ()
-    residual, _, own, permutation, reads = _ROLES[role]
-    if view == "canonical":
-        return (INVARIANT if space == residual else ALIGNED), ()
-    moved: tuple[str, ...] = ("fold",) if view == "raw" and reads and space == "v" else ()
-    moved += ("rotate",) if space == residual else (permutation,)
-    return VARIES, moved + own
+    if view == "canonical" and row.canonical:
+        return (INVARIANT if residual else ALIGNED), ()
+    moved = moved_by(architecture or "llama", view, role, space, residual)
+    return (VARIES, moved) if moved else (INVARIANT, ())
 
 
 def null_kind(view: str, role: str, space: str) -> str:

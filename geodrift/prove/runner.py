@@ -71,12 +71,12 @@ def run_claim(claim: Claim, seed: int = 0) -> ClaimResult:
     """Derive one claim symbolically, then cross-check it numerically with a seeded generator."""
     import torch
 
-    from geodrift.prove import gauge, gauge_twins, symmetry
+    from geodrift.prove import dimension_check, gauge, gauge_twins, symmetry
 
     numeric_checks = {
         "equivariance": symmetry.check_equivariance, "breaking": symmetry.check_breaking,
         "commutants": symmetry.check_commutants, "gauge": gauge.check_gauge, "noether": gauge.check_noether,
-        **gauge_twins.CHECKS,
+        **gauge_twins.CHECKS, "dimension": dimension_check.check_dimension,
     }
 
     t0 = time.perf_counter()

@@ -1,8 +1,7 @@
 """The gauge diagnosis (``geodrift scan --full``): a table per layer and a figure across depth.
 
-Each number is the spread (standard deviation, nats) of a family of log-imbalances
-(:mod:`geodrift.gauge.diagnose`), beside a fresh initialisation's of the same shape; none is
-gauge-invariant - they measure where the checkpoint sits in its orbit.
+Each number (nats) locates the checkpoint on one generator's orbit (:mod:`geodrift.gauge.diagnose`), beside the
+band trained models span; none is gauge-invariant - they measure where the checkpoint sits in its orbit.
 """
 
 from __future__ import annotations
@@ -18,35 +17,33 @@ from geodrift.render import console, lit
 from geodrift.render.figures import log_scale, save_figure, style
 from geodrift.render.layout import Col, Grid, print_grid
 
-NAMES = {"mlp": "Up/Down", "mlp_norm": "MLP g/W", "attn_norm": "attn g/W", "qk": "Q/K",
-         "vo_log": "V/O"}
-COLORS = {"mlp": "tab:red", "mlp_norm": "tab:orange", "attn_norm": "tab:green", "qk": "tab:blue",
-          "vo_log": "tab:purple"}
+NAMES = {"mlp": "Up/Down", "attn_in": "attn in", "mlp_in": "MLP in", "qk": "Q/K", "vo": "V/O", "residual": "basis"}
+COLORS = {"mlp": "tab:red", "attn_in": "tab:green", "mlp_in": "tab:orange", "qk": "tab:blue", "vo": "tab:purple",
+          "residual": "tab:gray"}
 
 
 def gauge_grid(diag: GaugeDiagnosis) -> Grid:
-    """Per layer, each family's spread (nats) and the V/O Gram imbalance; the fresh initialisation first.
+    """Per layer each family's value (nats); first the trained band and the margin that flags.
 
     Example:
         >>> from geodrift.gauge.diagnose import diagnose
         >>> from geodrift.gauge.orbit import GaugeShape, toy_state_dict
         >>> import torch
         >>> s = GaugeShape(1, 2, 1, 4); sd = toy_state_dict(s, 8, 6, 5, torch.Generator().manual_seed(0))
-        >>> len(gauge_grid(diagnose([(0, sd)], s, 8, 6, "toy")).rows)
+        >>> len(gauge_grid(diagnose([(0, sd)], s, "toy")).rows)
         2
     """
-    cols = [Col("layer", "left")] + [Col(NAMES[f]) for f in FAMILIES] + [Col("Gram"), Col("×init")]
-    ref = diag.reference
-    rows: list[list[Any]] = [["init"] + [f"{ref.spreads[f].std:.3f}" for f in FAMILIES]
-                             + [f"{ref.vo_gram:.2f}", "1.0"]]
-    for x, ratio in zip(diag.layers, diag.ratios("mlp"), strict=True):
-        rows.append([str(x.layer)] + [f"{x.spreads[f].std:.3f}" for f in FAMILIES]
-                    + [f"{x.vo_gram:.2f}", f"{ratio:.1f}"])
-    return Grid("Gauge diagnosis: spread of log-imbalances (nats; 0 = every unit at its balanced point)", cols, rows,
-                caption="Not gauge-invariant: these numbers locate the checkpoint in its orbit. Up/Down: "
-                        "log(‖Up_j‖/‖Down_j‖) over hidden units; g/W: log(|g_i|/‖W[:,i]‖) over channels; "
-                        "Q/K: log(‖Q_p‖/‖K_p‖) over RoPE pairs; V/O: log(‖V‖/‖O‖) over KV heads, and the "
-                        "relative V/O Gram imbalance (Gram); ×init: Up/Down over the fresh initialisation (init).")
+    cols = [Col("layer", "left")] + [Col(NAMES[f]) for f in FAMILIES]
+    rows: list[list[Any]] = [["trained"] + [f"{lo:.2f}-{hi:.2f}" for lo, hi in (diag.reference[f] for f in FAMILIES)]]
+    for x in diag.layers:
+        rows.append([str(x.layer)] + [f"{x.values[f]:.3f}" for f in FAMILIES])
+    return Grid("Gauge diagnosis: where each layer sits on each generator's orbit (nats)", cols, rows,
+                caption="Not gauge-invariant: these numbers locate the checkpoint in its orbits. Up/Down: spread of "
+                        "log(‖Up_j‖/‖Down_j‖) (mlp_scale); attn/MLP in: largest log deviation of a raw reader column's "
+                        "norm (fold: SmoothQuant, AWQ); Q/K: spread of log(‖Q_p‖/‖K_p‖) over RoPE pairs (qk_rope); "
+                        "V/O: log of the V/O norm beyond its balanced point (vo); basis: spread of the folded "
+                        f"readers' log channel norms (rotate: low = no privileged basis). trained: the band of "
+                        f"trained models; flagged beyond it by {diag.margin:g}x.")
 
 
 def render_gauge(diag: GaugeDiagnosis | str, wide: bool = False, then: str | None = None) -> None:
@@ -70,15 +67,13 @@ def gauge_figure(diag: GaugeDiagnosis) -> Any:
         fig, ax = plt.subplots(figsize=(3.4, 2.4))
         layers = [x.layer for x in diag.layers]
         for family in FAMILIES:
-            ax.plot(layers, diag.spread(family), color=COLORS[family], marker=".", label=NAMES[family])
-            ax.axhline(max(diag.reference.spreads[family].std, 1e-4), color=COLORS[family], linestyle="--",
-                       linewidth=0.7)
+            ax.plot(layers, diag.values(family), color=COLORS[family], marker=".", label=NAMES[family])
+            ax.axhline(max(diag.reference[family][1], 1e-4), color=COLORS[family], linestyle="--", linewidth=0.7)
         log_scale(ax)
         ax.set_xlabel("layer")
-        ax.set_ylabel("spread of log-imbalance (nats)")
-        flag = "OFF BALANCE" if diag.flagged else "balanced"
-        ax.set_title(f"Gauge diagnosis — {diag.model}\nUp/Down spread {diag.mlp_median_ratio:.1f}× fresh init "
-                     f"(median; dashed: fresh init): {flag}", fontsize=6)
+        ax.set_ylabel("nats")
+        flag = "OFF BALANCE: " + ", ".join(diag.flagged_families) if diag.flagged else "balanced"
+        ax.set_title(f"Gauge diagnosis — {diag.model}\n(dashed: top of the trained band): {flag}", fontsize=6)
         ax.legend(fontsize=5, ncol=2)
         fig.tight_layout()
         return fig

@@ -32,24 +32,24 @@ def render_proofs(report: ProveReport, wide: bool = False) -> None:
         render_groups(report, wide=wide)
 
 
-GROUP_CLAIMS = ("residual", "attention", "mlp", "experts")
+GROUP_CLAIMS = ("residual", "attention", "mlp", "experts", "dimension")
 
 
 def render_groups(report: ProveReport, wide: bool = False) -> None:
-    """One row per architecture family: the gauge group on the residual stream, Q/K, V/O, Gate, Up/Down and
-    the router, and how many of its proofs verified and numeric twins agreed."""
+    """One row per architecture (geodrift.architectures): its continuous and discrete generators, the measured
+    continuous dimension beside the derived one (claim ``dimension``), and its default view."""
     from geodrift.prove.groups_report import COLUMNS, family_rows, gauge_groups
 
-    grid = Grid("gauge groups by architecture family (geodrift.gauge.groups)",
-                [Col("family", "left", prose=True), Col("residual", "left", prose=True),
-                 *(Col(c, "left", prose=True) for c, _, _ in COLUMNS), Col("proofs, twins", "left")],
+    grid = Grid("gauge groups by architecture (geodrift.architectures)",
+                [Col("architecture", "left", prose=True), *(Col(c, "left", prose=True) for c in COLUMNS)],
                 lines=True)
     for row in family_rows(gauge_groups(report)):
         grid.add(*(lit(cell) for cell in row))
     print_grid(grid, wide=wide)
-    console.print(lit("proofs: the claims that derive the family's groups, verified / all; twins: the maps of those "
-                      "groups measured on real models (SmolLM2, transformers models) that kept the logits, agreeing / "
-                      "all. Full groups, invariants and twins: --json (gauge_groups) or --markdown."))
+    console.print(lit("measured: the null space of the Jacobian of the logits in the parameters of a random model of "
+                      "that architecture (claim dimension); derived: the sum of its continuous generators' dimensions. "
+                      "Every generator's map is also applied and the logits compared. Full table: --json "
+                      "(gauge_groups) or --markdown."), soft_wrap=True)
 
 
 def summary_line(report: ProveReport) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from geodrift.architectures import ARCHITECTURES as REGISTRY
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align import (
     DEFAULT_HEAD_MAPS,
@@ -33,7 +34,7 @@ from geodrift.scanner.safetensors_reader import StateDictCheckpoint
 from geodrift.scanner.scan import heads_of
 from geodrift.weights import HF_LLAMA_PROJECTIONS, TRANSFORMER_ROLES
 
-ALIGNABLE_ARCHITECTURES = ("llama", "mistral")
+ALIGNABLE_ARCHITECTURES = tuple(name for name, row in REGISTRY.items() if row.alignable)  # the table's rows
 _GLOBAL_NAMES = {"embed": "model.embed_tokens.weight", "lm_head": "lm_head.weight", "norm_final": "model.norm.weight"}
 _NORM_NAMES = {"norm_attn": "input_layernorm.weight", "norm_mlp": "post_attention_layernorm.weight"}
 

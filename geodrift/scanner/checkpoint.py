@@ -90,6 +90,12 @@ class Checkpoint:
         check_expert(self.label, name, self.shape(name), expert)
         return self.load(name)[expert].clone()
 
+    def load_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``[start, stop)`` of a 2-D tensor as float32 (the canonical view's residual basis reads a large
+        embedding in blocks). Readers override it to read those rows only; this default reads the whole tensor.
+        """
+        return self.load(name)[start:stop].clone()
+
     def warm(self, name: str) -> None:
         """Bring ``name``'s stored bytes into the page cache without keeping them (a read-ahead hint).
 

@@ -2,7 +2,8 @@
 
 The numbers are :mod:`geodrift.gauge.diagnose`'s; this module streams a checkpoint's layers into
 it (one layer's tensors resident at a time) for the families whose gauge group is derived
-(:data:`geodrift.scanner.aligned.ALIGNABLE_ARCHITECTURES`).
+(:data:`geodrift.scanner.aligned.ALIGNABLE_ARCHITECTURES`); the flags compare the median over the layers
+diagnosed with the band of whole trained models.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def diagnose_checkpoint(ckpt: Checkpoint, layers: list[int] | None = None) -> Ga
     Example:
         >>> from geodrift.scanner.readers import open_checkpoint
         >>> diag = diagnose_checkpoint(open_checkpoint(None), layers=[0, 1])
-        >>> len(diag.layers), diag.flagged
-        (2, False)
+        >>> len(diag.layers), sorted(diag.medians)
+        (2, ['attn_in', 'mlp', 'mlp_in', 'qk', 'residual', 'vo'])
     """
     try:
         n_heads, n_kv = check_alignable(ckpt, "gauge diagnosis")
@@ -42,10 +43,9 @@ def diagnose_checkpoint(ckpt: Checkpoint, layers: list[int] | None = None) -> Ga
         return str(why)
     cfg = ckpt.config
     d_model, n_layers = int(cfg["d_model"]), int(cfg["n_layers"])
-    shape = GaugeShape(n_layers, n_heads, n_kv, d_model // n_heads)
+    shape = GaugeShape(n_layers, n_heads, n_kv, int(cfg.get("head_dim") or d_model // n_heads))
     chosen = layers if layers is not None else list(range(n_layers))
-    d_ff = int(load_canonical(ckpt, ("mlp_up", chosen[0])).shape[0])
-    out = diagnose([], shape, d_model, d_ff, ckpt.label)
+    out = diagnose([], shape, ckpt.label)
     for layer in chosen:
         tensors = {layer_key(layer, _NORMS[k]): load_canonical(ckpt, (k, layer)) for k in _NORMS}
         for role, name in HF_LLAMA_PROJECTIONS.items():

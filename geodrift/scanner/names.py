@@ -48,23 +48,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from geodrift.architectures import ARCHITECTURES as REGISTRY
 from geodrift.errors import GeodriftError
 from geodrift.weights import EXPERT_ROLES, MOE_ROLES, TRANSFORMER_ROLES, expert_role
 
 CanonicalKey = tuple[str, int | None]
 
-# geodrift's architectures -> the gguf.MODEL_ARCH whose TensorNameMap holds their Hugging Face names.
-# (Mixtral is llama's map: llama.cpp converts it as "llama" with expert tensors.)
-LIBRARY_ARCH: dict[str, str] = {
-    "llama": "LLAMA", "mistral": "LLAMA", "mixtral": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3",
-    "qwen2_moe": "QWEN2MOE", "qwen3_moe": "QWEN3MOE", "olmoe": "OLMOE", "gemma": "GEMMA",
-    "gemma2": "GEMMA2", "gemma3": "GEMMA3", "phi3": "PHI3", "gpt2": "GPT2",
-}
+# geodrift's architectures -> the gguf.MODEL_ARCH whose TensorNameMap holds their Hugging Face names: the
+# registry's rows (geodrift.architectures). (Mixtral is llama's map: llama.cpp converts it as "llama" with experts.)
+LIBRARY_ARCH: dict[str, str] = {name: row.gguf_arch for name, row in REGISTRY.items() if row.gguf_arch}
 ARCHITECTURES: tuple[str, ...] = tuple(LIBRARY_ARCH)
 # Other spellings of them (config.json model_type, GGUF general.architecture).
 ARCHITECTURE_ALIASES: dict[str, str] = {"gemma3_text": "gemma3", "phi3small": "phi3", "qwen2moe": "qwen2_moe",
                                         "qwen3moe": "qwen3_moe"}
-MOE_ARCHITECTURES: frozenset[str] = frozenset({"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"})
+MOE_ARCHITECTURES: frozenset[str] = frozenset(name for name in LIBRARY_ARCH if REGISTRY[name].moe)
 FUSED_KINDS: tuple[str, ...] = ("attn_qkv", "mlp_gate_up", "attn_qkv_bias")
 NORM_KINDS: tuple[str, ...] = (
     "norm_attn", "norm_mlp", "norm_attn_post", "norm_mlp_post", "norm_q", "norm_k", "norm_final",
@@ -293,6 +290,8 @@ def guess_hf_architecture(names: list[str]) -> str:
         return "qwen3_moe" if "self_attn.q_norm" in joined else "qwen2_moe"
     if "qkv_proj" in joined or "gate_up_proj" in joined:
         return "phi3"
+    if "post_feedforward_layernorm" in joined and "input_layernorm" not in joined:
+        return "olmo2"  # post-norms only
     if "pre_feedforward_layernorm" in joined:
         return "gemma3" if "q_norm" in joined else "gemma2"
     if "self_attn.q_norm" in joined:

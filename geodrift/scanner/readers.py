@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from geodrift.architectures import ARCHITECTURES as REGISTRY
 from geodrift.errors import GeodriftError
 from geodrift.io.checks import VIEWS as CHECKED_VIEWS
 from geodrift.io.checks import missing_model
@@ -278,7 +279,7 @@ def weightset(ckpt: Checkpoint, view: str | None = "raw") -> WeightSet:
         return dataclasses.replace(weightset(ckpt, view), notes=(note,))
     if view == "canonical":
         check_canonical(ckpt)  # refuse an underived group before anything is read
-        return canonical_weightset(ckpt, weightset(ckpt, "folded"), lambda: load_canonical(ckpt, ("embed", None)))
+        return canonical_weightset(ckpt, weightset(ckpt, "folded"))
     entries: dict[tuple[str, int], WeightEntry] = {}
     for (role, layer), part in ckpt.plan.items():
         if layer is None or (role not in _CHECKPOINT_ROLES and split_expert_role(role) is None):
@@ -304,7 +305,7 @@ def weightset(ckpt: Checkpoint, view: str | None = "raw") -> WeightSet:
             f"{ckpt.label}: no attention/MLP projections found (tensors: {sample}); pass --names "
             'mapping.json ({"regex with (\\\\d+)": "attn_q", ...}) to name them'
         )
-    ws = WeightSet(entries, origin=ckpt.label, view=view)
+    ws = WeightSet(entries, origin=ckpt.label, view=view, architecture=ckpt.architecture)
     validate_for_continuity(ws)
     return ws
 
@@ -330,6 +331,9 @@ def _check_foldable(ckpt: Checkpoint, role: str, layer: int) -> None:
     # A reading projection without its input norm would be "folded" with nothing: refuse rather than
     # label raw weights as folded (a --names mapping may leave the norms unmapped).
     kind = INPUT_SIDE.get(base_role(role))
+    row = REGISTRY.get(ckpt.architecture)
+    if row is not None and kind is not None and kind not in row.pre_norms:
+        return  # the architecture reads the raw stream here (post-norms only): nothing to fold
     if kind is not None and (kind, layer) not in ckpt.plan:
         raise GeodriftError(
             f"{ckpt.label}: --view folded needs the {kind} gain of layer {layer} for {role}, but no tensor maps to it; "

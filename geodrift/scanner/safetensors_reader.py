@@ -207,7 +207,11 @@ class SafetensorsCheckpoint(Checkpoint):
         check_expert(self.label, name, self.shape(name), expert)
         return self._read(name, expert)
 
-    def _read(self, name: str, expert: int | None) -> torch.Tensor:
+    def load_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``[start, stop)`` of a 2-D tensor, reading only those rows."""
+        return self._read(name, None, (start, stop))
+
+    def _read(self, name: str, expert: int | None, rows: tuple[int, int] | None = None) -> torch.Tensor:
         from safetensors import SafetensorError, safe_open
 
         file = self._where.get(name)
@@ -224,12 +228,14 @@ class SafetensorsCheckpoint(Checkpoint):
                     return handle.get_tensor(name).to(torch.float32)
                 if expert is not None:
                     shape = shape[1:]
-                out = torch.empty(shape, dtype=torch.float32)
+                first, last = rows if rows is not None else (0, shape[0])
+                last = min(last, shape[0])
+                out = torch.empty((max(last - first, 0), *shape[1:]), dtype=torch.float32)
                 step = max(1, _CHUNK_BYTES // (4 * max(1, math.prod(shape[1:]))))
-                for start in range(0, shape[0], step):
-                    stop = min(start + step, shape[0])
+                for start in range(first, last, step):
+                    stop = min(start + step, last)
                     # stored dtype -> float32, one chunk at a time
-                    out[start:stop] = view[start:stop] if expert is None else view[expert, start:stop]
+                    out[start - first:stop - first] = view[start:stop] if expert is None else view[expert, start:stop]
         except FileNotFoundError:
             raise GeodriftError(f"{file}: shard not found (removed since open); re-download the model") from None
         except (SafetensorError, OSError, ValueError, RuntimeError, TypeError) as exc:

@@ -205,7 +205,7 @@ def scan(
             derive = ov_composite_hook(*heads)
         spectra = decompose(ws, spec, progress, derive)
     bank = PermutationBank(torch.Generator().manual_seed(spec.seed))  # one bank: the trajectory reuses Eq. 1's
-    report = assemble(spectra, spec, ws.origin, ws.view, bank=bank)
+    report = assemble(spectra, spec, ws.origin, ws.view, bank=bank, architecture=ws.architecture)
     report.trajectory = trajectory_shapes(depth_spectra(spectra), spec.null_draws, spec.seed, bank)
     report.roles = path_verdicts(report.roles, report.trajectory)
     report.across_experts, notes = measure_across_experts(spectra, spec, ws.origin, ws.view)

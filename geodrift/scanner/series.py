@@ -310,7 +310,30 @@ def _plans_in_one_view(models: list[Any], spec: MeasureSpec, options: dict[str, 
     if len({plan.view for plan in plans}) > 1:
         options = {**options, "view": "raw"}
         plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
+    why = _series_alignment_refusal(plans)
+    if why is not None:
+        if options.get("view") == "canonical":
+            raise GeodriftError(f"--view canonical: {why}; use --view folded (or raw)")
+        notes.append(f"view: folded, the series' default where its alignment is not derived - {why}; exact "
+                     "reparametrisations can move these numbers")
+        options = {**options, "view": "folded"}
+        plans = [plan_checkpoint(m, spec, **options)[0] for m in models]
     return plans, options, notes
+
+
+def _series_alignment_refusal(plans: list[WeightSet]) -> str | None:
+    # The canonical series aligns Llama-family layers (geodrift.scanner.series_gauge); another row's canonical
+    # steps (q/k norms, sandwich norms, LayerNorm, experts) have no alignment yet.
+    from geodrift.architectures import ARCHITECTURES, LLAMA_STEPS
+
+    if not plans or plans[0].view != "canonical":
+        return None
+    architecture = plans[0].architecture or "llama"
+    row = ARCHITECTURES.get(architecture)
+    if row is not None and tuple(row.canonical) == LLAMA_STEPS:
+        return None
+    return (f"{architecture}: aligning checkpoints to a reference is done for the llama family's gauge group only "
+            "(its canonical steps differ)")
 
 
 def _prepared(models: list[Any], spec: MeasureSpec, align: bool, head_maps: str, options: dict[str, Any],

@@ -126,6 +126,8 @@ class ReferenceLayers(CanonicalLayers):
     """The reference's canonical layers: handed to its own scan like :class:`CanonicalLayers`'s, and kept (float32)
     in its :class:`ReferenceStore` for the other checkpoints' alignment."""
 
+    per_layer = True
+
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape) -> None:
         super().__init__({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
                          lambda: load_canonical(ckpt, ("embed", None)), shape, label=ckpt.label)
@@ -148,6 +150,8 @@ class AlignedLayers(CanonicalLayers):
     and turns the singular vectors by it. With ``head_maps="general"`` each layer is turned into the reference's
     frame by ``R0``, aligned by least squares (:func:`geodrift.gauge.align_layer.align_layer`) and turned back.
     """
+
+    per_layer = True
 
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape, reference: ReferenceStore,
                  head_maps: str) -> None:
@@ -290,7 +294,7 @@ def reference_weightset(ckpt: Checkpoint) -> tuple[WeightSet, ReferenceStore]:
     shape = check_canonical(ckpt)
     folded = weightset(ckpt, "folded")
     source = ReferenceLayers(ckpt, folded, shape)
-    return canonical_weightset(ckpt, folded, source.embedding, source), source.store
+    return canonical_weightset(ckpt, folded, source), source.store
 
 
 def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: str) -> tuple[WeightSet, AlignedLayers]:
@@ -303,7 +307,7 @@ def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: st
                             f"{reference.shape.head_dim}; a series needs checkpoints of one architecture")
     folded = weightset(ckpt, "folded")
     source = AlignedLayers(ckpt, folded, shape, reference, head_maps)
-    return canonical_weightset(ckpt, folded, source.embedding, source), source
+    return canonical_weightset(ckpt, folded, source), source
 
 
 __all__ = ["AlignedLayers", "ReferenceLayers", "ReferenceStore", "aligned_weightset", "folded_tokens",

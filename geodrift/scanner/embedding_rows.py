@@ -1,0 +1,37 @@
+"""A checkpoint's token embedding read in blocks of rows, for the canonical view's sign reference (its mean row).
+
+The canonical factors are signed against the embedding's mean (:meth:`geodrift.scanner.canonical_view.CanonicalLayers.sign_reference`);
+a wide embedding (Llama-3's 128,256 x 4,096: 2.1 GB in float32) is read :data:`BLOCK` entries at a time, so one
+block is resident, never the whole matrix.
+
+Example:
+    >>> from geodrift.scanner.readers import open_checkpoint
+    >>> sum(block.shape[0] for block in embedding_blocks(open_checkpoint(None)))
+    49152
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from geodrift.scanner.checkpoint import Checkpoint
+
+BLOCK = 1 << 24  # entries of the embedding read at a time (64 MiB in float32)
+
+
+def embedding_blocks(ckpt: Checkpoint) -> Iterator[torch.Tensor]:
+    """The rows of ``ckpt``'s token embedding (canonical key ``("embed", None)``), float32, in blocks of at most
+    :data:`BLOCK` entries; one block when the embedding is small or stored transposed, split or per expert."""
+    from geodrift.scanner.readers import load_canonical
+
+    key = ("embed", None)
+    vocab, d = ckpt.canonical_shape(key)[:2]
+    part = ckpt.plan[key]
+    if vocab * d <= BLOCK or part.transpose or part.rows is not None or part.expert is not None:
+        yield load_canonical(ckpt, key).to(torch.float32)
+        return
+    rows = max(1, BLOCK // d)
+    for start in range(0, vocab, rows):
+        yield ckpt.load_rows(part.name, start, min(start + rows, vocab))
