@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def run_finetune(request: FinetuneRequest, events: Events = SILENT) -> dict[str,
     from geodrift.lm.corpora import load_named
 
     r = request
-    check_request(r)
+    check_fields(r)
     steps_at = r.checkpoints
     if isinstance(steps_at, str):
         parts = [p.strip() for p in steps_at.split(",") if p.strip()]
@@ -118,7 +118,7 @@ def run_forgetting_runs(request: ForgettingRequest, events: Events = SILENT) -> 
     from geodrift.sweep.runner import check_options, run_sweep
 
     r = request
-    check_request(r)
+    check_fields(r)
     check_options(r.backend, r.workers, r.threads, 0.0)
     check_device(r.device)
     specs = grid_specs(r.preset, r.model)

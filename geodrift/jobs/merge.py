@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from geodrift.errors import GeodriftError
 from geodrift.jobs.events import SILENT, Events
-from geodrift.jobs.field_types import check_request
+from geodrift.jobs.options import check_fields
 from geodrift.merging.names import ALIGN_MODES, METHODS, NEEDS_BASE
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def check_merge(r: MergeRequest) -> int:
     """
     from geodrift.io.checks import parse_size
 
-    check_request(r)
+    check_fields(r)
     if r.method not in METHODS:
         raise GeodriftError(f"--method: {r.method!r} is not a merge method; use one of {', '.join(METHODS)}")
     if r.align not in ALIGN_MODES:

@@ -259,7 +259,7 @@ class CanonicalLayers:
         """
         if self._reference is None:
             mean, weighted, rms = embedding_means(self._blocks())
-            candidates = (mean, weighted)
+            candidates: tuple[torch.Tensor, ...] = (mean, weighted)
             if "center_ones" in self.steps and mean.numel():
                 _, weighted, rms = embedding_means(_centred(block, mean) for block in self._blocks())
                 candidates = (weighted,)
