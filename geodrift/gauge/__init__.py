@@ -4,8 +4,8 @@
   (gain folding, residual rotation, V/O, Q/K per RoPE pair, Up/Down scaling, hidden and head permutations).
 - :mod:`geodrift.gauge.align`: orbit alignment of two checkpoints (the inverse maps recovered from the
   weights: ``geodrift compare A B --align``).
-- :mod:`geodrift.gauge.canonical`: one canonical point of each layer's orbit (balanced, signed, sorted,
-  in the embedding Gram's residual basis), what ``--view canonical`` scans.
+- :mod:`geodrift.gauge.canonical`: one canonical point of each layer's orbit (balanced, signed against the
+  token embedding's mean, sorted; no residual basis), what ``--view canonical`` scans.
 - :mod:`geodrift.gauge.status`: which gauges move each reported number in each view (the report's
   ``gauge`` / ``moved_by`` labels).
 """

@@ -91,7 +91,7 @@ class Checkpoint:
         return self.load(name)[expert].clone()
 
     def load_rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """Rows ``[start, stop)`` of a 2-D tensor as float32 (the canonical view's residual basis reads a large
+        """Rows ``[start, stop)`` of a 2-D tensor as float32 (the canonical view reads a large
         embedding in blocks). Readers override it to read those rows only; this default reads the whole tensor.
         """
         return self.load(name)[start:stop].clone()

@@ -53,7 +53,7 @@ def dequantize_q8_0(stored: np.ndarray) -> torch.Tensor:
 
     Bitwise ``gguf.quants.dequantize``'s result (both conversions are exact and each value is one float32
     product ``q * d``), at a third of its CPU time (the embedded SmolLM2's 49152 x 576 embedding: 0.06
-    against 0.22 s): it is what the canonical view's residual basis reads first.
+    against 0.22 s): it is what the canonical view's signs read first.
 
     Args:
         stored: the tensor's bytes, ``uint8`` (any shape whose size is a multiple of 34).
