@@ -132,3 +132,37 @@ def test_the_cli_refuses_bad_sweep_options_before_any_work(tmp_path, capsys):
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_a_killed_worker_fails_only_its_run_and_the_pool_restarts_for_the_others(tmp_path):
+    """SIGKILL one of two busy workers (as the out-of-memory killer does): the run it was running is failed with
+    one line, the other runs (the one beside it and the queued one) are run again on a fresh pool and finish."""
+    import multiprocessing
+    import os
+    import signal
+    import threading
+    import time
+
+    grid = grid_from_dict({**GRID, "configs": [
+        {"base": "smoke", "label": f"c{n}", "train": {"steps": 1000, "epoch_steps": 250}} for n in range(3)]})
+    killed: list[int] = []
+
+    def kill_one_when_two_run() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not killed:
+            if len(list(tmp_path.rglob("checkpoint.pt"))) >= 2:
+                workers = [p for p in multiprocessing.active_children() if p.pid is not None]
+                os.kill(workers[0].pid, signal.SIGKILL)
+                killed.append(workers[0].pid)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one_when_two_run, daemon=True)
+    killer.start()
+    outcomes = run_sweep(grid.jobs, backend="local", workers=2, out=str(tmp_path), checkpoint_every=10)
+    killer.join()
+    assert killed, "two runs were never in flight at once"
+    failed = [o for o in outcomes if o.error is not None]
+    assert len(failed) == 1, [o.error for o in outcomes]
+    assert "worker process died" in failed[0].error and "SIGKILL" in failed[0].error
+    assert "\n" not in failed[0].error
+    assert all(o.result is not None for o in outcomes if o is not failed[0])

@@ -11,7 +11,8 @@ Every run is :func:`geodrift.sim.run.run` with one seed, ``torch.set_num_threads
 process, and ``resume=True``: a finished run (its ``run.json`` + ``report.json`` under ``out``) is
 reused, an interrupted one continues from its checkpoint (``checkpoint_every``). A run's numbers
 depend only on its spec, seed and thread count, so every backend gives the same records bitwise
-(CPU). A run that raises is reported with its error; the others go on.
+(CPU). A run that raises is reported with its error; the others go on. A local worker that dies (killed,
+out of memory) fails only the run it was running: the pool is restarted for the rest.
 """
 
 from __future__ import annotations
@@ -124,34 +125,116 @@ def check_options(backend: str, workers: int, threads: int, gpus: float) -> None
 
 def _run_local(jobs: list[Job], args: list[tuple[Any, ...]], workers: int,
                on_status: Callable[[SweepStatus], None] | None) -> list[Outcome]:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
+    """Run every job on a local process pool. A worker that dies (killed, out of memory) breaks the pool: the
+    run it was running is reported failed with one line, and the pool is restarted for the runs still to do."""
     outcomes: dict[int, Outcome] = {}
     tally = Tally(len(jobs), on_status)
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=exit_with_parent)
+    todo = list(range(len(jobs)))
+    for _ in range(len(jobs) + 1):  # a restart follows a worker's death, which fails the run it was running
+        if not todo:
+            break
+        todo = _run_pool(todo, jobs, args, workers, tally, outcomes)
+    for i in todo:
+        outcomes[i] = Outcome(jobs[i], None, "not run: the local process pool kept breaking", 0.0)
+    return [outcomes[i] for i in range(len(jobs))]
+
+
+def _run_pool(todo: list[int], jobs: list[Job], args: list[tuple[Any, ...]], workers: int, tally: Tally,
+              outcomes: dict[int, Outcome]) -> list[int]:
+    """Run the jobs ``todo`` on a fresh pool, filling ``outcomes``; the jobs to run again when a worker died."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    context = multiprocessing.get_context("spawn")
+    announcements = context.SimpleQueue()  # (job index, worker pid) as each run starts
+    size = min(workers, len(todo))
+    pool = ProcessPoolExecutor(max_workers=size, mp_context=context, initializer=_start_worker,
+                               initargs=(announcements,))
+    started: dict[int, int] = {}
+    processes: dict[int, Any] = {}  # pid -> multiprocessing Process, to read a dead worker's exit code
+    broken: list[int] = []
     try:
-        pending = {pool.submit(execute, *a): i for i, a in enumerate(args)}
-        while pending:
-            tally.running = min(len(pending), workers)
+        pending: dict[Future[Any], int] = {pool.submit(_announce_and_execute, i, *args[i]): i for i in todo}
+        while pending and not broken:
+            processes.update({p.pid: p for p in multiprocessing.active_children() if p.pid is not None})
+            tally.running = min(len(pending), size)
             tally.emit(None)
             finished, _ = wait(pending, timeout=2.0, return_when=FIRST_COMPLETED)
             for future in finished:
                 i = pending.pop(future)
                 try:
                     result, error, seconds = future.result()
-                except Exception as crash:  # the worker process died (killed, out of memory)
+                except BrokenProcessPool:
+                    broken.append(i)
+                    continue
+                except Exception as crash:  # e.g. a result that could not be sent back
                     result, error, seconds = None, f"worker process failed: {type(crash).__name__}: {crash}", 0.0
                 outcomes[i] = Outcome(jobs[i], result, error, seconds)
-                tally.finish(outcomes[i], min(len(pending), workers))
+                tally.finish(outcomes[i], min(len(pending), size))
+        if broken:  # every other unfinished future fails with the same BrokenProcessPool at once
+            wait(pending)
+            for future, i in pending.items():
+                if future.exception() is None:
+                    result, error, seconds = future.result()
+                    outcomes[i] = Outcome(jobs[i], result, error, seconds)
+                    tally.finish(outcomes[i], 0)
+                else:
+                    broken.append(i)
     except BaseException:
         # Interrupted (Ctrl-C, a signal turned into an exception): do not wait for the running runs; their
         # checkpoints let --resume continue them, and exit_with_parent ends the workers once we are gone.
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
-    return [outcomes[i] for i in range(len(jobs))]
+    if not broken:
+        return []
+    while not announcements.empty():
+        i, pid = announcements.get()
+        started[i] = pid
+    for i, why in _killed_runs([i for i in broken if i in started], started, processes).items():
+        outcomes[i] = Outcome(jobs[i], None, f"worker process died while running this run ({why}); "
+                                             "the sweep restarted its pool and ran the other runs again", 0.0)
+        tally.finish(outcomes[i], 0)
+    return sorted(i for i in broken if i not in outcomes)
+
+
+def _killed_runs(suspects: list[int], started: dict[int, int], processes: dict[int, Any]) -> dict[int, str]:
+    """Which of the runs in flight when the pool broke ran in the worker that died, with how it died.
+
+    The pool ends its other workers with SIGTERM once one has died; the dead one shows another exit code
+    (SIGKILL from the out-of-memory killer or a user, a crash's signal, an exit status). When no exit code
+    singles one out, every run in flight is counted (so that each restart fails at least one run).
+    """
+    import signal
+
+    died: dict[int, str] = {}
+    for i in suspects:
+        process = processes.get(started[i])
+        code = process.exitcode if process is not None else None
+        if code is None or code == -signal.SIGTERM:
+            continue
+        died[i] = (f"killed by {signal.Signals(-code).name}, e.g. out of memory" if code < 0
+                   else f"exit status {code}")
+    return died or {i: "the pool broke while it ran; the worker's exit code is unknown" for i in suspects}
+
+
+_ANNOUNCEMENTS: Any = None
+
+
+def _start_worker(announcements: Any) -> None:
+    """Pool initializer: keep the queue on which each run announces its start, and end with the parent."""
+    global _ANNOUNCEMENTS
+    _ANNOUNCEMENTS = announcements
+    exit_with_parent()
+
+
+def _announce_and_execute(index: int, *args: Any) -> tuple[RunResult | dict[str, Any] | None, str | None, float]:
+    """:func:`execute` in a worker, after telling the sweep which process runs job ``index``."""
+    import os
+
+    _ANNOUNCEMENTS.put((index, os.getpid()))
+    return execute(*args)
 
 
 def sweep_reproduction(grid: Grid, outcomes: list[Outcome]) -> Reproduction:
