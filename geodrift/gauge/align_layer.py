@@ -137,7 +137,7 @@ def _head_similarity(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], sha
     for x, y, kv_first in (("o_proj", "v_proj", False), ("q_proj", "k_proj", True)):
         cross = pair(w["a"][x], w["a"][y], w["b"][x], w["b"][y], kv_first)
         norms = [_head_norms(w[side][x], w[side][y], shape, kv_first) for side in ("a", "b")]
-        sims.append(cross / (norms[0].reshape(-1, 1) * norms[1].reshape(1, -1)).clamp_min(_TINY).sqrt())
+        sims.append(cross / _floor(norms[0].reshape(-1, 1) * norms[1].reshape(1, -1)).sqrt())
     return ((sims[0] + sims[1]) / 2).numpy()
 
 
@@ -260,7 +260,12 @@ def _fit_qk(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], shape: Gauge
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
-    return x / x.norm(dim=1, keepdim=True).clamp_min(_TINY)
+    return x / _floor(x.norm(dim=1, keepdim=True))
+
+
+def _floor(norms: torch.Tensor) -> torch.Tensor:
+    # Norms kept off zero in their own dtype (1e-300 is 0 in float32): a zero row or head divides to 0, not NaN.
+    return norms.clamp_min(torch.finfo(norms.dtype).tiny)
 
 
 def _mlp(sd: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -325,7 +330,7 @@ def _pair_cosines(fa: list[torch.Tensor], fb: list[torch.Tensor], pick: torch.Te
     out = []
     for x, y in zip(fa, fb, strict=True):
         y = y.index_select(0, pick)
-        out.append(torch.linalg.vecdot(x, y) / (x.norm(dim=1) * y.norm(dim=1)).clamp_min(_TINY))
+        out.append(torch.linalg.vecdot(x, y) / _floor(x.norm(dim=1) * y.norm(dim=1)))
     return out
 
 

@@ -155,7 +155,9 @@ def layer_gauge(sd: StateDict, shape: GaugeShape, layer: int) -> LayerGauge:
         o_j = torch.cat([w["o_proj"][:, h * hd:(h + 1) * hd] for h in range(j * group, (j + 1) * group)])
         # ||O V||_* from the triangular factors (hd x hd): O = Q_o R_o, V^T = Q_v R_v, so O V = Q_o (R_o R_v^T) Q_v^T
         nuclear = float(torch.linalg.svdvals(torch.linalg.qr(o_j).R @ torch.linalg.qr(v_j.T).R.T).sum())
-        excess.append(math.log(float(v_j.pow(2).sum() + o_j.pow(2).sum()) / max(2 * nuclear, _TINY)))
+        energy = float(v_j.pow(2).sum() + o_j.pow(2).sum())
+        # An all-zero head (pruned) is balanced: no map of the orbit moves it (0 = 2 * 0), excess 0.
+        excess.append(math.log(energy / max(2 * nuclear, _TINY)) if energy > 0 else 0.0)
     values["vo"] = sum(excess) / len(excess)
     return LayerGauge(layer, values)
 
