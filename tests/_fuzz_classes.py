@@ -151,7 +151,7 @@ def _degenerate_argv(area: dict[str, Path], rng: random.Random, out: Path, sick:
     pair = [str(area["model"]), sick] if rng.random() < 0.7 else [sick, str(area["model"])]
     argv = [command, *pair, *fast]
     if rng.random() < 0.7:
-        argv += ["--align", "--head-maps", rng.choice(["general", "shared"])]
+        argv += ["--align", "--head-maps", rng.choice(["general", "orthogonal"])]
     return argv + rng.choice([["--json"], [], ["--view", "raw"]])
 
 
