@@ -191,15 +191,25 @@ def state_dict_variant(rng: random.Random, state: dict[str, torch.Tensor]) -> di
     """The state dict with some values as numpy arrays, lists, tuples or float16 arrays - or junk at a weight."""
     out: dict[str, Any] = dict(state)
     for name in rng.sample(sorted(state), k=min(len(state), rng.randint(1, 6))):
-        t = state[name]
-        out[name] = rng.choice([t.numpy(), t.tolist(), t.numpy().astype(np.float16), t.numpy().astype(np.float64),
-                                tuple(t.reshape(-1).tolist()) if t.dim() == 1 else t.tolist()])
+        t, pick = state[name], rng.randrange(5)  # the draw rng.choice of 5 makes
+        if not isinstance(t, torch.Tensor):  # already odd ("not a tensor"): kept as it is
+            continue
+        out[name] = _as_other(t, pick)
     if rng.random() < 0.25:
         name = "model.layers.1.self_attn.k_proj.weight"
         out[name] = rng.choice(["junk", [[1.0, 2.0], [3.0]], np.array([["a"]]), None, {"w": 1}, np.float32(2.0)])
     if rng.random() < 0.2:
         out["step"] = rng.choice([np.int64(5), 5, "5", [5]])
     return out
+
+
+def _as_other(t: torch.Tensor, pick: int) -> Any:
+    # A tensor as a numpy array, a list, a float16 or float64 array, or a tuple (1-D) / list
+    if pick == 0:
+        return t.numpy()
+    if pick in (1, 4):
+        return tuple(t.reshape(-1).tolist()) if pick == 4 and t.dim() == 1 else t.tolist()
+    return t.numpy().astype(np.float16 if pick == 2 else np.float64)
 
 
 def path_variant(rng: random.Random, path: Any) -> Any:
