@@ -148,9 +148,12 @@ def header(args: argparse.Namespace, rows: list[str]) -> list[str]:
              f"{KEEP_SHARE:g} is kept (flips at most {1 - KEEP_SHARE:g}) and every continuous map is within "
              f"{MAP_TOLERANCE:g} of the identity (thresholds from geodrift/merging/identity.py's stated grounds, fixed "
              f"before this run). The ratio (aligned / naive weight distance) is the criterion it replaces (one gauge "
-             f"when >= 0.9). SmolLM2 fine-tunes: {args.steps} steps, 2 x 128 tokens, lr {args.lr:g} (ft1 "
-             f"documentation, ft2 code), ft3 lr {args.big_lr:g} on documentation. Simulator: the `tiny` transformer "
-             f"preset, {args.sim_steps} steps per seed.", "",
+             f"when >= 0.9). Simulator: the `tiny` transformer preset, {args.sim_steps} steps per seed. " + (
+                 f"SmolLM2 fine-tunes: {args.steps} steps, 2 x 128 tokens, lr {args.lr:g} (ft1 documentation, ft2 code), "
+                 f"ft3 lr {args.big_lr:g} on documentation." if args.smollm2 else "SmolLM2-135M's pairs (fine-tunes "
+                 "against the base and each other; a random exact gauge, an AWQ fold and a Hadamard rotation of a "
+                 "fine-tune) are measured by `geodrift merge` itself in RESULTS_merge.md's check table (this script's "
+                 "`--smollm2` measures them here, at about 6 GB)."), "",
              "| model | pair | expected | units kept | heads kept | sign flips | rotation | V/O | Q/K | Up/Down | "
              "ratio | verdict | right |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
 
