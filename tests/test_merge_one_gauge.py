@@ -2,8 +2,8 @@
 the weight distance that alignment removes, decide whether ``--align auto`` aligns.
 
 The models are tests/_merge_models.py's (a base trained on the offline corpus, two fine-tunes). A fine-tune's update
-can lie partly along the gauge orbit (on SmolLM2-135M alignment removes a fifth of two short fine-tunes' distance,
-benchmarks/RESULTS_merge_one_gauge.md); here that is made explicit by moving a fine-tune by a gauge map a few
+can lie partly along the gauge orbit (on SmolLM2-135M alignment removes a quarter of two short fine-tunes' distance,
+benchmarks/RESULTS_merge.md); here that is made explicit by moving a fine-tune by a gauge map a few
 hundredths from the identity: the pair is one gauge, and ``--align auto`` must leave the merge as it is.
 """
 

@@ -10,8 +10,8 @@ benchmarks/RESULTS_barriers.md). Then:
   its hidden units, heads and signs, and the residual rotation, the per-head V/O and Q/K maps and the Up/Down
   scales lie within a tenth of the identity (:mod:`geodrift.merging.identity`, which states the thresholds'
   grounds). The weight distance that alignment removes does not decide it: between two short fine-tunes of one
-  base the near-identity maps absorb up to a fifth of their distance (ratio aligned / naive 0.78 on SmolLM2-135M,
-  benchmarks/RESULTS_merge_one_gauge.md), while the maps stay within 1e-2 of the identity. Under ``--align auto``
+  base the near-identity maps absorb about a quarter of their distance (ratio aligned / naive 0.73 on SmolLM2-135M,
+  benchmarks/RESULTS_merge.md), while the maps stay within 2e-3 of the identity. Under ``--align auto``
   a pair in one gauge is not aligned: two fine-tunes of one base get the plain merge, to the bit.
 - **lineage**: ``B`` descends from ``A`` (or both from one base) when, after alignment, their MLP hidden
   units match with a mean cosine (Gate rows, Up rows, Down columns) of at least ``LINEAGE_COSINE``. A

@@ -2,8 +2,8 @@
 
 Two checkpoints sit in one gauge when the maps that bring one into the other's gauge are the identity. Between
 two fine-tunes of one base the fit still finds maps, but near the identity: they absorb the share of the
-fine-tunes' difference that lies along the gauge orbit, which for a short fine-tune can be a fifth of the weight
-distance (the embedding and head rows all moved alike by Adam; benchmarks/RESULTS_merge_one_gauge.md), so the
+fine-tunes' difference that lies along the gauge orbit, which for a short fine-tune can be a quarter of the weight
+distance (benchmarks/RESULTS_merge.md), so the
 weight distance removed by alignment does not tell the two cases apart. The maps themselves do. From ``B`` as
 read and ``B`` aligned, :func:`map_deviation` measures
 
