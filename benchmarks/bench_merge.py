@@ -59,6 +59,7 @@ PLANS = {
                         "Hadamard rotation": ("auto",)},
              "ties": {"ft2": ("auto", "off", "on"), "random exact gauge": ("auto",)}},
     "ties-do-no-harm": {"ties": {"ft2": ("auto", "off")}},
+    "ties-gauge": {"ties": {"ft2": ("auto",), "random exact gauge": ("auto",)}},
 }
 
 
@@ -146,7 +147,8 @@ def main() -> None:
     parser.add_argument("--mergekit", default="/tmp/mergekit-venv/bin/mergekit-yaml")
     parser.add_argument("--plan", choices=tuple(PLANS), default="full",
                         help="full: every row; auto: only the rows --align auto's one-gauge rule moves (no mergekit); "
-                             "ties-do-no-harm: ties on (ft1, ft2) with --align auto and off")
+                             "ties-do-no-harm: ties on (ft1, ft2) with --align auto and off; ties-gauge: ties --align auto on "
+                             "(ft1, ft2) and (ft1, random gauge of ft2)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/RESULTS_merge.md"))
     args = parser.parse_args()
     check_results_path(args.out)
