@@ -193,9 +193,11 @@ def results_body(answer: ForgettingAnswer, args: argparse.Namespace, runs_wall: 
               "(`W0 + E`, Gaussian, ‖E‖ = ‖ΔW‖ matrix by matrix); two unrelated top-8 subspaces (permutation null) are "
               f"{nulls['rotation_topk_unrelated_deg']:.1f}° apart, two unrelated first vectors "
               f"{nulls['rotation_v1_unrelated_deg']:.1f}°; a random direction puts k/d = "
-              f"{nulls['frame_share_random']:.4f} of its energy in a top-8 frame. Gauge view: "
-              f"`{first['gauge_view']}` (norm gains folded in), until drift's continuous gauge fixing (issue 38) is "
-              "on main.", ""]
+              f"{nulls['frame_share_random']:.4f} of its energy in a top-8 frame. The gauge-fixed rotation reads "
+              f"the view `{first['gauge_view']}`"
+              + (" as `geodrift drift` does by default: every checkpoint canonicalised and aligned to the base (issue "
+                 "38); it has no random-update floor of its own (the raw one is beside it)" if first["gauge_view"] ==
+                 "canonical" else "") + ".", ""]
     lines += ["## The indicators", "",
               f"Acceptance (issue 41): pooled ρ ≥ {SHIP['pooled']}, the control's sign right on ≥ "
               f"{SHIP['control_sign']:.0%} of its checkpoints, per-layer ρ ≥ {SHIP['per_layer']} against single-layer "

@@ -70,8 +70,9 @@ def test_every_format_reads_the_router_and_each_experts_matrices_exactly(mixtral
 
 
 def test_every_format_gives_the_same_scan_with_per_expert_roles_and_experts_within_a_layer(mixtral) -> None:
-    reports = {fmt: geodrift.scan(mixtral[fmt], **FAST) for fmt in ("hf", "bare", "gguf")}
-    reports["module"] = geodrift.scan(mixtral["model"], **FAST)
+    # one view for every format: a bare safetensors file (no config.json: no head counts) cannot be canonicalised
+    reports = {fmt: geodrift.scan(mixtral[fmt], **FAST, view="folded") for fmt in ("hf", "bare", "gguf")}
+    reports["module"] = geodrift.scan(mixtral["model"], **FAST, view="folded")
     reference = reports["hf"]
     assert [r.role for r in reference.roles][:5] == ["attn_q", "attn_k", "attn_v", "attn_o", "router"]
     assert {r.label for r in reference.roles} >= {"Router", "Gate e0", "Down e3"}
@@ -272,13 +273,11 @@ def test_compress_refuses_a_mixture_of_experts_that_calls_itself_llama(mixtral) 
 def test_both_faces_at_their_default_k_give_the_same_report_on_a_4_expert_router(mixtral, tmp_path) -> None:
     # k = 8 (both faces' default) is above the router's rank (4 experts): one rule, k clipped for that
     # projection with a note, from the shell as from Python.
-    from geodrift.continuity import Report
-    from geodrift.io.atomic import payload_of
 
     shell = runner.invoke(app, ["scan", str(mixtral["hf"]), "--null-draws", "12", "--quiet",
                                 "--json-out", str(tmp_path / "scan.json")])
     assert shell.exit_code == 0, shell.output
-    from_shell = Report.from_dict(payload_of(json.loads((tmp_path / "scan.json").read_text())))
+    from_shell = geodrift.read(tmp_path / "scan.json").report  # NaN (an undefined vector) read back as NaN
     from_python = geodrift.scan(mixtral["hf"], null_draws=12)
     assert from_shell.k == from_python.k == 8
     assert from_shell.role("router").k == from_python.role("router").k == EXPERTS
@@ -289,9 +288,9 @@ def test_both_faces_at_their_default_k_give_the_same_report_on_a_4_expert_router
         assert (a.role, a.k, a.verdict, a.path_verdict) == (b.role, b.k, b.verdict, b.path_verdict)
         for space in ("v", "u"):
             assert [vc.mean for vc in a.spaces[space].vectors] == pytest.approx(
-                [vc.mean for vc in b.spaces[space].vectors], abs=1e-6)
+                [vc.mean for vc in b.spaces[space].vectors], abs=1e-6, nan_ok=True)
             assert [vc.null_mean for vc in a.spaces[space].vectors] == pytest.approx(
-                [vc.null_mean for vc in b.spaces[space].vectors], abs=1e-6)
+                [vc.null_mean for vc in b.spaces[space].vectors], abs=1e-6, nan_ok=True)
 
 
 def test_the_python_face_draws_the_experts_figure_the_cli_writes(mixtral, tmp_path) -> None:

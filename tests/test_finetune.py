@@ -62,6 +62,13 @@ def test_an_unknown_corpus_is_refused_naming_the_corpora():
         load_named("klingon-poetry")
 
 
+def test_the_unbuilt_lora_arm_is_refused_not_run_as_full_fine_tuning():
+    from geodrift.finetune.spec import FinetuneSpec
+
+    with pytest.raises(GeodriftError, match="--arm 'lora': use full \\(the LoRA arm is not built yet\\)"):
+        FinetuneSpec(corpus="django-de", lr=1e-4, steps=2, arm="lora").check()
+
+
 def test_paired_difference_and_its_standard_error():
     before, after = torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([1.5, 2.4, 3.6, 4.5])
     d = paired(before, after)

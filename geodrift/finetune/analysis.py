@@ -5,8 +5,8 @@ original kind of text) and every indicator. Per indicator:
 
 - **pooled rho**: Spearman's rank correlation with forgetting over all points, with a 95 % percentile
   bootstrap interval (points resampled with replacement, :data:`BOOTSTRAP` draws, seeded);
-- **control sign**: on the in-domain control's checkpoints (where fine-tuning *lowers* the probe NLL), the
-  share whose predicted sign is right. A weights-only indicator predicts forgetting (+) when it exceeds its
+- **control sign**: on the in-domain control's checkpoints, the share whose predicted sign is that of the
+  forgetting measured there (at lr 1e-4 the control lowered the probe NLL, at 5e-4 it raised it). A weights-only indicator predicts forgetting (+) when it exceeds its
   noise floor - the same indicator for a random update of the same size - and no forgetting (-) below it; on
   the floor it predicts nothing (never right): ``||dW||/||W||`` equals its floor by construction, so a
   magnitude alone cannot tell forgetting from in-domain learning. The Taylor / EWC prediction has its own sign;

@@ -9,7 +9,9 @@ per layer:
   (v1 in input space, u1 in output space) from the base's, averaged over projections, spaces and layers;
 - ``rotation_topk``: the mean principal angle (degrees) between the base's and the checkpoint's top-k
   subspaces (:func:`geodrift.continuity.series.subspace_comparison`) in the raw view;
-- ``rotation_topk_gauge``: the same in the view that fixes the series' gauge (:data:`GAUGE_VIEW`);
+- ``rotation_topk_gauge``: the same with the series' gauge fixed as ``geodrift drift``/``compare`` fix it by default
+  (:data:`GAUGE_VIEW`, :mod:`geodrift.scanner.series_gauge`): the base read in the canonical view, every checkpoint
+  canonicalised and aligned to it by orthogonal maps, its top-k vectors turned into the base's residual frame;
 - ``intruders``: Shuttleworth et al.'s intruder dimensions (arXiv 2410.21228): among each matrix's top
   :data:`INTRUDER_K` left singular vectors, those whose largest ``|cos|`` with every left singular vector of
   the base is below :data:`INTRUDER_EPS`; counted over matrices;
@@ -36,11 +38,12 @@ from geodrift.continuity import MeasureSpec, decompose
 from geodrift.continuity.series import Spectra, SubspaceRow, subspace_comparison
 from geodrift.scanner.open import open_model
 from geodrift.scanner.readers import weightset
+from geodrift.scanner.series import decompose_checkpoint
+from geodrift.scanner.series_gauge import reference_weightset
 from geodrift.weights import PREDICTED_SPACE, TRANSFORMER_ROLES, WeightKey, WeightSet
 
-# The view that fixes a series' gauge. The drift default is being made continuous (issue 38); until it is on main,
-# the norm gains folded into the projections (a gauge every fine-tune moves) is the view used, and said so.
-GAUGE_VIEW = "folded"
+# The view that fixes a series' gauge: drift's and compare's default (issue 38), the canonical view aligned to the base.
+GAUGE_VIEW = "canonical"
 TOP_K = 8
 INTRUDER_K = 10
 INTRUDER_EPS = 0.5
@@ -62,7 +65,11 @@ class BaseGeometry:
         raw = _weights(base, "raw")
         self.w0 = {key: raw[key].float() for key in raw}
         self.norm0 = math.sqrt(sum(float(w.pow(2).sum()) for w in self.w0.values()))
-        self.spectra = {"raw": decompose(raw, self.spec), GAUGE_VIEW: decompose(_weights(base, GAUGE_VIEW), self.spec)}
+        self.spectra = {"raw": decompose(raw, self.spec)}
+        # the reference of the series' gauge fixing: the base's canonical layers kept, its top-k triplets beside them
+        canonical, self.reference = reference_weightset(open_model(base))
+        self.spectra[GAUGE_VIEW] = decompose(canonical.select(list(raw.roles())), self.spec)
+        self.reference.spectra = self.spectra[GAUGE_VIEW]
         # The base's complete left singular bases (intruders compare against every one of them).
         self.left = {key: torch.linalg.svd(w, full_matrices=False)[0] for key, w in self.w0.items()}
 
@@ -70,13 +77,15 @@ class BaseGeometry:
         """Every indicator of ``checkpoint`` (a path, module or state dict), total and per layer, with floors."""
         raw = _weights(checkpoint, "raw")
         w = _Lazy(raw)  # each matrix read when used, not all held at once (the grid runs two of these side by side)
-        gauge = _weights(checkpoint, GAUGE_VIEW)
+        # as `geodrift drift` reads a checkpoint of a series: canonical, aligned to the base, turned into its frame
+        _, gauge, _ = decompose_checkpoint(checkpoint, self.spec, view=GAUGE_VIEW, roles=list(raw.roles()), ov=False,
+                                           reference=self.reference)
         generator = torch.Generator().manual_seed(self.seed)
         noisy = {}
         for key, w0 in self.w0.items():
             e = torch.randn(w0.shape, generator=generator)
             noisy[key] = w0 + e * (float((w[key] - w0).norm()) / max(float(e.norm()), 1e-30))
-        measured = self._score(w, decompose(raw, self.spec), decompose(gauge, self.spec))
+        measured = self._score(w, decompose(raw, self.spec), gauge)
         floor = self._score(noisy, decompose(WeightSet.from_tensors(noisy, "noise"), self.spec), None)
         return {"value": measured["total"], "per_layer": measured["per_layer"], "noise": floor["total"],
                 "null": measured["null"]}
@@ -90,7 +99,8 @@ class BaseGeometry:
             acc["rotation_topk"][row.layer].append(_mean(row.principal_angles_deg))
             acc["rotation_v1"][row.layer].append(math.degrees(math.acos(min(1.0, row.top1_abs_cos))))
         if gauge is not None:
-            for row in subspace_comparison(self.spectra[GAUGE_VIEW], gauge, TOP_K, self.spec.null_draws, self.seed):
+            for row in subspace_comparison(self.spectra[GAUGE_VIEW], gauge, TOP_K, self.spec.null_draws, self.seed,
+                                           GAUGE_VIEW):
                 acc["rotation_topk_gauge"][row.layer].append(_mean(row.principal_angles_deg))
         energy = {layer: [0.0, 0.0, 0.0, 0.0] for layer in layers}  # ||dW||^2, ||W0||^2, in-frame, in-frame share floor
         for key, w0 in self.w0.items():

@@ -15,7 +15,7 @@ from typing import Any
 
 from geodrift.errors import GeodriftError
 
-ARMS = ("full", "lora")
+ARMS = ("full",)  # LoRA through peft (issue 41's second arm) is not built: refused, never run as full
 PROBE_CORPUS = "stdlib-docs"  # the forgetting probe's kind of text: the model's original kind (English technical prose)
 
 
@@ -30,8 +30,8 @@ class FinetuneSpec:
         model: a checkpoint path (GGUF, safetensors or Hugging Face folder); None: the embedded SmolLM2-135M.
         checkpoints: the steps at which a checkpoint is written and measured (empty: thirds of ``steps``).
         seed: the training windows' draw.
-        arm: ``full`` (every parameter) or ``lora`` (rank ``lora_rank`` adapters on the seven projections, merged
-            into the saved checkpoints).
+        arm: ``full`` (every parameter); ``lora`` is refused until the LoRA arm is built (``lora_rank`` is kept
+            for it).
         probe: the corpus whose held-out split measures forgetting (the model's original kind of text).
         probe_windows, domain_windows: held-out windows of ``seq_len`` tokens (the domain's are capped by its
             held-out text).
@@ -92,7 +92,7 @@ class FinetuneSpec:
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0:
             raise GeodriftError(f"--lr: must be a positive number, got {self.lr!r}")
         if self.arm not in ARMS:
-            raise GeodriftError(f"--arm {self.arm!r}: use {' or '.join(ARMS)}")
+            raise GeodriftError(f"--arm {self.arm!r}: use {' or '.join(ARMS)} (the LoRA arm is not built yet)")
         if self.keep not in ("all", "final"):
             raise GeodriftError(f"--keep {self.keep!r}: use all or final")
         bad = [s for s in self.checkpoints if not 1 <= s <= self.steps]

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
-from geodrift.gauge.align_layer import Layer, LayerAlignment, match_units
+from geodrift.errors import GeodriftError
+from geodrift.gauge.align_layer import Layer, LayerAlignment, linear_sum_assignment, match_units
 from geodrift.gauge.orbit import (
     GaugeShape,
     layer_key,
@@ -76,6 +76,15 @@ def align_canonical_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: in
         >>> max(float((out[n] - a[n]).abs().max()) for n in names) < 1e-9, info.mutual_best_share
         (True, 1.0)
     """
+    try:
+        return _align_canonical_layer(ref, layer, shape, index, rotation, peaks, head_maps, slack, features)
+    except GeodriftError as error:
+        raise GeodriftError(f"--align: layer {index}: {error}") from None
+
+
+def _align_canonical_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, rotation: torch.Tensor,
+                           peaks: torch.Tensor, head_maps: str, slack: float,
+                           features: torch.Tensor | None) -> tuple[Layer, LayerAlignment]:
     r = rotation.to(layer["v_proj"].dtype)
     reference = head_features(ref, shape) if features is None else features
     kv_perm, q_perms, kept = _match_heads(reference, head_features(layer, shape), shape)

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
+from scipy.optimize import linear_sum_assignment as _scipy_assignment
 
+from geodrift.errors import GeodriftError
 from geodrift.gauge.orbit import (
     GaugeShape,
     layer_key,
@@ -64,6 +65,19 @@ class LayerAlignment:
     notes: list[str] = field(default_factory=list)  # heads whose map fell back to a rotation, and why
 
 
+def linear_sum_assignment(score: np.ndarray, maximize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``scipy.optimize.linear_sum_assignment``, refusing scores that are not finite (weights whose products
+    overflow float32, or NaN) in one line instead of scipy's ValueError.
+
+    Raises:
+        GeodriftError: ``the matching scores are not finite ...`` (:func:`align_layer` adds the layer).
+    """
+    if not np.isfinite(score).all():
+        raise GeodriftError("the matching scores of heads or hidden units are not finite (weights whose products "
+                            "overflow float32, or NaN); check the weights, or compare without alignment (--view raw)")
+    return _scipy_assignment(score, maximize=maximize)
+
+
 def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head_maps: str = "general",
                 scales: str = "fit", score: str = "cosine", peaks: torch.Tensor | None = None
                 ) -> tuple[Layer, LayerAlignment]:
@@ -91,6 +105,14 @@ def align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, *, head
         >>> max(float((out[n] - a[n]).abs().max()) for n in names) < 1e-9, info.mutual_best_share
         (True, 1.0)
     """
+    try:
+        return _align_layer(ref, layer, shape, index, head_maps, scales, score, peaks)
+    except GeodriftError as error:
+        raise GeodriftError(f"--align: layer {index}: {error}") from None
+
+
+def _align_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: int, head_maps: str, scales: str, score: str,
+                 peaks: torch.Tensor | None) -> tuple[Layer, LayerAlignment]:
     a, b = _as_state(ref), _as_state(layer)
     kv_perm, q_perms, heads_kept = _match_heads(a, b, shape)
     b = permute_heads(b, shape, 0, kv_perm, q_perms)

@@ -343,7 +343,8 @@ class CanonicalLayers:
         return apply_gated(kind, self.loaders[(role, layer)]().to(torch.float32), maps)
 
 
-def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, source: CanonicalLayers | None = None) -> WeightSet:
+def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, source: CanonicalLayers | None = None,
+                        load_whole: Callable[[tuple[str, None]], torch.Tensor] | None = None) -> WeightSet:
     """The canonical view of ``ckpt`` from its folded WeightSet (same keys, shapes and sources).
 
     Args:
@@ -351,6 +352,8 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, source: CanonicalLa
         folded: its folded WeightSet (every projection of every layer its row's steps need).
         source: computes the layers (default: :class:`CanonicalLayers`, its signs from the token embedding read in
             blocks of rows; the series' alignment passes its own).
+        load_whole: reads a whole canonical tensor (:func:`geodrift.scanner.readers.load_canonical`), for an
+            embedding too small or too oddly stored to read in blocks; needed without ``source``.
 
     Returns:
         A WeightSet with ``view="canonical"``.
@@ -370,8 +373,10 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, source: CanonicalLa
     # Each folded matrix read through the WeightSet's checks (NaN/Inf, a corrupt outlier): balancing would hide an
     # outlier in its layer's product, so it is refused (or skipped, with its layer) by the name of its tensor.
     if source is None:
+        if load_whole is None:
+            raise TypeError("canonical_weightset: pass source or load_whole")
         source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
-                                 functools.partial(embedding_blocks, ckpt), shape, steps, label=ckpt.label)
+                                 functools.partial(embedding_blocks, ckpt, load_whole), shape, steps, label=ckpt.label)
     entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
                for key, entry in folded.entries.items()}
     return WeightSet(entries, origin=folded.origin, view="canonical", architecture=folded.architecture)

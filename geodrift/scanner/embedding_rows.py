@@ -5,14 +5,16 @@ a wide embedding (Llama-3's 128,256 x 4,096: 2.1 GB in float32) is read :data:`B
 block is resident, never the whole matrix.
 
 Example:
-    >>> from geodrift.scanner.readers import open_checkpoint
-    >>> sum(block.shape[0] for block in embedding_blocks(open_checkpoint(None)))
+    >>> import functools
+    >>> from geodrift.scanner.readers import load_canonical, open_checkpoint
+    >>> ckpt = open_checkpoint(None)
+    >>> sum(block.shape[0] for block in embedding_blocks(ckpt, functools.partial(load_canonical, ckpt)))
     49152
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -21,16 +23,15 @@ from geodrift.scanner.checkpoint import Checkpoint
 BLOCK = 1 << 24  # entries of the embedding read at a time (64 MiB in float32)
 
 
-def embedding_blocks(ckpt: Checkpoint) -> Iterator[torch.Tensor]:
+def embedding_blocks(ckpt: Checkpoint, load_whole: Callable[[tuple[str, None]], torch.Tensor]) -> Iterator[torch.Tensor]:
     """The rows of ``ckpt``'s token embedding (canonical key ``("embed", None)``), float32, in blocks of at most
-    :data:`BLOCK` entries; one block when the embedding is small or stored transposed, split or per expert."""
-    from geodrift.scanner.readers import load_canonical
-
+    :data:`BLOCK` entries; one block (``load_whole(key)``: :func:`geodrift.scanner.readers.load_canonical`) when the
+    embedding is small or stored transposed, split or per expert."""
     key = ("embed", None)
     vocab, d = ckpt.canonical_shape(key)[:2]
     part = ckpt.plan[key]
     if vocab * d <= BLOCK or part.transpose or part.rows is not None or part.expert is not None:
-        yield load_canonical(ckpt, key).to(torch.float32)
+        yield load_whole(key).to(torch.float32)
         return
     rows = max(1, BLOCK // d)
     for start in range(0, vocab, rows):

@@ -279,7 +279,7 @@ def weightset(ckpt: Checkpoint, view: str | None = "raw") -> WeightSet:
         return dataclasses.replace(weightset(ckpt, view), notes=(note,))
     if view == "canonical":
         check_canonical(ckpt)  # refuse an underived group before anything is read
-        return canonical_weightset(ckpt, weightset(ckpt, "folded"))
+        return canonical_weightset(ckpt, weightset(ckpt, "folded"), load_whole=functools.partial(load_canonical, ckpt))
     entries: dict[tuple[str, int], WeightEntry] = {}
     for (role, layer), part in ckpt.plan.items():
         if layer is None or (role not in _CHECKPOINT_ROLES and split_expert_role(role) is None):
