@@ -50,6 +50,17 @@ SHAPE = GaugeShape(n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64)
 CODE_MODULES = ("json/decoder.py", "json/encoder.py", "textwrap.py", "argparse.py", "dataclasses.py", "fractions.py",
                 "heapq.py", "bisect.py", "shlex.py", "string.py")
 GAUGES = ("random exact gauge", "AWQ fold", "Hadamard rotation")
+# Which merges each plan runs: method -> partner of ft1 -> the --align modes (and "mergekit").
+PLANS = {
+    "full": {"linear": {"ft2": ("auto", "off", "on", "mergekit"), "random exact gauge": ("auto", "off", "mergekit"),
+                        "AWQ fold": ("auto",), "Hadamard rotation": ("auto",)},
+             "ties": {"ft2": ("auto", "off", "on", "mergekit"), "random exact gauge": ("auto", "mergekit")}},
+    "auto": {"linear": {"ft2": ("auto", "off", "on"), "random exact gauge": ("auto",), "AWQ fold": ("auto",),
+                        "Hadamard rotation": ("auto",)},
+             "ties": {"ft2": ("auto", "off", "on"), "random exact gauge": ("auto",)}},
+    "ties-do-no-harm": {"ties": {"ft2": ("auto", "off")}},
+    "ties-gauge": {"ties": {"ft2": ("auto",), "random exact gauge": ("auto",)}},
+}
 
 
 def release() -> None:
@@ -134,6 +145,10 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--eval-windows", type=int, default=16)
     parser.add_argument("--mergekit", default="/tmp/mergekit-venv/bin/mergekit-yaml")
+    parser.add_argument("--plan", choices=tuple(PLANS), default="full",
+                        help="full: every row; auto: only the rows --align auto's one-gauge rule moves (no mergekit); "
+                             "ties-do-no-harm: ties on (ft1, ft2) with --align auto and off; ties-gauge: ties --align auto on "
+                             "(ft1, ft2) and (ft1, random gauge of ft2)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/RESULTS_merge.md"))
     args = parser.parse_args()
     check_results_path(args.out)
@@ -159,7 +174,7 @@ def main() -> None:
         release()
     walls["fine-tuning"] = time.perf_counter() - t0
     ft2 = load_file(str(folders["ft2"] / "model.safetensors"))
-    for kind in GAUGES:
+    for kind in (k for k in GAUGES if any(k in partners for partners in PLANS[args.plan].values())):
         folders[kind] = write_folder(gauged(kind, ft2, calibration), root / kind.split()[0])
         release()
     del ft2
@@ -173,17 +188,15 @@ def main() -> None:
              "held-out split (nats per token).", "", "| model | held-out NLL |", "|---|---|"]
     lines += [f"| {name} | {value:.4f} |" for name, value in nll.items()]
     lines += ["", "Each gauged copy computes ft2's function: |ΔNLL| " + ", ".join(
-        f"{kind} {abs(nll[kind] - nll['ft2']):.1e}" for kind in GAUGES) + ".", ""]
+        f"{kind} {abs(nll[kind] - nll['ft2']):.1e}" for kind in GAUGES if kind in nll) + ".", ""]
 
     t1 = time.perf_counter()
     results: dict[tuple[str, str, str], Any] = {}
     checks: dict[tuple[str, str], Any] = {}
-    plan = {"linear": {"ft2": ("auto", "off", "on"), "random exact gauge": ("auto", "off"), "AWQ fold": ("auto",),
-                       "Hadamard rotation": ("auto",)},
-            "ties": {"ft2": ("auto", "off", "on"), "random exact gauge": ("auto",)}}
+    plan = PLANS[args.plan]
     for method, partners in plan.items():
         for partner, modes in partners.items():
-            for align in modes:
+            for align in (m for m in modes if m != "mergekit"):
                 out = root / f"m-{method}-{partner.split()[0]}-{align}"
                 start = time.perf_counter()
                 report = geodrift_merge([folders["ft1"], folders[partner]], out, method, align,
@@ -191,7 +204,7 @@ def main() -> None:
                 results[method, partner, align] = (geodrift_nll(out, windows), time.perf_counter() - start, out)
                 checks[method, partner] = report["checks"]
                 release()
-            if partner in ("ft2", "random exact gauge"):
+            if "mergekit" in modes:
                 out = root / f"mk-{method}-{partner.split()[0]}"
                 error = mergekit(args.mergekit, method, base, [folders["ft1"], folders[partner]], out)
                 results[method, partner, "mergekit"] = (geodrift_nll(out, windows) if error is None else error, 0.0,
@@ -206,11 +219,14 @@ def main() -> None:
               "`ties` with the same weights and density) on the same folders, for the record. Each geodrift merge runs "
               "as the command (`geodrift merge ... --json`) in its own process. Run on a shared 2-core machine, the "
               "plan is cut to what fits: every gauge under `linear`, the random gauge under `ties`, `--align off` "
-              "and mergekit on the random gauge and on ft2.", "",
+              "and mergekit on the random gauge and on ft2" + (
+                  "." if args.plan == "full" else f" (`--plan {args.plan}`: only the rows that `--align auto`'s one-gauge "
+                  "rule moves; no mergekit here: the full plan's run is `git show 522d9d2:benchmarks/RESULTS_merge.md`)."),
+              "",
               "| method | X | geodrift --align auto | ΔNLL | --align off | ΔNLL | mergekit | ΔNLL | within 0.005 (auto) |",
               "|---|---|---|---|---|---|---|---|---|"]
     for method, partners in plan.items():
-        plain = {tool: results[method, "ft2", tool][0] for tool in ("auto", "off", "mergekit")}
+        plain = {tool: results.get((method, "ft2", tool), ("not run",))[0] for tool in ("auto", "off", "mergekit")}
         for partner in partners:
             row = [method, partner]
             for tool in ("auto", "off", "mergekit"):
@@ -225,28 +241,39 @@ def main() -> None:
             auto = results[method, partner, "auto"][0] - plain["auto"]
             row.append("yes" if abs(auto) < 0.005 else "**no**")
             lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "The pre-merge check of each pair (`geodrift merge`'s report: the weight distance before → after "
-              "alignment, its ratio - one gauge when ≥ 0.9 -, hidden units matched to themselves, matched cosine):", "",
-              "| method | X | model checked | distance | ratio | one gauge | identity matches | matched cosine | head maps | aligned |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "The pre-merge check of each pair (`geodrift merge`'s report, geodrift/merging/identity.py): the recovered "
+              "maps - the lowest share over layers of hidden units kept at their index, the highest share of sign "
+              "flips, `||M - I||_F / sqrt(n)` of the residual rotation, of the V/O and Q/K maps (largest over heads), "
+              "the median `|log s|` of the Up/Down scales (largest over layers) -, one gauge when at least half is kept "
+              "and every map is within 0.1 of the identity; the weight distance before → after alignment and its ratio "
+              "(the rule this replaced: one gauge when ≥ 0.9), matched cosine:", "",
+              "| method | X | model checked | units kept | sign flips | rotation | V/O | Q/K | Up/Down | one gauge | "
+              "distance | ratio | matched cosine | head maps | aligned |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (method, partner), found in checks.items():
         for c in found:
-            lines.append(f"| {method} | {partner} | {Path(c['label']).name} | {c['naive_distance']:.4g} → "
-                         f"{c['aligned_distance']:.4g} | {c['ratio']:.3g} | {'yes' if c['one_gauge'] else 'no'} | "
-                         f"{100 * c['identity_share']:.1f}% | {c['matched_cosine']:.5f} | {c['head_maps']} | "
-                         f"{'yes' if c['applied'] else 'no'} |")
+            m = c["maps"]
+            lines.append(f"| {method} | {partner} | {Path(c['label']).name} | {100 * m['units_kept']:.1f}% | "
+                         f"{100 * m['sign_flips']:.1f}% | {m['rotation']:.3g} | {m['vo']:.3g} | {m['qk']:.3g} | "
+                         f"{m['updown']:.3g} | {'yes' if c['one_gauge'] else 'no'} | {c['naive_distance']:.4g} → "
+                         f"{c['aligned_distance']:.4g} | {c['ratio']:.3g} | {c['matched_cosine']:.5f} | "
+                         f"{c['head_maps']} | {'yes' if c['applied'] else 'no'} |")
     lines += ["", "## Do no harm: two fine-tunes of one base", "",
               "| method | --align auto | --align off | --align on | auto − off | on − off | auto bit-identical to off |",
               "|---|---|---|---|---|---|---|"]
-    for method in ("linear", "ties"):
-        auto, off, on = (results[method, "ft2", a] for a in ("auto", "off", "on"))
+    for method in (m for m in ("linear", "ties") if (m, "ft2", "off") in results):
+        auto, off = (results[method, "ft2", a] for a in ("auto", "off"))
+        on = results.get((method, "ft2", "on"))
         same = load_file(str(auto[2] / "model.safetensors")), load_file(str(off[2] / "model.safetensors"))
         identical = same[0].keys() == same[1].keys() and all(torch.equal(same[0][k], same[1][k]) for k in same[1])
-        lines.append(f"| {method} | {auto[0]:.4f} | {off[0]:.4f} | {on[0]:.4f} | {auto[0] - off[0]:+.5f} | "
-                     f"{on[0] - off[0]:+.5f} | {'yes' if identical else 'no'} |")
+        forced = ("not run", "—") if on is None else (f"{on[0]:.4f}", f"{on[0] - off[0]:+.5f}")
+        lines.append(f"| {method} | {auto[0]:.4f} | {off[0]:.4f} | {forced[0]} | {auto[0] - off[0]:+.5f} | "
+                     f"{forced[1]} | {'yes' if identical else 'no'} |")
     lines += ["", "## The merged folder in transformers", "",
               "| folder | transformers AutoModelForCausalLM NLL | geodrift NLL | difference |", "|---|---|---|---|"]
     for key in (("linear", "random exact gauge", "auto"), ("ties", "random exact gauge", "auto"), ("ties", "ft2", "auto")):
+        if key not in results:
+            continue
         out = results[key][2]
         theirs, ours = transformers_nll(out, windows), results[key][0]
         lines.append(f"| {key[0]} (ft1, {key[1]}), --align {key[2]} | {theirs:.5f} | {ours:.5f} | {theirs - ours:+.1e} |")

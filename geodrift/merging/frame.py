@@ -6,15 +6,13 @@ the fit that leaves the smaller weight distance (general maps recover every exac
 V/O map of condition number 100; between two unrelated models they distort, and the orthogonal fit wins:
 benchmarks/RESULTS_barriers.md). Then:
 
-- **one gauge**: the two sit in one gauge when alignment removes less than a tenth of their relative weight
-  distance (gains folded): ``aligned >= ONE_GAUGE_RATIO * naive``. Between two models in one gauge the fit
-  still finds maps near the identity that absorb the share of their difference lying along the gauge orbit
-  (for an isotropic difference about ``dim(gauge) / dim(weights)`` of its square: 0.3% for SmolLM2-135M, 4%
-  for the tests' 2-layer Llama, whose two fine-tunes measure ratios 0.98 and 0.96); an exact reparametrisation
-  of a fine-tune is recovered to the fine-tune's own distance (ratio 0.01 for a random gauge, 0.02 for a
-  Hadamard rotation, 0.35 for an AWQ fold, on those fine-tunes); two models trained from different seeds
-  lose about half their distance (0.54). Under ``--align auto`` a pair in one gauge is not aligned: two
-  fine-tunes of one base get the plain merge, to the bit.
+- **one gauge**: the two sit in one gauge when the maps alignment recovered are the identity: every layer keeps
+  its hidden units, heads and signs, and the residual rotation, the per-head V/O and Q/K maps and the Up/Down
+  scales lie within a tenth of the identity (:mod:`geodrift.merging.identity`, which states the thresholds'
+  grounds). The weight distance that alignment removes does not decide it: between two short fine-tunes of one
+  base the near-identity maps absorb about a quarter of their distance (ratio aligned / naive 0.73 on SmolLM2-135M,
+  benchmarks/RESULTS_merge.md), while the maps stay within 2e-3 of the identity. Under ``--align auto``
+  a pair in one gauge is not aligned: two fine-tunes of one base get the plain merge, to the bit.
 - **lineage**: ``B`` descends from ``A`` (or both from one base) when, after alignment, their MLP hidden
   units match with a mean cosine (Gate rows, Up rows, Down columns) of at least ``LINEAGE_COSINE``. A
   fine-tune keeps every unit near its base's (cosine above 0.99 in docs/merge.md's measurements); two
@@ -35,15 +33,15 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from geodrift.gauge.align import align_folded, fold_float64
 from geodrift.gauge.orbit import GaugeShape, StateDict
+from geodrift.merging.identity import KEEP_SHARE, MAP_TOLERANCE, map_deviation, one_gauge
 
-ONE_GAUGE_RATIO = 0.9
 LINEAGE_COSINE = 0.9
 HEAD_MAP_FITS = ("general", "orthogonal")
 
@@ -57,7 +55,9 @@ class PairCheck:
         naive_distance: ``||B - A|| / ||A||`` over the embedding, head and projections, gains folded.
         aligned_distance: the same after alignment (the better of the two head-map fits).
         head_maps: the per-head fit kept (``general`` or ``orthogonal``).
-        one_gauge: ``aligned_distance >= ONE_GAUGE_RATIO * naive_distance``.
+        one_gauge: the recovered maps are the identity (:func:`geodrift.merging.identity.one_gauge`).
+        maps: how far each recovered map is from the identity (:class:`~geodrift.merging.identity.MapDeviation`
+            as a dict).
         matched_cosine: mean over layers of the matched hidden units' cosine after alignment.
         mutual_best: mean share of hidden units matched as each other's best.
         identity_share: mean share of hidden units matched to the unit of the same index.
@@ -82,6 +82,7 @@ class PairCheck:
     related: bool
     applied: bool
     alignment: dict[str, Any]
+    maps: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
@@ -128,12 +129,14 @@ def check_pair(reference: StateDict, other: StateDict, shape: GaugeShape, label:
 
     cosine = mean([x.matched_cosine for x in layers])
     naive, after = report.naive_weight_error, report.aligned_weight_error
+    deviation = map_deviation(other, aligned, report, shape)
     check = PairCheck(label=label, reference=reference_label, naive_distance=naive, aligned_distance=after,
-                      head_maps=head_maps, one_gauge=bool(after >= ONE_GAUGE_RATIO * naive),
+                      head_maps=head_maps, one_gauge=one_gauge(deviation),
                       matched_cosine=cosine, mutual_best=mean([x.mutual_best_share for x in layers]),
                       identity_share=mean([x.identity_share for x in layers]),
                       heads_kept=mean([x.heads_kept for x in layers]), rotation_residual=report.rotation_residual,
-                      related=bool(cosine >= LINEAGE_COSINE), applied=False, alignment=report.to_dict())
+                      related=bool(cosine >= LINEAGE_COSINE), applied=False, alignment=report.to_dict(),
+                      maps=deviation.to_dict())
     return aligned, check
 
 
@@ -147,12 +150,16 @@ def describe(check: PairCheck) -> str:
     """
     verdict = "in one gauge" if check.one_gauge else "not in one gauge"
     lineage = f"shares {check.reference}'s lineage" if check.related else f"no common lineage with {check.reference}"
-    return (f"{check.label} vs {check.reference}: {verdict} - alignment ({check.head_maps} head maps) takes the "
+    maps = check.maps
+    found = (f"recovered maps: hidden units kept {100 * maps['units_kept']:.1f}%, heads kept "
+             f"{100 * maps['heads_kept']:.0f}%, sign flips {100 * maps['sign_flips']:.1f}%, from the identity: "
+             f"residual rotation {maps['rotation']:.3g}, V/O {maps['vo']:.3g}, Q/K {maps['qk']:.3g}, Up/Down "
+             f"{maps['updown']:.3g} (one gauge when >= {KEEP_SHARE:g} kept and <= {MAP_TOLERANCE:g} from the identity); "
+             ) if maps else ""
+    return (f"{check.label} vs {check.reference}: {verdict} - {found}alignment ({check.head_maps} head maps) takes the "
             f"relative weight distance {check.naive_distance:.3g} -> {check.aligned_distance:.3g} (ratio "
-            f"{check.ratio:.3g}; one gauge when >= {ONE_GAUGE_RATIO}); hidden units matched to themselves "
-            f"{100 * check.identity_share:.1f}%, mutual best {100 * check.mutual_best:.1f}%, matched cosine "
-            f"{check.matched_cosine:.4f} ({lineage}; related when >= {LINEAGE_COSINE})"
-            + ("; alignment applied" if check.applied else "; alignment not applied"))
+            f"{check.ratio:.3g}); matched cosine {check.matched_cosine:.4f} ({lineage}; related when >= "
+            f"{LINEAGE_COSINE})" + ("; alignment applied" if check.applied else "; alignment not applied"))
 
 
 def to_float64(sd: StateDict) -> StateDict:
