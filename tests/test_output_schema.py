@@ -21,7 +21,8 @@ DOC = (Path(__file__).resolve().parent.parent / "docs" / "output-schema.md").rea
 runner = CliRunner()
 # Objects whose keys are data (column names, metric names, package names ...), not schema fields.
 MAPS = {"config", "summary", "timing", "versions", "methods", "geodrift", "paper_reference", "numeric_metrics",
-        "tokenizer", "seconds", "scores", "differences", "wall_s", "extra"}
+        "tokenizer", "seconds", "scores", "differences", "wall_s", "extra",
+        "sizes", "discrete", "draws"}  # gauge_groups: model sizes by symbol, logit changes by generator
 
 
 def _section(title: str) -> str:

@@ -57,6 +57,7 @@ from geodrift.gauge.canonical import (  # the MLP's steps as canonical_mlp takes
 from geodrift.gauge.orbit import GaugeShape
 
 Layer = dict[str, torch.Tensor]
+GATED_MLP = "mlp"  # the step that canonicalises a gated MLP's units (a step's name, not a simulator's)
 ATTENTION = ("attn_q", "attn_k", "attn_v", "attn_o")
 
 
@@ -269,7 +270,7 @@ def family_layer(layer: Layer, shape: GaugeShape, steps: tuple[str, ...],
         out = qk_pair_signs(qk_joint_norm(out), shape, sign_reference)
     if "qk_gl" in steps:
         out = qk_gl(out, shape, sign_reference)
-    if "mlp" in steps:
+    if GATED_MLP in steps:
         out = gated(out)
     if "mlp_order" in steps:
         out = mlp_order(out)

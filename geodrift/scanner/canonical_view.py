@@ -29,7 +29,7 @@ from geodrift.architectures import ARCHITECTURES as REGISTRY
 from geodrift.architectures import LLAMA_STEPS
 from geodrift.errors import GeodriftError
 from geodrift.gauge.canonical import PROJECTIONS, canonical_layer
-from geodrift.gauge.families import GROUPS, STEPS, apply_gated, family_layer, gated_maps, group_of
+from geodrift.gauge.families import GATED_MLP, GROUPS, STEPS, apply_gated, family_layer, gated_maps, group_of
 from geodrift.gauge.orbit import GaugeShape
 from geodrift.scanner.checkpoint import Checkpoint
 from geodrift.scanner.embedding_rows import embedding_blocks
@@ -386,7 +386,7 @@ def layer_roles(ckpt: Checkpoint, layer: int) -> list[str]:
     """The projections of ``layer`` that its row's canonical steps tie together (all must be present)."""
     steps = REGISTRY[ckpt.architecture].canonical
     roles = list(ATTENTION_ROLES)
-    roles += ["mlp_gate", "mlp_up", "mlp_down"] if "mlp" in steps else []
+    roles += ["mlp_gate", "mlp_up", "mlp_down"] if GATED_MLP in steps else []
     roles += ["mlp_up", "mlp_down"] if "mlp_order" in steps else []
     roles += ["shared_gate", "shared_up", "shared_down"] if "shared" in steps else []
     if "experts" in steps:
