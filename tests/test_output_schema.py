@@ -22,7 +22,7 @@ runner = CliRunner()
 # Objects whose keys are data (column names, metric names, package names ...), not schema fields.
 MAPS = {"config", "summary", "timing", "versions", "methods", "geodrift", "paper_reference", "numeric_metrics",
         "tokenizer", "seconds", "scores", "differences", "wall_s", "extra",
-        "sizes", "discrete", "draws"}  # gauge_groups: model sizes by symbol, logit changes by generator
+        "sizes", "discrete", "draws", "group", "generators"}  # gauge_groups: sizes by symbol, generators by name
 
 
 def _section(title: str) -> str:
