@@ -213,3 +213,23 @@ def test_the_cli_refuses_a_non_empty_out_in_one_line_before_training(tmp_path: P
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--resume" in err[0] and "--force" in err[0]
     assert {f: f.stat().st_mtime_ns for f in files} == before
+
+
+def test_a_manifest_of_an_earlier_geodrift_stays_one_after_a_run_lists_its_token(tmp_path: Path):
+    # docs/results/ held a manifest of file entries only; a newer run appended its token and then refused the folder
+    # ("a file named like geodrift's manifest is there and is not one") after its --force had removed the old set
+    import json
+
+    from geodrift.io import manifest
+
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "report.md").write_text("old")
+    entry = {"path": "report.md", "size": 3, "mtime_ns": 1, "sha256": "0" * 64}
+    (folder / manifest.MANIFEST).write_text(json.dumps(entry) + "\n")
+    assert manifest.is_manifest(folder / manifest.MANIFEST)
+    manifest.list_token(folder)
+    assert manifest.is_manifest(folder / manifest.MANIFEST)
+    assert manifest.create(folder) == folder
+    (folder / "user.txt").write_text(json.dumps({"token": "abc"}) + "\n")  # token lines alone: not a manifest
+    assert not manifest.is_manifest(folder / "user.txt")

@@ -83,7 +83,17 @@ def is_manifest(path: str | Path) -> bool:
             rest = [first, *lines] if first else []
     except OSError:
         return False
-    return bool(rest) and all(_legacy_entry(line) for line in rest)
+    # a legacy manifest a newer geodrift has listed its run token in (list_token appends, it never rewrites) is one
+    return any(_legacy_entry(line) for line in rest) and all(_legacy_entry(line) or _token_entry(line)
+                                                             for line in rest)
+
+
+def _token_entry(line: str) -> bool:
+    try:
+        entry = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(entry, dict) and set(entry) == {"token"} and isinstance(entry["token"], str)
 
 
 def _legacy_entry(line: str) -> bool:
