@@ -27,8 +27,8 @@ per hidden unit a nonzero scale on Up/Down, hidden-unit and head permutations. T
 - **heads**: KV heads sorted by ``||[O_q V]||_F`` (descending), query heads within a group by
   ``||O_q V||_F``.
 
-Precision: the V/O factorisations in float64 (from the heads' Grams, by Cholesky, with the explicit QR for a
-nearly singular head), the Q/K pair Grams accumulated and diagonalised in float64 and their orthogonal 2x2
+Precision: the V/O factorisations in float64 (from the heads' Grams, accumulated in float64, by Cholesky, with the
+explicit QR for a nearly singular head) and their per-head maps applied in the weights' dtype, the Q/K pair Grams accumulated and diagonalised in float64 and their orthogonal 2x2
 maps applied in the weights' dtype, the MLP's signs, scales and order in the weights' dtype; a float64 state
 dict stays float64 throughout. Every KV head, pair and hidden unit is processed at once (batched).
 
@@ -118,6 +118,8 @@ def _row_norms_for_order(rows: torch.Tensor) -> torch.Tensor:
     out = norms.to(torch.float64)
     if bool(involved.any()):
         which = ranked.indices[involved]
+        if 4 * which.numel() > rows.shape[0]:  # most rows near a tie (an 8B MLP's): every row's, without a gathered copy
+            return torch.linalg.vector_norm(rows, dim=1, dtype=torch.float64)
         out[which] = torch.linalg.vector_norm(rows.index_select(0, which), dim=1, dtype=torch.float64)
     return out
 
@@ -161,21 +163,32 @@ def canonical_vo(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape,
 
 
 def _head_grams(v: torch.Tensor, o: torch.Tensor, shape: GaugeShape) -> tuple[torch.Tensor, torch.Tensor]:
-    # (O_q^T O_q per query head: (n_heads, hd, hd), V_h V_h^T per KV head: (n_kv, hd, hd))
-    d, hd = o.shape[0], shape.head_dim
-    o_heads = o.reshape(d, shape.n_heads, hd).transpose(0, 1)  # (n_heads, d, hd), a strided view
-    v_heads = v.reshape(shape.n_kv_heads, hd, d)
-    return o_heads.mT @ o_heads, v_heads @ v_heads.mT
+    # (O_q^T O_q per query head: (n_heads, hd, hd), V_h V_h^T per KV head: (n_kv, hd, hd)), accumulated in float64
+    # whatever the weights' dtype (a float32 product is exact in float64); O converted a few heads at a time, so no
+    # float64 copy of the whole matrix is resident
+    d, hd, wide = o.shape[0], shape.head_dim, torch.float64
+    o_heads = o.reshape(d, shape.n_heads, hd)
+    step = max(1, shape.n_heads // 4)
+    o_gram = torch.cat([_gram_of_heads(o_heads[:, start:start + step].to(wide)) for start in range(0, shape.n_heads, step)])
+    v_heads = v.to(wide).reshape(shape.n_kv_heads, hd, d)
+    return o_gram, v_heads @ v_heads.mT
+
+
+def _gram_of_heads(o_heads: torch.Tensor) -> torch.Tensor:
+    # (d, heads, hd) -> (heads, hd, hd): each head's O_q^T O_q
+    heads = o_heads.permute(1, 2, 0)  # (heads, hd, d)
+    return heads @ heads.mT
 
 
 def _balanced_vo(v: torch.Tensor, o: torch.Tensor, o_gram: torch.Tensor, v_gram: torch.Tensor, shape: GaugeShape,
                  sign_reference: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    # canonical_vo from the head Grams: every KV head at once. The stacked O_stack = Q_O R_O and V^T = Q_V R_V
-    # need only their triangular factors, the Cholesky factors of the Grams (R^T R = O_stack^T O_stack); then
-    # svd(R_O R_V^T) = A S B^T gives V = S^1/2 (R_V^-1 B)^T V and each O_q -> O_q R_O^-1 A S^1/2: one hd x hd map
-    # per KV head, never the stacked matrix. A (nearly) singular factor (a pruned head) takes the explicit QR.
-    d, hd, group, n_kv = o.shape[0], shape.head_dim, shape.group, shape.n_kv_heads
-    v_heads = v.reshape(n_kv, hd, d)
+    # canonical_vo from the head Grams (float64): every KV head at once. The stacked O_stack = Q_O R_O and
+    # V^T = Q_V R_V need only their triangular factors, the Cholesky factors of the Grams (R^T R = O_stack^T O_stack);
+    # then svd(R_O R_V^T) = A S B^T gives V = S^1/2 (R_V^-1 B)^T V and each O_q -> O_q R_O^-1 A S^1/2: one hd x hd map
+    # per KV head (float64), never the stacked matrix, applied in the weights' dtype (a float32 checkpoint's rows then
+    # carry the float32 rounding its stored weights already carry); the signs from float64 scores. A (nearly)
+    # singular factor (a pruned head) takes the explicit QR, in float64.
+    d, hd, group, n_kv, wide = o.shape[0], shape.head_dim, shape.group, shape.n_kv_heads, torch.float64
     l_o, bad_o = torch.linalg.cholesky_ex(o_gram.reshape(n_kv, group, hd, hd).sum(1))
     l_v, bad_v = torch.linalg.cholesky_ex(v_gram)
     if bool((bad_o == 0).all() and (bad_v == 0).all()) and _well_conditioned(l_o) and _well_conditioned(l_v):
@@ -184,11 +197,20 @@ def _balanced_vo(v: torch.Tensor, o: torch.Tensor, o_gram: torch.Tensor, v_gram:
         root = s.sqrt()
         v_map = root.unsqueeze(-1) * torch.linalg.solve_triangular(r_v, bt.mT, upper=True).mT  # (n_kv, hd, hd)
         o_map = torch.linalg.solve_triangular(r_o, a, upper=True) * root.unsqueeze(1)
-        v_new = (v_map @ v_heads).reshape(n_kv * hd, d)
-        sign = row_signs(v_new, sign_reference).reshape(n_kv, 1, hd)
-        o_heads = o.reshape(d, shape.n_heads, hd).transpose(0, 1)  # (n_heads, d, hd)
-        o_new = o_heads @ (o_map * sign).repeat_interleave(group, 0)
-        return v_new * sign.reshape(-1, 1), o_new.transpose(0, 1).reshape(d, shape.n_heads * hd)
+        # each new V row's score <row, e> = v_map (V_h e), in float64
+        if sign_reference is None:
+            sign = row_signs((v_map @ v.to(wide).reshape(n_kv, hd, d)).reshape(n_kv * hd, d), None)
+        else:
+            heads_e = (v.to(wide) @ sign_reference.to(wide)).reshape(n_kv, hd, 1)
+            sign = torch.where((v_map @ heads_e).reshape(-1) < 0, -1.0, 1.0).to(wide)
+        v_map = v_map * sign.reshape(n_kv, hd, 1)
+        o_map = o_map * sign.reshape(n_kv, 1, hd)
+        v_new = (v_map.to(v.dtype) @ v.reshape(n_kv, hd, d)).reshape(n_kv * hd, d)
+        o_heads = o.reshape(d, shape.n_heads, hd).transpose(0, 1)  # (n_heads, d, hd), a strided view
+        o_new = o_heads @ o_map.to(o.dtype).repeat_interleave(group, 0)
+        return v_new, o_new.transpose(0, 1).reshape(d, shape.n_heads * hd)
+    v, o = v.to(wide), o.to(wide)
+    v_heads = v.reshape(n_kv, hd, d)
     o_stack = o.reshape(d, n_kv, group, hd).permute(1, 2, 0, 3).reshape(n_kv, group * d, hd)
     qo, r_o = torch.linalg.qr(o_stack)
     qv, r_v = torch.linalg.qr(v_heads.mT)  # (n_kv, d, hd), (n_kv, hd, hd)
@@ -332,12 +354,11 @@ def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
     """
     dtype = layer["q_proj"].dtype
     reference = None if sign_reference is None else sign_reference.to(torch.float64)
-    v_wide, o_wide = layer["v_proj"].to(torch.float64), layer["o_proj"].to(torch.float64)
-    o_gram, v_gram = _head_grams(v_wide, o_wide, shape)
+    o_gram, v_gram = _head_grams(layer["v_proj"], layer["o_proj"], shape)
     kv_perm, q_perms = _order_from_grams(o_gram, v_gram, shape)
     kv_rows, q_rows = _head_rows(kv_perm, q_perms, shape)
     q_heads = (kv_perm.reshape(-1, 1) * shape.group + q_perms).reshape(-1)
-    v, o = _balanced_vo(v_wide.index_select(0, kv_rows), o_wide.index_select(1, q_rows),
+    v, o = _balanced_vo(layer["v_proj"].index_select(0, kv_rows), layer["o_proj"].index_select(1, q_rows),
                         o_gram.index_select(0, q_heads), v_gram.index_select(0, kv_perm), shape, reference)
     q, k = canonical_qk(layer["q_proj"].index_select(0, q_rows), layer["k_proj"].index_select(0, kv_rows), shape,
                         reference)

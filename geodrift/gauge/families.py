@@ -98,14 +98,12 @@ def ordered_vo(layer: Layer, shape: GaugeShape, sign_reference: torch.Tensor | N
     """:func:`order_heads` then V/O's balanced factorisation, from one computation of the heads' Grams (as
     :func:`~geodrift.gauge.canonical.canonical_layer` does)."""
     dtype = layer["attn_v"].dtype
-    v_wide, o_wide = layer["attn_v"].to(torch.float64), layer["attn_o"].to(torch.float64)
-    o_gram, v_gram = _head_grams(v_wide, o_wide, shape)
+    o_gram, v_gram = _head_grams(layer["attn_v"], layer["attn_o"], shape)  # float64
     kv_perm, q_perms = _order_from_grams(o_gram, v_gram, shape)
     kv_rows, q_rows = _head_rows(kv_perm, q_perms, shape)
     q_heads = (kv_perm.reshape(-1, 1) * shape.group + q_perms).reshape(-1)
-    v, o = _balanced_vo(v_wide.index_select(0, kv_rows), o_wide.index_select(1, q_rows),
+    v, o = _balanced_vo(layer.pop("attn_v").index_select(0, kv_rows), layer.pop("attn_o").index_select(1, q_rows),
                         o_gram.index_select(0, q_heads), v_gram.index_select(0, kv_perm), shape, sign_reference)
-    del v_wide, o_wide
     layer["attn_v"], layer["attn_o"] = v.to(dtype), o.to(dtype)
     layer["attn_q"] = layer["attn_q"].index_select(0, q_rows)
     layer["attn_k"] = layer["attn_k"].index_select(0, kv_rows)
