@@ -5,8 +5,8 @@ one layer (:mod:`geodrift.scanner.fold`) are read together and canonicalised in 
 per-layer map commutes with the residual rotation; the signs read rows against the token embedding's mean,
 computed once, the embedding read in blocks of rows); a group of a layer (attention, MLP, experts) is kept while its
 projections are handed out one by one (at most two groups resident: the scan reads the next matrix on a second
-thread; a gated MLP in two passes, one matrix resident). No residual basis is computed: every number the
-scan reads off the residual side is basis-free (adjacent ``|cos|``, and the rotation null there:
+thread; a gated MLP in two passes, its maps computed on that thread while the attention is decomposed). No residual
+basis is computed: every number the scan reads off the residual side is basis-free (adjacent ``|cos|``, and the rotation null there:
 :func:`geodrift.gauge.status.null_kind`), so the matrices stay in the folded basis. Every reader hands Q/K rows
 over in Hugging Face's half-split rotary order (the GGUF reader undoes llama.cpp's interleaving,
 :func:`geodrift.scanner.gguf_reader.unpermute_qk`), so the RoPE pairs are the same for every format.
@@ -195,12 +195,13 @@ def embedding_means(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch
     total = weighted = None
     energy_sum, rows = 0.0, 0
     for block in blocks:
-        block = block.to(torch.float32)
-        energy = block.pow(2).sum(1, dtype=torch.float64)
-        part, part_weighted = block.sum(0, dtype=torch.float64), energy @ block.double()
+        wide = block.to(torch.float64)
+        energy = torch.einsum("ij,ij->i", wide, wide)  # each row's squared norm (a batched dot: 5x a strided sum)
+        part, part_weighted = torch.stack([torch.ones_like(energy), energy]) @ wide  # both sums, one pass
         total = part if total is None else total + part
         weighted = part_weighted if weighted is None else weighted + part_weighted
         energy_sum, rows = energy_sum + float(energy.sum()), rows + block.shape[0]
+        del wide
     if total is None or weighted is None:
         return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64), 0.0
     return total / max(rows, 1), weighted / max(energy_sum, 1e-300), (energy_sum / max(rows, 1)) ** 0.5
@@ -245,6 +246,7 @@ class CanonicalLayers:
         self._layers: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
         self._groups: OrderedDict[tuple[int, str], dict[str, torch.Tensor]] = OrderedDict()
         self._maps: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._held: dict[tuple[int, str], torch.Tensor] = {}  # a gated MLP's Gate, read for its maps (see _gated)
         self._reference: torch.Tensor | None = None
 
     def sign_reference(self) -> torch.Tensor:
@@ -295,8 +297,7 @@ class CanonicalLayers:
         if self.per_layer:
             return self._from_layer(role, layer)
         group = group_of(role)
-        if group in ("mlp", "shared") and tuple(s for s in self.steps if s in GROUPS[group][1]) in (("mlp",),
-                                                                                                    ("shared",)):
+        if self._gated_role(role):
             return self._gated(role, layer)
         with self._lock:
             cached = self._groups.get((layer, group))
@@ -327,20 +328,58 @@ class CanonicalLayers:
                 self._layers.pop(layer, None)
             return value
 
-    def _gated(self, role: str, layer: int) -> torch.Tensor:
-        # A gated MLP in two passes: its maps from the matrices read two at a time (kept per layer, a few vectors),
-        # then each matrix read again (the page cache holds it) and mapped when asked for: one resident matrix
-        # instead of three (an 8B layer's MLP is 0.7 GB in float32).
+    def _gated(self, role: str, layer: int, maps_only: bool = False) -> torch.Tensor:
+        # A gated MLP in two passes: its maps from the matrices read two at a time (kept per layer, a few vectors; the
+        # scan's reader thread computes them ahead: warm), then Up and Down read again (the page cache holds them) and
+        # mapped when asked for: at most two resident matrices instead of three (an 8B layer's MLP is 0.7 GB in
+        # float32).
         prefix, kind = role.split("_", 1)
         with self._lock:
             maps = self._maps.get((layer, prefix))
             if maps is None:
-                maps = self._maps[(layer, prefix)] = gated_maps(
-                    *(lambda r=r: self.loaders[(f"{prefix}_{r}", layer)]().to(torch.float32)
-                      for r in ("gate", "up", "down")))
+                # the Gate read for the maps is kept for its own load, asked for next (no more resident than the
+                # maps' pass holds: Gate with Up, then Gate with Down); one held at most
+                def load(which: str) -> torch.Tensor:
+                    weight = self.loaders[(f"{prefix}_{which}", layer)]().to(torch.float32)
+                    if which == "gate" and kind == "gate":
+                        self._held.clear()
+                        self._held[(layer, prefix)] = weight
+                    return weight
+
+                maps = self._maps[(layer, prefix)] = gated_maps(*(functools.partial(load, which)
+                                                                  for which in ("gate", "up", "down")))
                 while len(self._maps) > 2 * self.keep:
                     self._maps.pop(next(iter(self._maps)))
-        return apply_gated(kind, self.loaders[(role, layer)]().to(torch.float32), maps)
+            held = self._held.pop((layer, prefix), None) if kind == "gate" and not maps_only else None
+        if maps_only:
+            return maps[1]
+        return apply_gated(kind, held if held is not None else self.loaders[(role, layer)]().to(torch.float32), maps)
+
+    def _gated_role(self, role: str) -> bool:
+        group = group_of(role)
+        return not self.per_layer and group in ("mlp", "shared") and tuple(
+            s for s in self.steps if s in GROUPS[group][1]) in (("mlp",), ("shared",))
+
+    def warm(self, role: str, layer: int, warms: dict[tuple[str, int], Callable[[], None]]) -> None:
+        """Get ``(role, layer)`` ready before it is loaded (the scan calls it on its reader thread while the previous
+        matrix is decomposed, so a cold read and this work overlap with that): a gated MLP's maps computed (its three
+        matrices read once, which also brings them into the page cache); otherwise the stored bytes of the role and,
+        where its group (or layer) is not computed yet, of the rest of it (``warms``: the folded entries' warm-ups).
+        Never raises (a failure is reported by :meth:`load`)."""
+        try:
+            if self._gated_role(role):
+                prefix = role.split("_", 1)[0]
+                if (layer, prefix) not in self._maps:
+                    self._gated(f"{prefix}_gate", layer, maps_only=True)
+                return
+            with self._lock:
+                done = layer in self._layers if self.per_layer else (layer, group_of(role)) in self._groups
+            members = [key for key in warms if key[1] == layer and (self.per_layer or group_of(key[0]) == group_of(role))]
+            for key in members if not done else [(role, layer)]:
+                if key in warms:
+                    warms[key]()
+        except Exception:  # noqa: BLE001 - a read-ahead hint: load() reports the problem
+            return
 
 
 def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, source: CanonicalLayers | None = None,
@@ -377,7 +416,9 @@ def canonical_weightset(ckpt: Checkpoint, folded: WeightSet, source: CanonicalLa
             raise TypeError("canonical_weightset: pass source or load_whole")
         source = CanonicalLayers({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
                                  functools.partial(embedding_blocks, ckpt, load_whole), shape, steps, label=ckpt.label)
-    entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key))
+    warms = {key: entry.warm for key, entry in folded.entries.items() if entry.warm is not None}
+    entries = {key: WeightEntry(entry.shape, f"{entry.source} (canonical)", _loader(source.load, *key),
+                                functools.partial(source.warm, key[0], key[1], warms))
                for key, entry in folded.entries.items()}
     return WeightSet(entries, origin=folded.origin, view="canonical", architecture=folded.architecture)
 
