@@ -45,6 +45,15 @@ def _torch_threads_restored():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def _figures_closed():
+    """A figure a test drew through the Python face (``report.plot()`` returns it open, as a notebook wants) is
+    closed after the test, so a run does not keep hundreds of figures alive (matplotlib warned at 20)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 def _release_freed_memory() -> None:
     # glibc keeps freed heap pages (torch's mid-sized tensors) for reuse, so a process's resident memory only grows:
     # after a module that held a model in float64, every later module would start from its peak (the default run
