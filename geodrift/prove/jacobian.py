@@ -213,8 +213,10 @@ def measure_model(model: torch.nn.Module, architecture: str, sizes: dict[str, in
         hf = rs.to_hf(state)
         return torch.cat([hf[k].reshape(-1) for k in params])
 
-    tangents = torch.cat([tangent_jacobian(lambda t, g=g: flat(ACTIONS[g].apply(rs.state, layout, t)),
-                                           torch.zeros(layout.size(g), dtype=torch.float64))
+    def moved(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda t: flat(ACTIONS[name].apply(rs.state, layout, t))
+
+    tangents = torch.cat([tangent_jacobian(moved(g), torch.zeros(layout.size(g), dtype=torch.float64))
                           for g in row.continuous()], 1)
     n_seq = sequences or rows_for(count, sizes)
 
