@@ -45,6 +45,15 @@ def _torch_threads_restored():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def _figures_closed():
+    """A figure a test drew through the Python face (``report.plot()`` returns it open, as a notebook wants) is
+    closed after the test, so a run does not keep hundreds of figures alive (matplotlib warned at 20)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 def _release_freed_memory() -> None:
     # glibc keeps freed heap pages (torch's mid-sized tensors) for reuse, so a process's resident memory only grows:
     # after a module that held a model in float64, every later module would start from its peak (the default run
@@ -61,3 +70,24 @@ def _memory_returned_after_each_module():
     """After each test module (its module-scoped fixtures gone), the freed memory goes back to the system."""
     yield
     _release_freed_memory()
+
+
+_peak = {"kib": 0, "test": ""}
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    """Which test first took this process to its peak resident memory (the figure docs/testing.md budgets)."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    if kib > _peak["kib"]:
+        _peak.update(kib=kib, test=nodeid)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    import resource
+
+    if _peak["test"]:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        terminalreporter.write_line(f"peak memory {_peak['kib'] / 2**20:.2f} GiB, reached in {_peak['test']} "
+                                    f"(largest child process {children / 2**20:.2f} GiB)")

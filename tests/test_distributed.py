@@ -43,6 +43,7 @@ def _json(report) -> str:
     return json.dumps(report.to_dict(), sort_keys=True)
 
 
+@pytest.mark.heavy  # eight checkpoints on a local Ray cluster; the default run keeps compare on Ray
 def test_a_drift_of_eight_checkpoints_on_ray_is_the_local_drift_bitwise(tmp_path, cluster):
     paths = _series(tmp_path, 8)
     spec = MeasureSpec(k=3, null_draws=20)
@@ -57,6 +58,7 @@ def test_compare_on_ray_is_the_local_compare_bitwise(tmp_path, cluster):
     assert _json(compare(a, b, spec, backend="ray")) == _json(compare(a, b, spec))
 
 
+@pytest.mark.heavy  # a scan on a local Ray cluster; the default run keeps compare on Ray
 def test_a_scan_of_layer_ranges_on_ray_is_the_local_scan_bitwise(cluster):
     # The embedded SmolLM2 (real GGUF), 6 layers in 3 ranges: the merged report, trajectory included.
     ws, heads = load_weights(None, layers=list(range(6)))
@@ -82,6 +84,7 @@ def test_backend_options_are_checked_before_any_work():
     assert layer_ranges(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
 
 
+@pytest.mark.heavy  # starts its own Ray cluster
 def test_the_cli_drift_runs_on_a_local_ray_cluster(tmp_path):
     paths = _series(tmp_path, 3)
     out = tmp_path / "drift.json"

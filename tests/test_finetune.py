@@ -178,6 +178,7 @@ def test_the_cuda_path_gives_the_cpu_numbers(small_llama: str, tmp_path: Path):
                                                                           abs=1e-3)
 
 
+@pytest.mark.heavy  # the toy grid twice, once on a local Ray cluster
 def test_the_sweep_runs_the_grid_locally_and_on_ray_with_the_same_numbers(small_llama: str, tmp_path: Path):
     from geodrift.sweep.grid import Job
     from geodrift.sweep.runner import run_sweep

@@ -67,6 +67,7 @@ def test_an_awq_fold_keeps_the_logits_of_a_llama_and_moves_its_units_off_balance
     assert after.medians["qk"] == before.medians["qk"] and after.medians["vo"] == before.medians["vo"]
 
 
+@pytest.mark.heavy  # every layer of the embedded model
 def test_the_embedded_smollm2_is_diagnosed_layer_by_layer_and_not_flagged():
     diag = diagnose_checkpoint(open_checkpoint(None), layers=[0, 1, 2])
     assert not isinstance(diag, str)
@@ -86,6 +87,7 @@ def _flags(sd: dict[str, torch.Tensor], shape: GaugeShape) -> list[str]:
     return diagnose([(layer, sd) for layer in range(shape.n_layers)], shape, "x").flagged_families
 
 
+@pytest.mark.heavy  # the embedded model under three gauges
 def test_a_rotation_v_o_maps_and_q_k_pair_maps_of_smollm2_are_each_flagged(smollm2) -> None:  # type: ignore[no-untyped-def]
     # the maps that need no activations (AWQ and SmoothQuant: the slow test below); each keeps the function
     # (tests/test_architectures.py, geodrift prove) and moves the checkpoint along its generator's orbit

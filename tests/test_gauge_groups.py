@@ -101,6 +101,7 @@ def test_the_twin_disagrees_when_the_proof_says_otherwise() -> None:
     assert not res.passed and "router_shift" in res.summary
 
 
+@pytest.mark.heavy  # a Jacobian per architecture; the default run measures qwen3 in tests/test_architectures.py
 def test_prove_measures_every_architecture_and_each_agrees_with_its_table_row() -> None:
     report = full_report()
     names = {r.name: r for r in report.results}

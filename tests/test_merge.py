@@ -121,6 +121,7 @@ def geodrift_nll_of(model: torch.nn.Module) -> float:
     return perplexity(model, fam.heldout(16))["nll"]
 
 
+@pytest.mark.heavy  # trains three seed pairs of the simulator
 def test_different_seeds_alignment_lowers_the_barrier_and_the_control_has_none():
     from geodrift.merging.frame import check_pair, fold_reference
 
@@ -238,6 +239,7 @@ def test_the_python_face_is_the_command(family: dict[str, Path], tmp_path: Path)
         geodrift.merge(family["ft1"], family["ft2"], out=tmp_path / "o", method="ties")
 
 
+@pytest.mark.heavy  # the whole embedded model read, aligned and merged: minutes
 def test_the_embedded_gguf_merged_with_itself_is_itself_in_transformers(tmp_path: Path):
     # real size: the embedded SmolLM2-135M (its embedding is past 2^24 elements), read from the GGUF, written as
     # a folder transformers loads, tokenizer included

@@ -12,6 +12,7 @@ from geodrift.io.manifest import MANIFEST
 from geodrift.reproduction import plan
 
 
+@pytest.mark.heavy  # the whole smoke reproduction: proofs, scan, simulators, compression
 def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, capsys):
     out = tmp_path / "rep"
     with pytest.raises(SystemExit) as exit_info:

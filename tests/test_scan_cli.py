@@ -123,6 +123,7 @@ def _ov_formed(heads: tuple[int, int], O: torch.Tensor, V: torch.Tensor) -> torc
     return O @ expanded
 
 
+@pytest.mark.heavy  # full SVDs of embedded matrices; tests/test_krylov.py keeps the certified route in the default run
 def test_fast_top1_vectors_agree_with_full_svd_on_embedded_layers():
     assert _top1_agreement([0, 15, 29]) >= 0.999
 

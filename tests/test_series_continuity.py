@@ -187,6 +187,7 @@ def test_an_exact_gauge_of_a_perturbed_simulator_llama_changes_no_default_number
     _exactness(sim, eps, seed, gauge_seed)
 
 
+@pytest.mark.heavy  # SmolLM2 draws; the default run keeps the simulator Llama's
 @examples(1, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(eps=EPS, seed=st.integers(0, 2**31 - 1), gauge_seed=st.integers(0, 2**31 - 1))
 def test_an_exact_gauge_of_a_perturbed_smollm2_changes_no_default_number(smollm2: Base, eps: float, seed: int,
@@ -194,6 +195,7 @@ def test_an_exact_gauge_of_a_perturbed_smollm2_changes_no_default_number(smollm2
     _exactness(smollm2, eps, seed, gauge_seed)
 
 
+@pytest.mark.heavy  # many aligned pairs; the default run keeps the continuity and exactness properties
 @examples(6, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(eps=EPS, scope=SCOPE, seed=st.integers(0, 2**31 - 1))
 def test_the_aligned_distance_is_the_raw_distance(sim: Base, eps: float, scope: str, seed: int) -> None:

@@ -200,6 +200,7 @@ def test_orbit_momentum_is_zero_for_a_gradient_step_and_not_for_a_rotation_step(
     assert float(orbit_momentum([e, *ws, h], along).abs().max()) > 1e-3
 
 
+@pytest.mark.heavy  # two training runs
 def test_gd_conserves_q_on_linear_residual_nets_and_adam_does_not() -> None:
     gd = train_trace("none", "gd", 2e-3, 100, seed=1)
     adam = train_trace("none", "adam", 2e-3, 100, seed=1)

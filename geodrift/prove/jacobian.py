@@ -181,11 +181,24 @@ def measure(architecture: str, seed: int = 0, sizes: dict[str, int] | None = Non
     return measure_model(probe_model(architecture, generator, sizes), architecture, sizes, generator, sequences)
 
 
+def tangent_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], at: torch.Tensor) -> torch.Tensor:
+    """``torch.func.jacfwd(fn)(at)``: the tangent directions of a group action at ``at``.
+
+    On first use, torch's forward-mode decompositions call torch's own deprecated ``torch.jit.script``; that
+    DeprecationWarning is torch's, not the caller's, so it is silenced here (and only here).
+    """
+    import warnings
+
+    from torch.func import jacfwd
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=DeprecationWarning)
+        return jacfwd(fn)(at)
+
+
 def measure_model(model: torch.nn.Module, architecture: str, sizes: dict[str, int], generator: torch.Generator,
                   sequences: int | None = None) -> Measurement:
     """:func:`measure` of a given float64 model (Hugging Face-named parameters; logits as a tensor or ``.logits``)."""
-    from torch.func import jacfwd
-
     start = time.perf_counter()
     params = {k: v.detach() for k, v in model.named_parameters()}
     count = sum(v.numel() for v in params.values())
@@ -200,8 +213,11 @@ def measure_model(model: torch.nn.Module, architecture: str, sizes: dict[str, in
         hf = rs.to_hf(state)
         return torch.cat([hf[k].reshape(-1) for k in params])
 
-    tangents = torch.cat([jacfwd(lambda t, g=g: flat(ACTIONS[g].apply(rs.state, layout, t)))(
-        torch.zeros(layout.size(g), dtype=torch.float64)) for g in row.continuous()], 1)
+    def moved(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda t: flat(ACTIONS[name].apply(rs.state, layout, t))
+
+    tangents = torch.cat([tangent_jacobian(moved(g), torch.zeros(layout.size(g), dtype=torch.float64))
+                          for g in row.continuous()], 1)
     n_seq = sequences or rows_for(count, sizes)
 
     def inputs(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -25,6 +25,7 @@ from geodrift.prove.jacobian import (
     gram_of,
     logits,
     measure_model,
+    tangent_jacobian,
 )
 from geodrift.sim.mlp import ResidualMLP
 
@@ -70,8 +71,6 @@ def _elements(activation: str, d: int) -> Callable[[torch.Tensor], torch.Tensor]
 
 def sim_mlp(activation: str = "relu", seed: int = 0) -> Measurement:
     """The residual MLP with ``activation``: its measured continuous group beside :data:`MLP_GROUPS`'."""
-    from torch.func import jacfwd
-
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     s = MLP_SIZES
@@ -83,8 +82,8 @@ def sim_mlp(activation: str = "relu", seed: int = 0) -> Measurement:
     element = _elements(activation, s["d"])
     tangents = torch.zeros(sum(v.numel() for v in params.values()), 0, dtype=torch.float64)
     if groups:
-        tangents = jacfwd(lambda t: torch.cat([v.reshape(-1) for v in _conjugate(params, element(t)).values()]))(
-            torch.zeros(sum(groups.values()), dtype=torch.float64))
+        tangents = tangent_jacobian(lambda t: torch.cat([v.reshape(-1) for v in _conjugate(params, element(t)).values()]),
+                                    torch.zeros(sum(groups.values()), dtype=torch.float64))
     count = sum(v.numel() for v in params.values())
     samples = 3 * count // s["classes"] + 16
     x = torch.randn(1, samples, s["in"], generator=generator, dtype=torch.float64)
