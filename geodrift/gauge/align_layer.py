@@ -363,8 +363,8 @@ NEAR_IDENTITY = 0.05  # match_units: a residual rotation this close to the ident
 def gate_peaks(gate: torch.Tensor) -> torch.Tensor:
     """Per hidden unit ``i``, the largest ``cos(g_i, g_k)`` over the other units ``k`` of one layer's Gate rows
     (float32; ``d_ff^2 d`` work once per reference layer): what :func:`_near_diagonal` certifies a matching against."""
-    g = _unit(gate.float())
-    sim = g @ g.T
+    g = _unit(gate.float()).numpy()
+    sim = torch.from_numpy(g @ g.T)  # numpy's product of a matrix and its transpose is one syrk: half the work
     sim.fill_diagonal_(-float("inf"))
     return sim.max(1).values
 

@@ -130,7 +130,7 @@ class ReferenceLayers(CanonicalLayers):
 
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape) -> None:
         super().__init__({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
-                         lambda: load_canonical(ckpt, ("embed", None)), shape, label=ckpt.label)
+                         lambda: self.store.embedding, shape, label=ckpt.label)  # the token rows, read once
         self.store = ReferenceStore(shape, ckpt.label, *token_rows(ckpt))
 
     def compute(self, layer: int) -> dict[str, torch.Tensor]:
@@ -156,8 +156,9 @@ class AlignedLayers(CanonicalLayers):
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape, reference: ReferenceStore,
                  head_maps: str) -> None:
         super().__init__({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
-                         lambda: load_canonical(ckpt, ("embed", None)), shape, label=ckpt.label)
+                         self._embedding, shape, label=ckpt.label)
         self.ckpt, self.reference, self.head_maps = ckpt, reference, head_maps
+        self._held: torch.Tensor | None = None  # the token embedding while :meth:`start` holds it
         self.layer_info: dict[int, LayerAlignment] = {}
         self._start: tuple[torch.Tensor, float] | None = None
         self._tokens = torch.zeros(0, dtype=torch.float64)  # the token rows' cross (B^T A)
@@ -172,6 +173,10 @@ class AlignedLayers(CanonicalLayers):
         except GeodriftError:
             return torch.zeros(self.reference.embedding.shape[1], dtype=torch.float64)
 
+    def _embedding(self) -> torch.Tensor:
+        # the embedding :meth:`start` read (the signs are computed there, from the same read), else read again
+        return self._held if self._held is not None else load_canonical(self.ckpt, ("embed", None))
+
     def start(self) -> tuple[torch.Tensor, float]:
         """``(R, ||R - I||)``: the residual rotation from B's frame to the reference's (readers ``W R^T``, writers
         ``R W``) by Procrustes on the token rows (the embedding and the folded head, which no other gauge moves);
@@ -179,7 +184,14 @@ class AlignedLayers(CanonicalLayers):
         rows matched by norm too (a pass over the Gate rows first)."""
         with self._lock_start:
             if self._start is None:
-                cross = token_cross(self.reference, *token_rows(self.ckpt))
+                rows = token_rows(self.ckpt)
+                self._held = rows[0]
+                try:
+                    self.sign_reference()  # from this read of the embedding (it is not kept)
+                finally:
+                    self._held = None
+                cross = token_cross(self.reference, *rows)
+                del rows
                 s = torch.linalg.svdvals(cross)
                 if float(s[-1]) <= _DEGENERATE * max(float(s[0]), 1e-300):
                     rank = int((s > _DEGENERATE * max(float(s[0]), 1e-300)).sum())
