@@ -47,7 +47,13 @@ from dataclasses import dataclass, field
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.gauge.align import ORBIT_TOLERANCE, WRITERS, AlignmentReport, nearest_rotation
+from geodrift.gauge.align import (
+    ORBIT_TOLERANCE,
+    WRITERS,
+    AlignmentReport,
+    nearest_rotation,
+    nearest_rotation_and_values,
+)
 from geodrift.gauge.align_canonical import align_canonical_layer, head_features
 from geodrift.gauge.align_layer import LayerAlignment, align_layer, gate_peaks
 from geodrift.gauge.canonical import rotate_residual
@@ -194,7 +200,7 @@ class AlignedLayers(CanonicalLayers):
                     self._held = None
                 cross = token_cross(self.reference, *rows)
                 del rows
-                s = torch.linalg.svdvals(cross)
+                rotation, s = nearest_rotation_and_values(cross)  # one SVD: the rotation and the rank check
                 if float(s[-1]) <= _DEGENERATE * max(float(s[0]), 1e-300):
                     rank = int((s > _DEGENERATE * max(float(s[0]), 1e-300)).sum())
                     for layer in sorted({layer for _, layer in self.loaders}):
@@ -204,7 +210,7 @@ class AlignedLayers(CanonicalLayers):
                     self._notes.append(f"{self.label}: its token embedding and head fix the residual rotation in "
                                        f"{rank} of {s.numel()} dimensions; it was fitted on every layer's Gate rows "
                                        "matched by norm too")
-                rotation = nearest_rotation(cross)
+                    rotation = nearest_rotation(cross)
                 distance = float(torch.linalg.matrix_norm(rotation - torch.eye(rotation.shape[0], dtype=rotation.dtype)))
                 self._start, self._tokens = (rotation.to(torch.float32), distance), cross
             return self._start
