@@ -93,9 +93,8 @@ def _align_canonical_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: i
         b, vo = _rotate_vo(ref, b, shape, r, notes, index)
         b, qk = _rotate_qk(ref, b, shape, r)
     gate, up, down = (b[layer_key(0, n)] for n in ("gate_proj", "up_proj", "down_proj"))
-    # Down's columns as contiguous rows (a strided gather and norm were half of the matching's cost)
-    cols, signs, info = match_units((ref["gate_proj"], ref["up_proj"], ref["down_proj"].T.contiguous()),
-                                    (gate, up, down.T.contiguous()), "gate", peaks, r, slack)
+    cols, signs, info = match_units((ref["gate_proj"], ref["up_proj"], ref["down_proj"].T),
+                                    (gate, up, down.T), "gate", peaks, r, slack)
     out = {name: b[layer_key(0, name)] for name in layer}
     out["gate_proj"], out["up_proj"], out["down_proj"] = _signed_permutation(gate, up, down, cols, signs)
     return out, LayerAlignment(index, info[0], info[1], info[2], 0.0, kept, vo, qk,

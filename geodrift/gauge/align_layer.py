@@ -351,6 +351,11 @@ def _pair_cosines(fa: list[torch.Tensor], fb: list[torch.Tensor], pick: torch.Te
     # cos(a_i, b_pick[i]) for gate, up and down rows, without normalising whole matrices
     out = []
     for x, y in zip(fa, fb, strict=True):
+        if not x.is_contiguous() and x.T.is_contiguous() and y.T.is_contiguous():  # columns (Down's): reduced along
+            xc, yc = x.T, y.T.index_select(1, pick)  # dim 0 of the stored matrices, no strided gather or norm
+            norms = (torch.linalg.vecdot(xc, xc, dim=0) * torch.linalg.vecdot(yc, yc, dim=0)).sqrt()
+            out.append(torch.linalg.vecdot(xc, yc, dim=0) / _floor(norms))
+            continue
         y = y.index_select(0, pick)
         out.append(torch.linalg.vecdot(x, y) / _floor(x.norm(dim=1) * y.norm(dim=1)))
     return out

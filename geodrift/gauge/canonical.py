@@ -337,8 +337,9 @@ def canonical_layer(layer: dict[str, torch.Tensor], shape: GaugeShape,
     kv_perm, q_perms = _order_from_grams(o_gram, v_gram, shape)
     kv_rows, q_rows = _head_rows(kv_perm, q_perms, shape)
     q_heads = (kv_perm.reshape(-1, 1) * shape.group + q_perms).reshape(-1)
-    v, o = _balanced_vo(v_wide.index_select(0, kv_rows), o_wide.index_select(1, q_rows),
-                        o_gram.index_select(0, q_heads), v_gram.index_select(0, kv_perm), shape, reference)
+    o_sorted = layer["o_proj"].index_select(1, q_rows).to(torch.float64)  # gathered, then widened: the same values
+    v, o = _balanced_vo(v_wide.index_select(0, kv_rows), o_sorted, o_gram.index_select(0, q_heads),
+                        v_gram.index_select(0, kv_perm), shape, reference)
     q, k = canonical_qk(layer["q_proj"].index_select(0, q_rows), layer["k_proj"].index_select(0, kv_rows), shape,
                         reference)
     gate, up, down = canonical_mlp(layer["gate_proj"], layer["up_proj"], layer["down_proj"])
