@@ -7,14 +7,18 @@ matrix's std (a random walk). Then times, side by side in one run (each view rig
 the same load), ``drift`` of the first 2, 4 and 8 checkpoints and ``compare`` of the first two, in the default
 view (canonical reference, every other checkpoint aligned to it) and in ``--view folded``: wall seconds, and
 the ratio in CPU seconds too (``time.process_time``, every thread of the process: steadier on a loaded machine).
+After one warm-up drift of layers 0-1 in each view (imports, thread pools), each job runs ``--repeats`` times, the
+two views interleaved (their order alternating), and the medians are reported: one run of each under a load of 4
+to 8 moved the ratio by up to a tenth.
 
 Usage (writes ``--out``, default benchmarks/RESULTS_series_views.md, stamped with the load):
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_series_views.py
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/bench_series_views.py [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -50,6 +54,7 @@ def main() -> None:
     parser.add_argument("--eps", type=float, default=1e-3)
     parser.add_argument("--layers", default=None, help="e.g. 0-9 (default: all 30)")
     parser.add_argument("--null-draws", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each job and view; medians reported")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/RESULTS_series_views.md"))
     args = parser.parse_args()
     check_results_path(args.out)
@@ -66,18 +71,25 @@ def main() -> None:
                 for n in counts]
         jobs.append(("compare of 2 checkpoints", 2, lambda view: compare(paths[0], paths[1], spec, view=view,
                                                                         layers=layers)))
+        for view in (None, "folded"):  # warm-up: imports, thread pools
+            drift(paths[:2], spec, view=view, layers=[0, 1])
         for label, n, job in jobs:
-            seconds, cpu = {}, {}
-            for view in (None, "folded"):
-                t0, c0 = time.perf_counter(), time.process_time()
-                job(view)
-                seconds[view], cpu[view] = time.perf_counter() - t0, time.process_time() - c0
-            rows.append((label, n, seconds[None], seconds["folded"], cpu[None], cpu["folded"]))
-            print(rows[-1], flush=True)
+            seconds: dict[str | None, list[float]] = {None: [], "folded": []}
+            cpu: dict[str | None, list[float]] = {None: [], "folded": []}
+            for repeat in range(args.repeats):
+                for view in (None, "folded") if repeat % 2 == 0 else ("folded", None):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    job(view)
+                    seconds[view].append(time.perf_counter() - t0)
+                    cpu[view].append(time.process_time() - c0)
+            rows.append((label, n, *(statistics.median(x) for x in (seconds[None], seconds["folded"], cpu[None],
+                                                                     cpu["folded"]))))
+            print(rows[-1], seconds, cpu, flush=True)
     lines = [f"1 torch thread; the embedded SmolLM2-135M (float32 Hugging Face folders, layers "
              f"{args.layers or '0-29'}), each checkpoint the last plus noise of {args.eps:g} of each matrix's std; "
-             f"k = 4, {args.null_draws} null draws. Default: canonical reference, every other checkpoint aligned to "
-             "it; folded: norm gains folded, no gauge fixed.", "",
+             f"k = 4, {args.null_draws} null draws; median of {args.repeats} runs of each view, interleaved, after a "
+             "warm-up. Default: canonical reference, every other checkpoint aligned to it; folded: norm gains folded, "
+             "no gauge fixed.", "",
              "| job | checkpoints | default s | default s / checkpoint | folded s | folded s / checkpoint | "
              "default / folded (wall) | default / folded (CPU) |", "|---|---|---|---|---|---|---|---|"]
     for label, n, default, folded, cpu_default, cpu_folded in rows:

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 import torch
-from scipy.linalg import orthogonal_procrustes
 
 from geodrift.errors import GeodriftError
 from geodrift.gauge.align_layer import HEAD_MAPS, LayerAlignment, align_layer
@@ -306,9 +306,21 @@ def nearest_rotation(cross: torch.Tensor) -> torch.Tensor:
         >>> bool(torch.allclose(r, torch.eye(3, dtype=torch.float64)))
         True
     """
-    # orthogonal_procrustes(I, cross) maximises tr(Q^T cross); R = Q^T maximises tr(R cross)
-    rotation, _ = orthogonal_procrustes(np.eye(cross.shape[0]), cross.double().numpy())
-    return torch.from_numpy(rotation).T.contiguous()
+    return nearest_rotation_and_values(cross)[0]
+
+
+def nearest_rotation_and_values(cross: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`nearest_rotation` and the singular values of ``cross`` (descending, float64), from its one SVD.
+
+    Example:
+        >>> r, s = nearest_rotation_and_values(torch.diag(torch.tensor([3.0, -2.0], dtype=torch.float64)))
+        >>> r.tolist(), s.tolist()
+        ([[1.0, 0.0], [0.0, -1.0]], [3.0, 2.0])
+    """
+    # orthogonal_procrustes(I, cross) (the SVD of cross, Q = U V^T) maximises tr(Q^T cross); R = Q^T maximises
+    # tr(R cross). Its SVD computed here, as scipy computes it, to keep the singular values.
+    u, s, vt = scipy.linalg.svd(cross.double().numpy())
+    return torch.from_numpy(u @ vt).T.contiguous(), torch.from_numpy(s)
 
 
 def token_cross(a: StateDict, b: StateDict) -> torch.Tensor:
@@ -354,5 +366,5 @@ def full_cross(a: StateDict, b: StateDict, shape: GaugeShape, attention: bool = 
 
 
 __all__ = ["DEFAULT_HEAD_MAPS", "HEAD_MAPS", "ORBIT_TOLERANCE", "AlignmentReport", "LayerAlignment", "align",
-           "align_folded", "check_same_shape", "fold_float64", "full_cross", "nearest_rotation", "shape_of",
-           "token_cross", "weight_error"]
+           "align_folded", "check_same_shape", "fold_float64", "full_cross", "nearest_rotation",
+           "nearest_rotation_and_values", "shape_of", "token_cross", "weight_error"]

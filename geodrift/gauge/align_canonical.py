@@ -36,8 +36,6 @@ from geodrift.gauge.orbit import (
     GaugeShape,
     layer_key,
     permute_heads,
-    permute_mlp,
-    scale_mlp,
 )
 
 _RANK = 1e-6  # a head's cross matrix with a singular value below this share of its largest: V's rows do not fix it
@@ -97,10 +95,25 @@ def _align_canonical_layer(ref: Layer, layer: Layer, shape: GaugeShape, index: i
     gate, up, down = (b[layer_key(0, n)] for n in ("gate_proj", "up_proj", "down_proj"))
     cols, signs, info = match_units((ref["gate_proj"], ref["up_proj"], ref["down_proj"].T),
                                     (gate, up, down.T), "gate", peaks, r, slack)
-    b = scale_mlp(permute_mlp(b, 0, torch.from_numpy(cols)), 0, signs)
     out = {name: b[layer_key(0, name)] for name in layer}
+    out["gate_proj"], out["up_proj"], out["down_proj"] = _signed_permutation(gate, up, down, cols, signs)
     return out, LayerAlignment(index, info[0], info[1], info[2], 0.0, kept, vo, qk,
                                float((signs < 0).double().mean()), notes)
+
+
+def _signed_permutation(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, cols: np.ndarray,
+                        signs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # orbit.permute_mlp then orbit.scale_mlp (the same values: a sign scales exactly), each matrix gathered once and
+    # signed in place, neither step where it is the identity
+    if not bool((cols == np.arange(cols.shape[0])).all()):
+        pick = torch.from_numpy(cols)
+        gate, up, down = gate.index_select(0, pick), up.index_select(0, pick), down.index_select(1, pick)
+    elif bool((signs < 0).any()):
+        up, down = up.clone(), down.clone()
+    if bool((signs < 0).any()):
+        s = signs.to(up.dtype)
+        up, down = up.mul_(s.reshape(-1, 1)), down.div_(s.reshape(1, -1))
+    return gate, up, down
 
 
 def head_features(layer: Layer, shape: GaugeShape) -> torch.Tensor:
@@ -147,13 +160,15 @@ def _rotate_vo(a: Layer, b: dict[str, torch.Tensor], shape: GaugeShape, r: torch
     turned = (b[v] @ r.T).reshape(n_kv, hd, d)
     target = a["v_proj"].reshape(n_kv, hd, d)
     cross = (turned @ target.mT).double()  # (n_kv, hd, hd)
-    s = torch.linalg.svdvals(cross)
-    for g in [int(x) for x in torch.nonzero(s[:, -1] <= _RANK * s[:, 0].clamp_min(1e-300)).flatten()]:
+    u, s, wt = torch.linalg.svd(cross)
+    deficient = [int(x) for x in torch.nonzero(s[:, -1] <= _RANK * s[:, 0].clamp_min(1e-300)).flatten()]
+    for g in deficient:
         notes.append(f"layer {index} KV head {g}: V rows rank-deficient: its rotation fitted on O's columns too")
         cols = [shape.head_rows(q) for q in range(g * shape.group, (g + 1) * shape.group)]
         ob, oa = torch.cat([r @ b[o][:, c] for c in cols]), torch.cat([a["o_proj"][:, c] for c in cols])
         cross[g] += (ob.T @ oa).double()
-    u, _, wt = torch.linalg.svd(cross)
+    if deficient:
+        u, _, wt = torch.linalg.svd(cross)
     n = (wt.mT @ u.mT).to(b[v].dtype)  # (n_kv, hd, hd): maximises tr(N cross)
     out = dict(b)
     out[v] = (n @ b[v].reshape(n_kv, hd, d)).reshape(n_kv * hd, d)
@@ -182,6 +197,11 @@ def _rotate_qk(a: Layer, b: dict[str, torch.Tensor], shape: GaugeShape, r: torch
         first[g] = ((qb[:, 0] * qa[:, 0]).sum(-1) + (qb[:, 1] * qa[:, 1]).sum(-1)).sum(0)
         second[g] = ((qb[:, 0] * qa[:, 1]).sum(-1) - (qb[:, 1] * qa[:, 0]).sum(-1)).sum(0)
     theta = torch.atan2(second, first)  # (n_kv, pairs): R(theta) on every pair's rows, K's and its group's Q's
+    # the fit's residual from B's turned K rows rotated in float64 (R(theta) commutes with the residual rotation)
+    c64, s64 = theta.cos().reshape(n_kv, half, 1), theta.sin().reshape(n_kv, half, 1)
+    num = float((c64 * kb[:, 0] - s64 * kb[:, 1] - ka[:, 0]).pow(2).sum()
+                + (s64 * kb[:, 0] + c64 * kb[:, 1] - ka[:, 1]).pow(2).sum())
+    den = float(ka.pow(2).sum())
     cos, sin = theta.cos().to(b[k].dtype), theta.sin().to(b[k].dtype)
     out = dict(b)
     for name, heads in ((k, n_kv), (q, shape.n_heads)):
@@ -189,10 +209,7 @@ def _rotate_qk(a: Layer, b: dict[str, torch.Tensor], shape: GaugeShape, r: torch
         c, s_ = cos.reshape(n_kv, 1, half, 1), sin.reshape(n_kv, 1, half, 1)
         out[name] = torch.stack([c * rows[:, :, 0] - s_ * rows[:, :, 1], s_ * rows[:, :, 0] + c * rows[:, :, 1]],
                                 2).reshape(heads * shape.head_dim, d)
-    b = out
-    num = float(((b[k] @ r.T).double() - a["k_proj"].double()).pow(2).sum())
-    den = float(a["k_proj"].double().pow(2).sum())
-    return b, (num / den) ** 0.5 if den else 0.0
+    return out, (num / den) ** 0.5 if den else 0.0
 
 
 __all__ = ["align_canonical_layer", "head_features"]

@@ -351,6 +351,11 @@ def _pair_cosines(fa: list[torch.Tensor], fb: list[torch.Tensor], pick: torch.Te
     # cos(a_i, b_pick[i]) for gate, up and down rows, without normalising whole matrices
     out = []
     for x, y in zip(fa, fb, strict=True):
+        if not x.is_contiguous() and x.T.is_contiguous() and y.T.is_contiguous():  # columns (Down's): reduced along
+            xc, yc = x.T, y.T.index_select(1, pick)  # dim 0 of the stored matrices, no strided gather or norm
+            norms = (torch.linalg.vecdot(xc, xc, dim=0) * torch.linalg.vecdot(yc, yc, dim=0)).sqrt()
+            out.append(torch.linalg.vecdot(xc, yc, dim=0) / _floor(norms))
+            continue
         y = y.index_select(0, pick)
         out.append(torch.linalg.vecdot(x, y) / _floor(x.norm(dim=1) * y.norm(dim=1)))
     return out
@@ -363,8 +368,8 @@ NEAR_IDENTITY = 0.05  # match_units: a residual rotation this close to the ident
 def gate_peaks(gate: torch.Tensor) -> torch.Tensor:
     """Per hidden unit ``i``, the largest ``cos(g_i, g_k)`` over the other units ``k`` of one layer's Gate rows
     (float32; ``d_ff^2 d`` work once per reference layer): what :func:`_near_diagonal` certifies a matching against."""
-    g = _unit(gate.float())
-    sim = g @ g.T
+    g = _unit(gate.float()).numpy()
+    sim = torch.from_numpy(g @ g.T)  # numpy's product of a matrix and its transpose is one syrk: half the work
     sim.fill_diagonal_(-float("inf"))
     return sim.max(1).values
 

@@ -181,6 +181,7 @@ def resolve_view(ckpt: Checkpoint, view: str | None) -> tuple[str, str | None]:
 
 # An embedding mean below this share of its rows' RMS norm signs nothing (then the norm-weighted mean is tried).
 _ZERO_MEAN = 1e-6
+_MEANS_CHUNK = 1 << 18  # entries of an embedding block summed at a time by embedding_means (in cache)
 
 
 def embedding_means(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -194,14 +195,15 @@ def embedding_means(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch
     """
     total = weighted = None
     energy_sum, rows = 0.0, 0
-    for block in blocks:
-        wide = block.to(torch.float64)
-        energy = torch.einsum("ij,ij->i", wide, wide)  # each row's squared norm (a batched dot: 5x a strided sum)
-        part, part_weighted = torch.stack([torch.ones_like(energy), energy]) @ wide  # both sums, one pass
-        total = part if total is None else total + part
-        weighted = part_weighted if weighted is None else weighted + part_weighted
-        energy_sum, rows = energy_sum + float(energy.sum()), rows + block.shape[0]
-        del wide
+    for whole in blocks:
+        whole = whole if whole.dtype == torch.float64 else whole.to(torch.float32)
+        # in chunks of _MEANS_CHUNK entries, whose float64 copy stays in cache (10x faster than the whole block's)
+        for block in whole.split(max(1, _MEANS_CHUNK // max(whole.shape[1], 1))):
+            energy = block.pow(2).sum(1, dtype=torch.float64)
+            part, part_weighted = block.sum(0, dtype=torch.float64), energy @ block.double()
+            total = part if total is None else total + part
+            weighted = part_weighted if weighted is None else weighted + part_weighted
+            energy_sum, rows = energy_sum + float(energy.sum()), rows + block.shape[0]
     if total is None or weighted is None:
         return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64), 0.0
     return total / max(rows, 1), weighted / max(energy_sum, 1e-300), (energy_sum / max(rows, 1)) ** 0.5

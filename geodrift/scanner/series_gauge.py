@@ -47,7 +47,13 @@ from dataclasses import dataclass, field
 import torch
 
 from geodrift.errors import GeodriftError
-from geodrift.gauge.align import ORBIT_TOLERANCE, WRITERS, AlignmentReport, nearest_rotation
+from geodrift.gauge.align import (
+    ORBIT_TOLERANCE,
+    WRITERS,
+    AlignmentReport,
+    nearest_rotation,
+    nearest_rotation_and_values,
+)
 from geodrift.gauge.align_canonical import align_canonical_layer, head_features
 from geodrift.gauge.align_layer import LayerAlignment, align_layer, gate_peaks
 from geodrift.gauge.canonical import rotate_residual
@@ -130,14 +136,16 @@ class ReferenceLayers(CanonicalLayers):
 
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape) -> None:
         super().__init__({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
-                         lambda: load_canonical(ckpt, ("embed", None)), shape, label=ckpt.label)
+                         lambda: self.store.embedding, shape, label=ckpt.label)  # the token rows, read once
         self.store = ReferenceStore(shape, ckpt.label, *token_rows(ckpt))
 
     def compute(self, layer: int) -> dict[str, torch.Tensor]:
         kept = self.store.layers.get(layer)
         if kept is None:
             kept = self.store.layers[layer] = super().compute(layer)
-        return {name: value.clone() for name, value in kept.items()}  # the scan's copy is handed out and dropped
+        # the kept tensors themselves (a copy of every layer was 425 MB of writes on SmolLM2): the scan reads them and
+        # modifies none, and the other checkpoints are aligned to these same tensors
+        return dict(kept)
 
 
 class AlignedLayers(CanonicalLayers):
@@ -156,8 +164,9 @@ class AlignedLayers(CanonicalLayers):
     def __init__(self, ckpt: Checkpoint, folded: WeightSet, shape: GaugeShape, reference: ReferenceStore,
                  head_maps: str) -> None:
         super().__init__({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
-                         lambda: load_canonical(ckpt, ("embed", None)), shape, label=ckpt.label)
+                         self._embedding, shape, label=ckpt.label)
         self.ckpt, self.reference, self.head_maps = ckpt, reference, head_maps
+        self._held: torch.Tensor | None = None  # the token embedding while :meth:`start` holds it
         self.layer_info: dict[int, LayerAlignment] = {}
         self._start: tuple[torch.Tensor, float] | None = None
         self._tokens = torch.zeros(0, dtype=torch.float64)  # the token rows' cross (B^T A)
@@ -172,6 +181,10 @@ class AlignedLayers(CanonicalLayers):
         except GeodriftError:
             return torch.zeros(self.reference.embedding.shape[1], dtype=torch.float64)
 
+    def _embedding(self) -> torch.Tensor:
+        # the embedding :meth:`start` read (the signs are computed there, from the same read), else read again
+        return self._held if self._held is not None else load_canonical(self.ckpt, ("embed", None))
+
     def start(self) -> tuple[torch.Tensor, float]:
         """``(R, ||R - I||)``: the residual rotation from B's frame to the reference's (readers ``W R^T``, writers
         ``R W``) by Procrustes on the token rows (the embedding and the folded head, which no other gauge moves);
@@ -179,8 +192,15 @@ class AlignedLayers(CanonicalLayers):
         rows matched by norm too (a pass over the Gate rows first)."""
         with self._lock_start:
             if self._start is None:
-                cross = token_cross(self.reference, *token_rows(self.ckpt))
-                s = torch.linalg.svdvals(cross)
+                rows = token_rows(self.ckpt)
+                self._held = rows[0]
+                try:
+                    self.sign_reference()  # from this read of the embedding (it is not kept)
+                finally:
+                    self._held = None
+                cross = token_cross(self.reference, *rows)
+                del rows
+                rotation, s = nearest_rotation_and_values(cross)  # one SVD: the rotation and the rank check
                 if float(s[-1]) <= _DEGENERATE * max(float(s[0]), 1e-300):
                     rank = int((s > _DEGENERATE * max(float(s[0]), 1e-300)).sum())
                     for layer in sorted({layer for _, layer in self.loaders}):
@@ -190,7 +210,7 @@ class AlignedLayers(CanonicalLayers):
                     self._notes.append(f"{self.label}: its token embedding and head fix the residual rotation in "
                                        f"{rank} of {s.numel()} dimensions; it was fitted on every layer's Gate rows "
                                        "matched by norm too")
-                rotation = nearest_rotation(cross)
+                    rotation = nearest_rotation(cross)
                 distance = float(torch.linalg.matrix_norm(rotation - torch.eye(rotation.shape[0], dtype=rotation.dtype)))
                 self._start, self._tokens = (rotation.to(torch.float32), distance), cross
             return self._start
