@@ -166,7 +166,7 @@ class AlignedLayers(CanonicalLayers):
         super().__init__({key: functools.partial(folded.__getitem__, key) for key in folded.entries},
                          self._embedding, shape, label=ckpt.label)
         self.ckpt, self.reference, self.head_maps = ckpt, reference, head_maps
-        self._held: torch.Tensor | None = None  # the token embedding while :meth:`start` holds it
+        self._held_embedding: torch.Tensor | None = None  # the token embedding while :meth:`start` holds it
         self.layer_info: dict[int, LayerAlignment] = {}
         self._start: tuple[torch.Tensor, float] | None = None
         self._tokens = torch.zeros(0, dtype=torch.float64)  # the token rows' cross (B^T A)
@@ -183,7 +183,7 @@ class AlignedLayers(CanonicalLayers):
 
     def _embedding(self) -> torch.Tensor:
         # the embedding :meth:`start` read (the signs are computed there, from the same read), else read again
-        return self._held if self._held is not None else load_canonical(self.ckpt, ("embed", None))
+        return self._held_embedding if self._held_embedding is not None else load_canonical(self.ckpt, ("embed", None))
 
     def start(self) -> tuple[torch.Tensor, float]:
         """``(R, ||R - I||)``: the residual rotation from B's frame to the reference's (readers ``W R^T``, writers
@@ -193,11 +193,11 @@ class AlignedLayers(CanonicalLayers):
         with self._lock_start:
             if self._start is None:
                 rows = token_rows(self.ckpt)
-                self._held = rows[0]
+                self._held_embedding = rows[0]
                 try:
                     self.sign_reference()  # from this read of the embedding (it is not kept)
                 finally:
-                    self._held = None
+                    self._held_embedding = None
                 cross = token_cross(self.reference, *rows)
                 del rows
                 rotation, s = nearest_rotation_and_values(cross)  # one SVD: the rotation and the rank check
