@@ -24,6 +24,9 @@ from geodrift.continuity import Report
 from geodrift.io.atomic import payload_of
 
 transformers = pytest.importorskip("transformers")
+# two 135M-parameter models in memory and on disk, each job run on both faces: 2 to 3.7 GiB on its own, past the
+# default run's 3 GiB, so the module runs with the full-size checks (-m heavy, which .ci/run runs)
+pytestmark = pytest.mark.heavy
 runner = CliRunner()
 SMOLLM2 = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
            "intermediate_size": 1536, "vocab_size": 49152, "tie_word_embeddings": True, "rope_theta": 100000.0,
