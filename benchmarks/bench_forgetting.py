@@ -229,8 +229,8 @@ def _merge_lines(answer: ForgettingAnswer) -> list[str]:
         return []
     lines = ["", "## Forgetting-aware merge weights", "",
              "Per-layer interpolation `(1 - a_l) θ0 + a_l θT` between the base and each shifted run's last "
-             "checkpoint (geodrift's per-layer lerp: the `geodrift merge` library was not on main), weights "
-             "`a_l = clip(1 - v_l / (2 mean v), 0, 1)` from an indicator's per-layer values `v` (mean 1/2, as the "
+             "checkpoint (geodrift's per-layer lerp; `geodrift merge` takes one weight per model, not per layer), "
+             "weights `a_l = clip(1 - v_l / (2 mean v), 0, 1)` from an indicator's per-layer values `v` (mean 1/2, as the "
              "uniform midpoint's), against the midpoint. Δ = paired NLL difference to the midpoint on the run's "
              "windows (probe + domain, SE combined); beats/loses beyond 2 SE.", "",
              "| run | weights | probe NLL | domain NLL | Δ probe | Δ domain | Δ sum | verdict |",

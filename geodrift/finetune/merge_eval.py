@@ -1,10 +1,10 @@
 """Forgetting-aware merge weights (issue 41 item 4): per-layer interpolation between a base and its fine-tune,
 chosen by an indicator, against the uniform midpoint, on the run's own held-out windows.
 
-``geodrift.merge`` (the ``geodrift merge`` command's library, another branch) was not on main when this was
-written, so the interpolation is :func:`geodrift.finetune.probes.layer_lerp`: ``(1 - a_l) theta_0 + a_l theta_T``
-per decoder layer, the parameters outside the layers at the mean weight. For a fine-tune of one base there is no
-gauge to align (``geodrift merge``'s do-no-harm check), so a plain interpolation is that merge.
+``geodrift merge`` (:mod:`geodrift.merging`) takes one weight per model, not per layer, so the interpolation is
+:func:`geodrift.finetune.probes.layer_lerp`: ``(1 - a_l) theta_0 + a_l theta_T`` per decoder layer,
+the parameters outside the layers at the mean weight. For a fine-tune of one base there is no gauge to align
+(``geodrift merge``'s do-no-harm check), so a plain interpolation is that merge.
 
 Weights from an indicator's per-layer values ``v_l`` (:func:`indicator_weights`): ``a_l = clip(1 - v_l / (2
 mean v), 0, 1)`` - a mean of 1/2 like the midpoint's, with the layers the indicator flags kept closer to the base.
