@@ -48,6 +48,8 @@ def main() -> None:
     parser.add_argument("--repo", default=str(here), help="the repository to clone (default: this checkout's)")
     parser.add_argument("--branch", default=None, help="the branch to clone (default: this checkout's)")
     parser.add_argument("--results", type=Path, default=Path("benchmarks/RESULTS_test_command.md"))
+    parser.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "geodrift-test-command.log",
+                        help="where the test run's output is kept (the clone is removed)")
     args = parser.parse_args()
     check_results_path(args.results)
     branch = args.branch or _git("rev-parse", "--abbrev-ref", "HEAD", cwd=here)
@@ -62,9 +64,11 @@ def main() -> None:
         log = Path(tmp) / "pytest.log"
         code, wall, cpu, peak = _timed([".venv/bin/python", "-m", "pytest"], clone, log)
         text = log.read_text()
+    args.log.write_text(text)
     summary = next((line.strip("= ") for line in reversed(text.splitlines()) if re.search(r"\d+ passed", line)),
                    "no summary line")
     peak_line = next((line for line in text.splitlines() if line.startswith("peak memory")), "no peak line")
+    failures = [line for line in text.splitlines() if line.startswith(("FAILED ", "ERROR "))]
     fits = wall <= BUDGET_MIN * 60 and peak <= BUDGET_GIB
     rows = [
         "| measure | value |",
@@ -77,6 +81,7 @@ def main() -> None:
         f"| peak resident memory, largest process | {peak:.2f} GiB |",
         f"| the test that first reached the pytest process's peak | {peak_line} |",
         f"| within {BUDGET_MIN} min and {BUDGET_GIB} GiB | {'yes' if fits else 'no'} |",
+        *(f"| failed | {line} |" for line in failures),
     ]
     body = (f"The README's test command, `.venv/bin/python -m pytest`, from a fresh clone of `{branch}` at "
             f"`{commit}` with an empty Hypothesis database, after `bash scripts/setup.sh --test`.\n\n" + "\n".join(rows))
