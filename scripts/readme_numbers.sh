@@ -41,6 +41,7 @@ nice -n 10 $PY benchmarks/bench_verdicts.py --seeds 2 --shuffles 4
 flock /tmp/geodrift-bench.lock $PY benchmarks/bench_series.py
 # CLI start-up (--help / --version vs import typer)
 flock /tmp/geodrift-bench.lock $PY benchmarks/bench_cli_startup.py
+flock /tmp/geodrift-bench.lock $PY benchmarks/bench_test_command.py
 # Compression: the default prune and share runs on the embedded SmolLM2, timed, with their tables
 flock /tmp/geodrift-bench.lock $PY benchmarks/bench_compress.py --out runs/compress
 # Fuzzing the readers (6,000 mutated files)
