@@ -133,6 +133,8 @@ def one(spectrum: str, args: argparse.Namespace) -> dict[str, object]:
                                       f"same, nothing warmed ({spectrum})", args.timeout))
             load_after = os.getloadavg()
         stages = json.loads((work / "stages.json").read_text()) if (work / "stages.json").exists() else {}
+        other_stages = {other: json.loads((work / f"stages-{other}.json").read_text()) for other in args.also
+                        if (work / f"stages-{other}.json").exists()}
         methods: dict[str, int] = {}
         if (work / "scan.json").exists():
             for role in json.loads((work / "scan.json").read_text())["roles"]:
@@ -142,7 +144,7 @@ def one(spectrum: str, args: argparse.Namespace) -> dict[str, object]:
         start = time.perf_counter()
         shutil.rmtree(work, ignore_errors=True)
         removed = time.perf_counter() - start
-    return {"existing": args.checkpoint is not None, "spectrum": spectrum, "view": args.view, "size": size, "layers": args.layers, "row": row, "rows": rows, "stages": stages, "methods": methods, "dropped": dropped,
+    return {"existing": args.checkpoint is not None, "spectrum": spectrum, "view": args.view, "size": size, "layers": args.layers, "row": row, "rows": rows, "stages": stages, "other_stages": other_stages, "methods": methods, "dropped": dropped,
             "load_before": load_before, "load_after": load_after,
             "wall": {"write checkpoint": written, "drop caches": drop_s, "scan (child)": float(row["wall_s"]),  # type: ignore[arg-type]
                      "remove checkpoint": removed}}
@@ -187,22 +189,29 @@ def section(result: dict[str, object], per_shard: int) -> list[str]:
              f"{'; an existing copy, --checkpoint, so no write time' if result.get('existing') else ''}). "
              f"{result['dropped']}; the scan is a fresh child process (`geodrift scan DIR {_view_flag(str(result['view']))}"
              "--brief --json-out`), its peak RSS `ru_maxrss`.", "",
-             "| child | peak RSS (GB) | wall (s) | CPU, user + system (s) | exit |", "|---|---:|---:|---:|---:|",
+             "| child | peak RSS (GB) | wall (s) | CPU, user + system (s) | of which system (s) | minor page faults "
+             "| exit |", "|---|---:|---:|---:|---:|---:|---:|",
              *[f"| {r['label']} | {float(r['peak_rss_gb']):.3f} | {float(r['wall_s']):.1f} | {float(r['cpu_s']):.1f} | "
-               f"{r['exit']} |" for r in result["rows"]], "",  # type: ignore[attr-defined]
+               f"{float(r.get('system_s', float('nan'))):.1f} | {int(r.get('minor_faults', 0)):,} | {r['exit']} |"
+               for r in result["rows"]], "",  # type: ignore[attr-defined]
              f"- wall {wall:.0f} s ({wall / 60:.1f} min; target <= {target / 60:.0f} min: "
              f"{'met' if wall <= target else 'MISSED'}); peak RSS {rss:.2f} GB (target < {TARGET_RSS_GB} GB: "
              f"{'met' if rss < TARGET_RSS_GB else 'MISSED'}); SVD methods {result['methods']}",
              *_ratios(result["rows"]),  # type: ignore[arg-type]
              f"- load average (1 min) before {load_before[0]:.1f}, after {load_after[0]:.1f} "
              "(other engineers' work shares the 2 cores when it is above ~1)", ""]
+    columns = {_view_label(str(result["view"])): stages, **{_view_label(v): st for v, st in
+                                                             result.get("other_stages", {}).items()}}  # type: ignore[attr-defined]
     seconds = stages.get("seconds", {})
-    calls = stages.get("calls", {})
     if seconds:
-        lines += ["Stages of the scan child (exclusive seconds per thread, summed over the reader thread and both SVD "
-                  "workers, so they can exceed the wall time):", "", "| stage | seconds | calls |", "|---|---:|---:|"]
-        for stage, s in sorted(seconds.items(), key=lambda item: -item[1]):
-            lines.append(f"| {stage} | {s:.1f} | {calls.get(stage, 0)} |")
+        names = list(columns)
+        lines += ["Stages of each scan child (exclusive seconds per thread, summed over the reader thread and both SVD "
+                  "workers, so they can exceed the wall time; calls in brackets):", "",
+                  "| stage | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for stage, _ in sorted(seconds.items(), key=lambda item: -item[1]):
+            cells = [f"{col.get('seconds', {}).get(stage, 0.0):.1f} ({col.get('calls', {}).get(stage, 0)})"
+                     for col in columns.values()]
+            lines.append(f"| {stage} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 

@@ -180,7 +180,8 @@ def run_child(argv: list[str], label: str, timeout: float) -> dict[str, object]:
     cpu = usage.ru_utime + usage.ru_stime  # on a shared machine: what the child got, beside its wall time
     print(f"  {label:<26} peak RSS {peak_gb:6.3f} GB  wall {wall:7.1f} s  CPU {cpu:7.1f} s  exit {code}  {stderr[-200:]}",
           flush=True)
-    return {"label": label, "peak_rss_gb": peak_gb, "wall_s": wall, "cpu_s": cpu, "exit": code, "note": stderr[-300:]}
+    return {"label": label, "peak_rss_gb": peak_gb, "wall_s": wall, "cpu_s": cpu, "exit": code, "note": stderr[-300:],
+            "system_s": usage.ru_stime, "minor_faults": usage.ru_minflt}  # system time: mostly fresh pages faulted in
 
 
 def main() -> None:

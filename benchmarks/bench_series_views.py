@@ -18,6 +18,7 @@ Usage (writes ``--out``, default benchmarks/RESULTS_series_views.md, stamped wit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -28,6 +29,7 @@ from safetensors.torch import load_file, save_file
 
 from geodrift.continuity import MeasureSpec
 from geodrift.io.provenance import check_results_path, command_line, load_average, stamp, write_results
+from geodrift.jobs.series import CompareRequest, DriftRequest
 from geodrift.lm.hf import save_hf
 from geodrift.pretrained import llama_from_checkpoint, open_llama
 from geodrift.scanner.series import compare, drift
@@ -48,6 +50,11 @@ def series(root: Path, count: int, eps: float) -> list[str]:
     return paths
 
 
+def default_k(request: type) -> int:
+    """The command's own default ``--k`` (drift keeps 4 vectors, compare compares 8-dimensional subspaces)."""
+    return int(next(f.default for f in dataclasses.fields(request) if f.name == "k"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--counts", default="2,4,8")
@@ -63,13 +70,14 @@ def main() -> None:
     counts = [int(c) for c in args.counts.split(",")]
     layers = None if args.layers is None else list(range(int(args.layers.split("-")[0]),
                                                          int(args.layers.split("-")[1]) + 1))
-    spec = MeasureSpec(k=4, null_draws=args.null_draws)
+    spec = MeasureSpec(k=default_k(DriftRequest), null_draws=args.null_draws)
+    compare_spec = MeasureSpec(k=default_k(CompareRequest), null_draws=args.null_draws)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         paths = series(Path(tmp), max(counts), args.eps)
         jobs = [(f"drift of {n} checkpoints", n, lambda view, n=n: drift(paths[:n], spec, view=view, layers=layers))
                 for n in counts]
-        jobs.append(("compare of 2 checkpoints", 2, lambda view: compare(paths[0], paths[1], spec, view=view,
+        jobs.append(("compare of 2 checkpoints", 2, lambda view: compare(paths[0], paths[1], compare_spec, view=view,
                                                                         layers=layers)))
         for view in (None, "folded"):  # warm-up: imports, thread pools
             drift(paths[:2], spec, view=view, layers=[0, 1])
@@ -87,7 +95,8 @@ def main() -> None:
             print(rows[-1], seconds, cpu, flush=True)
     lines = [f"1 torch thread; the embedded SmolLM2-135M (float32 Hugging Face folders, layers "
              f"{args.layers or '0-29'}), each checkpoint the last plus noise of {args.eps:g} of each matrix's std; "
-             f"k = 4, {args.null_draws} null draws; median of {args.repeats} runs of each view, interleaved, after a "
+             f"each command's default k ({spec.k} for drift, {compare_spec.k} for compare), {args.null_draws} null draws; "
+             f"median of {args.repeats} runs of each view, interleaved, after a "
              "warm-up. Default: canonical reference, every other checkpoint aligned to it; folded: norm gains folded, "
              "no gauge fixed.", "",
              "| job | checkpoints | default s | default s / checkpoint | folded s | folded s / checkpoint | "
