@@ -60,6 +60,18 @@ PLANS = {
              "ties": {"ft2": ("auto", "off", "on"), "random exact gauge": ("auto",)}},
     "ties-do-no-harm": {"ties": {"ft2": ("auto", "off")}},
     "ties-gauge": {"ties": {"ft2": ("auto",), "random exact gauge": ("auto",)}},
+    "folds": {method: {"ft2": ("auto", "mergekit"), "AWQ fold": ("auto", "mergekit"),
+                       "Hadamard rotation": ("auto", "mergekit")} for method in ("linear", "ties")},
+}
+PLAN_NOTES = {  # what each plan leaves out, in the results file's words
+    "full": "Run on a shared 2-core machine, the plan is cut to what fits: every gauge under `linear`, the random gauge "
+            "under `ties`, `--align off` and mergekit on the random gauge and on ft2 (`--plan folds` adds the rest of "
+            "mergekit's rows: RESULTS_merge_folds.md).",
+    "auto": "`--plan auto`: only the rows that `--align auto`'s one-gauge rule moves; no mergekit here.",
+    "ties-do-no-harm": "`--plan ties-do-no-harm`: `ties` on the two fine-tunes, `--align auto` and `off` only.",
+    "ties-gauge": "`--plan ties-gauge`: `ties --align auto` on ft2 and on its random exact gauge only.",
+    "folds": "`--plan folds`: the AWQ fold and the Hadamard rotation under `linear` and `ties`, `--align auto` and "
+             "mergekit (the full plan's RESULTS_merge.md has the random gauge and `--align off`).",
 }
 
 
@@ -217,11 +229,7 @@ def main() -> None:
               "0.5); X = ft2 or a gauged copy. ΔNLL = NLL(merge with X) − NLL(merge with ft2) under the same tool and "
               "options; the acceptance bound is 0.005 nats. mergekit 0.1.4 (`mergekit-yaml`, its `linear` and "
               "`ties` with the same weights and density) on the same folders, for the record. Each geodrift merge runs "
-              "as the command (`geodrift merge ... --json`) in its own process. Run on a shared 2-core machine, the "
-              "plan is cut to what fits: every gauge under `linear`, the random gauge under `ties`, `--align off` "
-              "and mergekit on the random gauge and on ft2" + (
-                  "." if args.plan == "full" else f" (`--plan {args.plan}`: only the rows that `--align auto`'s one-gauge "
-                  "rule moves; no mergekit here: the full plan's run is `git show 522d9d2:benchmarks/RESULTS_merge.md`)."),
+              "as the command (`geodrift merge ... --json`) in its own process. " + PLAN_NOTES[args.plan],
               "",
               "| method | X | geodrift --align auto | ΔNLL | --align off | ΔNLL | mergekit | ΔNLL | within 0.005 (auto) |",
               "|---|---|---|---|---|---|---|---|---|"]
