@@ -22,6 +22,7 @@ import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -245,7 +246,9 @@ class CanonicalLayers:
         self.loaders, self.embedding, self.shape, self.steps = loaders, embedding, shape, steps
         self.keep, self.label = keep, label
         self._lock = threading.Lock()
-        self._layers: OrderedDict[int, dict[str, torch.Tensor]] = OrderedDict()
+        self._layers: OrderedDict[int, Future[dict[str, torch.Tensor]]] = OrderedDict()  # per_layer: computing or done
+        self._helper: ThreadPoolExecutor | None = None  # per_layer: computes the layers (see _from_layer)
+        self.layers_read: list[int] | None = None  # per_layer: the layers the scan reads (None: every layer)
         self._groups: OrderedDict[tuple[int, str], dict[str, torch.Tensor]] = OrderedDict()
         self._maps: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
         self._held: dict[tuple[int, str], torch.Tensor] = {}  # a gated MLP's Gate, read for its maps (see _gated)
@@ -318,17 +321,39 @@ class CanonicalLayers:
             return value
 
     def _from_layer(self, role: str, layer: int) -> torch.Tensor:
+        # A whole layer is computed on a helper thread, and the next layer is started as soon as this one is asked
+        # for: the series' canonical form and alignment of layer l + 1 (an aligned checkpoint's critical path) overlap
+        # with layer l's SVDs, instead of waiting for the read-ahead to reach it (bench_series_views.py). One layer at
+        # a time on the helper, so the computations run in the order they ran before, with the same results.
         name = NAME_OF[role]
         with self._lock:
-            cached = self._layers.get(layer)
-            if cached is None or name not in cached:
-                cached = self._layers[layer] = self.compute(layer)
-                while len(self._layers) > self.keep:
-                    self._layers.popitem(last=False)
+            pending = self._layer_future(layer)
+            read = self.layers_read or {at for _, at in self.loaders if at is not None}
+            later = sorted(at for at in read if at > layer)
+            if later:
+                self._layer_future(later[0])
+        cached = pending.result()
+        with self._lock:
+            if name not in cached:  # asked for again: computed again, here
+                cached = self.compute(layer)
             value = cached.pop(name)
-            if not cached:
-                self._layers.pop(layer, None)
+            if not cached and self._layers.get(layer) is pending:
+                self._layers.pop(layer)
+                if not later and self._helper is not None:  # the last layer handed over: the helper thread ends
+                    self._helper.shutdown(wait=False)
+                    self._helper = None
             return value
+
+    def _layer_future(self, layer: int) -> Future[dict[str, torch.Tensor]]:
+        # under self._lock: the computation of ``layer`` (started now, on the helper thread, if it was not)
+        pending = self._layers.get(layer)
+        if pending is None:
+            if self._helper is None:
+                self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canonical-layers")
+            pending = self._layers[layer] = self._helper.submit(self.compute, layer)
+            while len(self._layers) > self.keep:
+                self._layers.popitem(last=False)
+        return pending
 
     def _gated(self, role: str, layer: int, maps_only: bool = False) -> torch.Tensor:
         # A gated MLP in two passes: its maps from the matrices read two at a time (kept per layer, a few vectors; the

@@ -175,7 +175,7 @@ def decompose_checkpoint(model: Any, spec: MeasureSpec, *, view: str | None = No
         report, kept = _measure(ws, heads, spec, progress)
         return report, kept, None
     ckpt = model if isinstance(model, Checkpoint) else open_model(model, names)
-    aligned, source = aligned_weightset(ckpt, reference, head_maps)
+    aligned, source = aligned_weightset(ckpt, reference, head_maps, layers)
     report, kept = _measure(aligned.select(roles, layers), heads, spec, progress, source.rotated)
     return report, kept, source.report()
 
@@ -390,7 +390,7 @@ def _decompose_series(models: list[Any], view: str, spec: MeasureSpec, progress:
         ckpt = models[0] if isinstance(models[0], Checkpoint) else open_model(models[0], options.get("names"))
         _check_reference_memory(ckpt, options.get("max_memory"))
         _, heads = plan_checkpoint(ckpt, spec, **options)
-        ws, store = reference_weightset(ckpt)
+        ws, store = reference_weightset(ckpt, options.get("layers"))
         first = [(*_measure(ws.select(options.get("roles"), options.get("layers")), heads, spec, progress), None)]
         store.spectra = first[0][1]  # the reference's kept triplets: the others' residual rotation is refitted on them
         rest = [(model, spec, {**options, "reference": store, "head_maps": head_maps}) for model in models[1:]]

@@ -308,18 +308,21 @@ def token_cross(reference: ReferenceStore, embedding: torch.Tensor, head: torch.
     return cross + (hb.float().T @ ha.float()).double()
 
 
-def reference_weightset(ckpt: Checkpoint) -> tuple[WeightSet, ReferenceStore]:
+def reference_weightset(ckpt: Checkpoint, layers: list[int] | None = None) -> tuple[WeightSet, ReferenceStore]:
     """The reference's canonical WeightSet, reading through a :class:`ReferenceLayers` that keeps its layers in the
-    returned store (filled as the WeightSet is read)."""
+    returned store (filled as the WeightSet is read); ``layers``: those the scan selects (None: all)."""
     shape = check_canonical(ckpt)
     folded = weightset(ckpt, "folded")
     source = ReferenceLayers(ckpt, folded, shape)
+    source.layers_read = layers
     return canonical_weightset(ckpt, folded, source), source.store
 
 
-def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: str) -> tuple[WeightSet, AlignedLayers]:
+def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: str, layers: list[int] | None = None
+                      ) -> tuple[WeightSet, AlignedLayers]:
     """A checkpoint's canonical WeightSet aligned to ``reference`` on its head and hidden side, its matrices in its own
-    residual frame: decompose it, then turn its triplets by :meth:`AlignedLayers.rotated`."""
+    residual frame: decompose it, then turn its triplets by :meth:`AlignedLayers.rotated`; ``layers``: those the scan
+    selects (None: all)."""
     shape = check_canonical(ckpt)
     if shape != reference.shape:
         raise GeodriftError(f"{ckpt.label} has {shape.n_heads}/{shape.n_kv_heads} heads of {shape.head_dim} but "
@@ -327,6 +330,7 @@ def aligned_weightset(ckpt: Checkpoint, reference: ReferenceStore, head_maps: st
                             f"{reference.shape.head_dim}; a series needs checkpoints of one architecture")
     folded = weightset(ckpt, "folded")
     source = AlignedLayers(ckpt, folded, shape, reference, head_maps)
+    source.layers_read = layers
     return canonical_weightset(ckpt, folded, source), source
 
 
