@@ -17,6 +17,7 @@ import torch
 # Elements gathered per chunk of the permutation null (about 2 MB of float32): the gathered block
 # stays in cache for the multiply-and-sum that follows - 4x faster than 64 MB chunks on SmolLM2.
 _NULL_CHUNK_ELEMENTS = 2**19
+_INT32_MAX = 2**31 - 1
 
 
 def adjacent_abs_cos(vectors: torch.Tensor) -> torch.Tensor:
@@ -221,9 +222,11 @@ def random_permutations(draws: int, n_pairs: int, d: int, generator: torch.Gener
         generator: the only source of randomness.
 
     Returns:
-        ``(draws, n_pairs, d)`` int64 indices.
+        ``(draws, n_pairs, d)`` int32 indices (the permutations int64 would hold, in half the memory: an 8B's
+        14336-wide bank of 100 draws is 178 MB instead of 355 MB; ``index_select`` gathers by them 2x faster;
+        ``torch.gather`` wants them as int64: ``.long()`` a chunk at a time).
     """
-    out = torch.empty(draws * n_pairs, d, dtype=torch.int64)
+    out = torch.empty(draws * n_pairs, d, dtype=torch.int32 if d <= _INT32_MAX else torch.int64)
     for row in out:
         torch.randperm(d, generator=generator, out=row)
     return out.view(draws, n_pairs, d)
@@ -236,10 +239,12 @@ def flat_permutation_index(permutations: torch.Tensor) -> torch.Tensor:
         permutations: ``(draws, n_pairs, d)`` from :func:`random_permutations`.
 
     Returns:
-        ``(draws, n_pairs * d)`` int64: entry ``l * d + i`` of a row is ``l * d + P_l(i)``.
+        ``(draws, n_pairs * d)`` int32 (int64 past int32's range): entry ``l * d + i`` of a row is ``l * d + P_l(i)``.
     """
     draws, n_pairs, d = permutations.shape
-    offsets = (torch.arange(n_pairs, dtype=torch.int64) * d).view(1, -1, 1)
+    wide = torch.int32 if n_pairs * d <= _INT32_MAX else torch.int64
+    offsets = (torch.arange(n_pairs, dtype=wide) * d).view(1, -1, 1)
+    permutations = permutations.to(wide)
     return (permutations + offsets).reshape(draws, n_pairs * d)
 
 

@@ -24,7 +24,7 @@ from strategies import examples, gauge_draws
 import geodrift
 from geodrift.continuity import Report
 from geodrift.errors import GeodriftError
-from geodrift.gauge.canonical import canonicalise
+from geodrift.gauge.canonical import canonicalise, column_norms
 from geodrift.gauge.orbit import GaugeShape, random_gauge
 from geodrift.lm.hf import hf_config, save_hf
 from geodrift.lm.llama import LlamaLM
@@ -249,3 +249,16 @@ def test_the_canonical_view_of_the_gguf_equals_that_of_the_same_weights_as_safet
     for role in ("attn_q", "attn_k", "attn_v", "attn_o"):
         a, b = gguf[(role, 3)], safetensors[(role, 3)]
         assert float((a - b).abs().max() / a.abs().max()) < 1e-5, role
+
+
+@pytest.mark.parametrize("columns", [1536, 1024 + 37, 5])
+def test_column_norms_sum_each_column_as_one_vecdot_does(columns: int):
+    # column_norms sums the squares 512 columns at a time (no full-size temporary): bitwise one vecdot's norms where
+    # the width is a multiple of the block (SmolLM2's 1536, an 8B's 14336), to rounding elsewhere; float64 on overflow
+    x = torch.randn(300, columns, generator=torch.Generator().manual_seed(columns))
+    whole = torch.linalg.vecdot(x, x, dim=0).sqrt()
+    if columns % 512 == 0:
+        assert torch.equal(column_norms(x), whole)
+    assert torch.allclose(column_norms(x), whole, rtol=1e-6, atol=0.0)
+    huge = column_norms(torch.full((2, 3), 3e38))
+    assert torch.allclose(huge, torch.full((3,), 3e38 * 2 ** 0.5, dtype=torch.float64))

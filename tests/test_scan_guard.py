@@ -192,3 +192,43 @@ def test_a_gguf_warms_its_large_matrices_too(monkeypatch):
     scan(ws, MeasureSpec(null_draws=10), heads=heads)
     assert sorted(warmed) == sorted(f"blk.{layer}.ffn_{kind}.weight" for layer in range(3) for kind in ("gate", "up", "down"))
     assert set(warmed.values()) == {1}
+
+
+def _canonical_scan_counting_mlp_maps(folder: Any, prefetch_max: int) -> tuple[Counter[tuple[str, bool]], Any]:
+    # the default (canonical) view's scan; counts each gated matrix mapped (apply_gated), and whether off the main thread
+    import threading
+
+    from geodrift.continuity import schedule
+    from geodrift.scanner import canonical_view
+
+    mapped: Counter[tuple[str, bool]] = Counter()
+    real_apply = canonical_view.apply_gated
+
+    def apply(kind: str, weight: torch.Tensor, maps: Any) -> torch.Tensor:
+        mapped[(kind, threading.current_thread() is not threading.main_thread())] += 1
+        return real_apply(kind, weight, maps)
+
+    patch = pytest.MonkeyPatch()
+    try:
+        patch.setattr(schedule, "PREFETCH_MAX_NUMEL", prefetch_max)
+        patch.setattr(canonical_view, "apply_gated", apply)
+        ws, heads = load_weights(folder, "canonical")
+        report = scan(ws, MeasureSpec(svd="topk", null_draws=20), heads=heads)
+    finally:
+        patch.undo()
+    return mapped, report
+
+
+def test_the_canonical_view_makes_each_large_mlp_matrix_ahead_on_the_reader_thread_and_the_report_does_not_change(
+        tmp_path):
+    from _checkpoints import hf_config, llama_state, write_hf_folder
+
+    # As above: Gate/Up/Down (10240 entries) are "large" under a 4096 limit, so the scan reads them on its main thread
+    # after warming them; the canonical view's warm-up makes each whole there (once), and the main thread only takes it.
+    folder = write_hf_folder(tmp_path / "m", llama_state(4, d=64, n_heads=4, n_kv=2, d_ff=160),
+                             hf_config(n_layers=4, d=64, n_heads=4, n_kv=2, d_ff=160), shards=2)
+    mapped, report = _canonical_scan_counting_mlp_maps(folder, 64 * 64)
+    assert mapped == Counter({(kind, True): 4 for kind in ("gate", "up", "down")})
+    # Nothing large (every matrix read ahead whole, as before): the same report, number for number.
+    _, same = _canonical_scan_counting_mlp_maps(folder, 2**24)
+    assert report.view == "canonical" and same.to_dict() == report.to_dict()

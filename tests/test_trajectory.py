@@ -137,7 +137,7 @@ def _independent_nulls(vectors: torch.Tensor, lags: list[int], draws: int, g: to
     lag_samples = torch.stack([metrics.permuted_abs_cos(lag_pairs(vectors.unsqueeze(1), k), draws, g)[:, ::2, 0].mean(1)
                                for k in lags], 1)
     perms = metrics.random_permutations(draws, vectors.shape[0], vectors.shape[1], g)
-    evr = pca_explained_variance(torch.gather(vectors.expand(draws, *vectors.shape), 2, perms))
+    evr = pca_explained_variance(torch.gather(vectors.expand(draws, *vectors.shape), 2, perms.long()))
     return evr, lag_samples
 
 

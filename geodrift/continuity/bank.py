@@ -94,7 +94,7 @@ class PermutationBank:
             return self._layer_perms[key]
         layers = [torch.arange(dim, dtype=torch.int64).expand(stop - start, dim)]
         for layer in range(n_layers - 1):
-            layers.append(torch.gather(pairs[:, layer], 1, layers[-1]))
+            layers.append(torch.gather(pairs[:, layer].long(), 1, layers[-1]))  # the bank is int32
         composed = torch.stack(layers, 1)
         size = composed.numel() * composed.element_size()
         if sum(t.numel() * t.element_size() for t in self._layer_perms.values()) + size <= LAYER_MEMO_BYTES:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from geodrift.continuity.measure import NULL_MAX_VECTORS, MeasureSpec
 
-_BANK_BYTES_PER_ENTRY = 8 + 4 + 8  # int64 permutation, float32 key, argsort workspace
+_BANK_BYTES_PER_ENTRY = 4 + 4  # int32 permutation and its int32 flat gather index (geodrift.metrics)
 
 
 def estimate_bytes(shapes: Mapping[str, tuple[int, int, int]], spec: MeasureSpec) -> int:

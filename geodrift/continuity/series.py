@@ -205,7 +205,7 @@ def _permuted_overlap(A: torch.Tensor, B: torch.Tensor, perms: torch.Tensor) -> 
     chunk = max(1, _CHUNK_ELEMENTS // (n_layers * k * dim))
     out = []
     for start in range(0, draws, chunk):
-        p = perms[start:start + chunk]
+        p = perms[start:start + chunk].long()  # the bank is int32; gather wants int64
         permuted = torch.gather(B.expand(p.shape[0], n_layers, k, dim), 3,
                                 p.unsqueeze(2).expand(p.shape[0], n_layers, k, dim))
         cross = A.unsqueeze(0) @ permuted.transpose(-1, -2)  # (n, L, k, k)

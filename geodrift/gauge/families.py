@@ -40,19 +40,17 @@ from collections.abc import Callable
 import torch
 
 from geodrift.gauge.canonical import (  # the MLP's steps as canonical_mlp takes them, replaced matrix by matrix
-    _TINY,
     _balanced_vo,
-    _descending,
-    _finite,
     _head_grams,
     _head_rows,
     _order_from_grams,
-    _positive_product,
-    _row_norms_for_order,
     canonical_qk,
     canonical_vo,
+    column_norms,
     head_order,
+    mlp_maps,
     sign_scores,
+    unit_keys,
 )
 from geodrift.gauge.orbit import GaugeShape
 
@@ -175,15 +173,8 @@ def gated(layer: Layer, prefix: str = "mlp_", suffix: str = "") -> Layer:
     matrix replaced in ``layer`` as soon as it is done (one new matrix at a time, not three: an 8B layer's MLP
     is 0.7 GB in float32)."""
     gate, up, down = _unit_roles(layer, prefix, suffix)
-    g, u, dn = layer[gate], layer[up], layer[down]
-    sign = _finite(_positive_product, g, u).to(u.dtype)
-    up_norm = _finite(lambda x: x.norm(dim=1), u)
-    down_norm = _finite(lambda x: torch.linalg.vecdot(x, x, dim=0).sqrt(), dn)
-    scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
-    factor = sign * scale.to(u.dtype)
-    order = _descending(_row_norms_for_order(g), up_norm * scale)
-    kept = factor.index_select(0, order)
-    del g, u, dn  # the dict holds the only references: each old matrix is freed as its new one replaces it
+    order, kept = mlp_maps(unit_keys(layer[gate], layer[up]), column_norms(layer[down]))
+    # the dict holds the only references: each old matrix is freed as its new one replaces it
     layer[gate] = layer[gate].index_select(0, order)
     layer[up] = layer[up].index_select(0, order).mul_(kept.reshape(-1, 1))
     layer[down] = layer[down].index_select(1, order).div_(kept.reshape(1, -1))
@@ -194,18 +185,8 @@ def gated_maps(load_gate: Callable[[], torch.Tensor], load_up: Callable[[], torc
                load_down: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`gated`'s maps from matrices loaded one or two at a time: ``(order, factor)``, the canonical unit order
     and each canonical unit's Up factor (its Down column is divided by it); see :func:`apply_gated`."""
-    g, u = load_gate(), load_up()
-    sign = _finite(_positive_product, g, u).to(u.dtype)
-    up_norm = _finite(lambda x: x.norm(dim=1), u)
-    key = _row_norms_for_order(g)
-    del g, u
-    dn = load_down()
-    down_norm = _finite(lambda x: torch.linalg.vecdot(x, x, dim=0).sqrt(), dn)
-    del dn
-    scale = torch.where((up_norm > _TINY) & (down_norm > _TINY), (down_norm / up_norm.clamp_min(_TINY)).sqrt(), 1.0)
-    factor = sign * scale.to(sign.dtype)
-    order = _descending(key, up_norm * scale)
-    return order, factor.index_select(0, order)
+    down_norm = column_norms(load_down())  # Down first and freed: a caller may keep the Gate and Up it loads
+    return mlp_maps(unit_keys(load_gate(), load_up()), down_norm)
 
 
 def apply_gated(kind: str, weight: torch.Tensor, maps: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -251,7 +251,8 @@ class CanonicalLayers:
         self.layers_read: list[int] | None = None  # per_layer: the layers the scan reads (None: every layer)
         self._groups: OrderedDict[tuple[int, str], dict[str, torch.Tensor]] = OrderedDict()
         self._maps: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._held: dict[tuple[int, str], torch.Tensor] = {}  # a gated MLP's Gate, read for its maps (see _gated)
+        self._held: dict[tuple[int, str], torch.Tensor] = {}  # a gated MLP's Gate and Up, read for its maps (_gated)
+        self._ready: dict[tuple[str, int], torch.Tensor] = {}  # a large gated matrix made ahead by warm (one at most)
         self._reference: torch.Tensor | None = None
 
     def sign_reference(self) -> torch.Tensor:
@@ -303,7 +304,9 @@ class CanonicalLayers:
             return self._from_layer(role, layer)
         group = group_of(role)
         if self._gated_role(role):
-            return self._gated(role, layer)
+            with self._lock:
+                ready = self._ready.pop((role, layer), None)
+            return ready if ready is not None else self._gated(role, layer)
         with self._lock:
             cached = self._groups.get((layer, group))
             if cached is None or role not in cached:
@@ -356,31 +359,43 @@ class CanonicalLayers:
         return pending
 
     def _gated(self, role: str, layer: int, maps_only: bool = False) -> torch.Tensor:
-        # A gated MLP in two passes: its maps from the matrices read two at a time (kept per layer, a few vectors; the
-        # scan's reader thread computes them ahead: warm), then Up and Down read again (the page cache holds them) and
-        # mapped when asked for: at most two resident matrices instead of three (an 8B layer's MLP is 0.7 GB in
-        # float32).
+        # A gated MLP in two passes: its maps from the three matrices (kept per layer, a few vectors; the scan's reader
+        # thread computes them ahead: warm), then each matrix mapped when asked for. The maps pass reads Down (and
+        # frees it), then Gate and Up; one started for the Gate (the scan asks for Gate, Up, Down in turn) keeps those
+        # two for their own loads, and Down is read again (the page cache holds it): three resident matrices at most,
+        # as when Down is mapped beside the Up being decomposed (an 8B layer's MLP is 0.7 GB in float32).
         prefix, kind = role.split("_", 1)
         with self._lock:
             maps = self._maps.get((layer, prefix))
             if maps is None:
-                # the Gate read for the maps is kept for its own load, asked for next (no more resident than the
-                # maps' pass holds: Gate with Up, then Gate with Down); one held at most
                 def load(which: str) -> torch.Tensor:
                     weight = self.loaders[(f"{prefix}_{which}", layer)]().to(torch.float32)
-                    if which == "gate" and kind == "gate":
-                        self._held.clear()
-                        self._held[(layer, prefix)] = weight
+                    if kind == "gate" and which in ("gate", "up"):
+                        if which == "gate":  # another layer's unclaimed ones are dropped
+                            self._held.clear()
+                        self._held[(layer, f"{prefix}_{which}")] = weight
                     return weight
 
                 maps = self._maps[(layer, prefix)] = gated_maps(*(functools.partial(load, which)
                                                                   for which in ("gate", "up", "down")))
                 while len(self._maps) > 2 * self.keep:
                     self._maps.pop(next(iter(self._maps)))
-            held = self._held.pop((layer, prefix), None) if kind == "gate" and not maps_only else None
+            held = None if maps_only else self._held.pop((layer, role), None)
         if maps_only:
             return maps[1]
         return apply_gated(kind, held if held is not None else self.loaders[(role, layer)]().to(torch.float32), maps)
+
+    def _prepare(self, role: str, layer: int) -> None:
+        # A large gated matrix made whole on the reader thread while the previous matrix is decomposed: the scan reads
+        # a large matrix on its main thread, after dropping the previous one, and decomposes it there with every BLAS
+        # thread, so its read and mapping (an 8B Up: read again, gathered, scaled) were serial with the SVDs. One
+        # prepared matrix at most (an unclaimed one is dropped first): the scan then holds the matrix it decomposes
+        # and the next, as the folded view holds one plus its read (RESULTS_scan_8b_cold_default.md).
+        with self._lock:
+            self._ready.clear()
+        matrix = self._gated(role, layer)
+        with self._lock:
+            self._ready[(role, layer)] = matrix
 
     def _gated_role(self, role: str) -> bool:
         group = group_of(role)
@@ -390,7 +405,8 @@ class CanonicalLayers:
     def warm(self, role: str, layer: int, warms: dict[tuple[str, int], Callable[[], None]]) -> None:
         """Get ``(role, layer)`` ready before it is loaded (the scan calls it on its reader thread while the previous
         matrix is decomposed, so a cold read and this work overlap with that): a gated MLP's maps computed (its three
-        matrices read once, which also brings them into the page cache); otherwise the stored bytes of the role and,
+        matrices read once, which also brings them into the page cache) and the canonical matrix itself made, held
+        until :meth:`load` takes it; otherwise the stored bytes of the role and,
         where its group (or layer) is not computed yet, of the rest of it (``warms``: the folded entries' warm-ups).
         Never raises (a failure is reported by :meth:`load`)."""
         try:
@@ -398,6 +414,7 @@ class CanonicalLayers:
                 prefix = role.split("_", 1)[0]
                 if (layer, prefix) not in self._maps:
                     self._gated(f"{prefix}_gate", layer, maps_only=True)
+                self._prepare(role, layer)
                 return
             with self._lock:
                 done = layer in self._layers if self.per_layer else (layer, group_of(role)) in self._groups
