@@ -11,7 +11,8 @@ of :data:`geodrift.architectures.ARCHITECTURES` (through transformers, built fro
   both to float32);
 - ``G = sum J_c^T J_c`` over chunks of random token sequences (every token drawn, :func:`rows_for` of them:
   each position's logits carry at most ``d`` independent rows), its eigenvalues; a singular value of ``J``
-  below :data:`THRESHOLD` times the largest counts as null, and the gap around it is reported;
+  below :data:`THRESHOLD` times the largest counts as null, and the gap around it is reported (the small singular
+  values recomputed from ``J`` itself, not read off its Gram: :func:`singular_values`);
 - the tangents of every continuous generator the table lists (:mod:`geodrift.gauge.generators`, by
   ``torch.func.jacfwd`` at the identity): their rank (they are independent) and ``|J t| / (|J| |t|)`` (each
   lies in the null space).
@@ -42,7 +43,9 @@ from geodrift.scanner.role_state import role_state
 SIZES: dict[str, int] = {"L": 2, "d": 16, "H": 4, "Hkv": 2, "hd": 4, "f": 8, "V": 24, "n_pos": 8, "E": 3,
                          "fe": 4, "fs": 4}
 SEQ = 8  # tokens per sequence (= the learned positions of gpt2)
-THRESHOLD = 1e-6  # a singular value of J below THRESHOLD * the largest is null
+THRESHOLD = 1e-9  # a singular value of J below THRESHOLD * the largest is null (singular_values: the null ones read
+# ~1e-13, the smallest kept ones 1.5e-6 to 3e-5 at SIZES: decades on either side)
+REFINE_BELOW = 1e-4  # singular values below this share of the largest are recomputed from J itself (singular_values)
 EXACT = 1e-9  # relative logit change of an exact map (float64, epsilon 0)
 CHUNK = 4  # sequences per Jacobian chunk
 
@@ -234,14 +237,15 @@ def measure_model(model: torch.nn.Module, architecture: str, sizes: dict[str, in
 
     with float64_forward(model):
         checks = _exact_maps(model, rs, layout, row, generator)  # first: a forward under jacrev may cache wrapped tensors
-        gram, jt = gram_of(outputs, params, tangents, inputs(n_seq))
+        gram, jt, blocks = gram_of(outputs, params, tangents, inputs(n_seq))
     out = count_null(architecture, gram, jt, tangents, n_seq * SEQ * sizes["d"], sizes,
-                     {g: layout.size(g) for g in row.continuous()})
+                     {g: layout.size(g) for g in row.continuous()}, blocks)
+    del gram, blocks
     out.discrete, out.draws = checks
     if out.measured > out.derived:
         with float64_forward(model):
-            gram, jt = gram_of(outputs, params, tangents, inputs(2 * n_seq))
-        again = count_null(architecture, gram, jt, tangents, 2 * out.rows, sizes, out.generators)
+            gram, jt, blocks = gram_of(outputs, params, tangents, inputs(2 * n_seq))
+        again = count_null(architecture, gram, jt, tangents, 2 * out.rows, sizes, out.generators, blocks)
         out.remeasured = [[again.rows, again.measured]]
         if again.measured < out.measured:
             again.discrete, again.draws, again.remeasured = out.discrete, out.draws, [[out.rows, out.measured]]
@@ -262,28 +266,32 @@ def _plain(out: Any) -> torch.Tensor:
 
 
 def gram_of(outputs: Callable[[dict[str, torch.Tensor], Any], torch.Tensor], params: dict[str, torch.Tensor],
-            tangents: torch.Tensor, chunks: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``G = sum_c J_c^T J_c`` (upper triangle, BLAS syrk) of ``outputs(params, x)`` over the input chunks, and
-    ``sum_c |J_c t|^2`` per tangent column ``t``."""
+            tangents: torch.Tensor, chunks: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """``G = sum_c J_c^T J_c`` (upper triangle, BLAS syrk) of ``outputs(params, x)`` over the input chunks,
+    ``sum_c |J_c t|^2`` per tangent column ``t``, and the row blocks ``J_c`` themselves (for :func:`count_null`'s
+    small singular values)."""
     from scipy.linalg import blas
     from torch.func import jacrev
 
     size = sum(v.numel() for v in params.values())
     gram = torch.zeros(size, size, dtype=torch.float64).numpy(force=True).T  # Fortran order: syrk writes in place
     jt = torch.zeros(tangents.shape[1], dtype=torch.float64)
+    blocks = []
     for x in chunks:
         jac = jacrev(lambda p, x=x: outputs(p, x).reshape(-1))(params)
         block = torch.cat([jac[k].reshape(jac[k].shape[0], -1) for k in params], 1)
         gram = blas.dsyrk(1.0, block.numpy(), beta=1.0, c=gram, trans=1, lower=0, overwrite_c=1)
         jt += (block @ tangents).pow(2).sum(0)
-    return torch.from_numpy(gram), jt
+        blocks.append(block)
+    return torch.from_numpy(gram), jt, blocks
 
 
 def count_null(architecture: str, gram: torch.Tensor, jt: torch.Tensor, tangents: torch.Tensor, rows: int,
-               sizes: dict[str, int], generators: dict[str, int]) -> Measurement:
-    """The null dimension of ``J`` from its Gram, beside the derived one and the tangents' rank and exactness."""
+               sizes: dict[str, int], generators: dict[str, int], blocks: list[torch.Tensor]) -> Measurement:
+    """The null dimension of ``J`` (row ``blocks``, Gram ``gram``), beside the derived one and the tangents' rank and
+    exactness: :func:`singular_values`, those below :data:`THRESHOLD` of the largest counted null."""
     count = gram.shape[0]
-    values = torch.linalg.eigvalsh(gram, UPLO="U").flip(0).clamp_min(0.0).sqrt()
+    values = singular_values(gram, blocks)
     relative = values / values[0]
     kept = int((relative > THRESHOLD).sum())
     rank, worst = 0, 0.0
@@ -292,6 +300,31 @@ def count_null(architecture: str, gram: torch.Tensor, jt: torch.Tensor, tangents
         worst = float((jt.sqrt() / tangents.norm(dim=0)).max() / values[0])
     return Measurement(architecture, count, rows, count - kept, sum(generators.values()), generators, rank, worst,
                        float(relative[kept - 1]), float(relative[kept]) if kept < count else 0.0, THRESHOLD)
+
+
+def singular_values(gram: torch.Tensor, blocks: list[torch.Tensor]) -> torch.Tensor:
+    """``J``'s singular values, descending: from the eigenvalues of its Gram, the small ones recomputed from ``J``.
+
+    The Gram squares ``J``'s condition: its eigenvalues carry an error of about ``eps`` times the largest, so a
+    singular value read off them is known only to about ``sqrt(eps) ~ 1e-8`` of the largest: a null direction reads
+    ``~1e-8`` and a weakly identified kept one (a few ``1e-6`` at width 16) sits close to any threshold between. The
+    Gram's eigenvectors for the singular values below :data:`REFINE_BELOW` of the largest (eigenvalues below its
+    square) span ``J``'s corresponding singular directions up to an angle of about ``eps / REFINE_BELOW^2`` towards
+    the larger ones, so ``J`` applied to them, row block by row block, gives those singular values directly, not
+    squared, to about ``eps / REFINE_BELOW ~ 2e-12`` of the largest: null directions read ``~1e-13`` (every row of
+    :data:`geodrift.architectures.ARCHITECTURES` at :data:`SIZES`), the smallest kept ones ``1.5e-6`` and up, and
+    :data:`THRESHOLD` sits decades from both.
+    """
+    from scipy.linalg import eigh
+
+    values = torch.linalg.eigvalsh(gram, UPLO="U").flip(0).clamp_min(0.0).sqrt()
+    low = int((values < REFINE_BELOW * values[0]).sum())
+    if low == 0:
+        return values
+    _, vectors = eigh(gram.numpy(), lower=False, subset_by_index=[0, low - 1], driver="evr")
+    basis = torch.from_numpy(vectors)
+    values[-low:] = torch.linalg.svdvals(torch.cat([block @ basis for block in blocks]))
+    return values
 
 
 def _exact_maps(model: Any, rs: Any, layout: Layout, row: Any, generator: torch.Generator

@@ -87,8 +87,8 @@ def sim_mlp(activation: str = "relu", seed: int = 0) -> Measurement:
     count = sum(v.numel() for v in params.values())
     samples = 3 * count // s["classes"] + 16
     x = torch.randn(1, samples, s["in"], generator=generator, dtype=torch.float64)
-    gram, jt = gram_of(lambda p, x: logits(model, p, x), params, tangents, list(x.split(64, dim=1)))
-    out = count_null(f"sim_mlp:{activation}", gram, jt, tangents, samples * s["classes"], {"d": s["d"]}, groups)
+    gram, jt, blocks = gram_of(lambda p, x: logits(model, p, x), params, tangents, list(x.split(64, dim=1)))
+    out = count_null(f"sim_mlp:{activation}", gram, jt, tangents, samples * s["classes"], {"d": s["d"]}, groups, blocks)
     out.discrete = _discrete_maps(model, params, activation, generator)
     out.seconds = time.perf_counter() - start
     return out
