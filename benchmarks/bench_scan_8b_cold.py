@@ -183,10 +183,11 @@ def _ratios(rows: list[dict[str, object]]) -> list[str]:
     out = []
     for other in dict.fromkeys(view_of(r) for r in rows if view_of(r) != first and "--view" in view_of(r)):
         walls = [float(r["wall_s"]) for r in rows if view_of(r) == other]  # type: ignore[arg-type]
-        each = ", ".join(f"{a / b:.2f}x" for a, b in zip(mains, walls, strict=False))
-        runs = f" (median of {len(walls)} interleaved runs: {median(mains):.1f} s / {median(walls):.1f} s; each run: {each})" \
-            if len(walls) > 1 else ""
-        out.append(f"- {first} / {other}: {median(mains) / median(walls):.2f}x wall{runs} "
+        ratios = [a / b for a, b in zip(mains, walls, strict=False)]  # each run against the one right after it
+        runs = (f" (the median of {len(ratios)} interleaved pairs, each run's ratio: "
+                f"{', '.join(f'{r:.2f}x' for r in ratios)}; median walls {median(mains):.1f} s and {median(walls):.1f} s)"
+                if len(ratios) > 1 else "")
+        out.append(f"- {first} / {other}: {median(ratios):.2f}x wall{runs} "
                    "(target for the default view against folded: <= 1.3x)")
     return out
 
