@@ -46,7 +46,7 @@ def _refused(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     (["--layers", "0-99999999999"], ["--layers", "0-99999999999"]),
     (["--layers", "25-40"], ["--layers", "layers 0..29"]),
     (["--layers", "9-3"], ["--layers", "'9-3'"]),
-    (["--null-draws", "1000000000"], ["--null-draws 1000000000", "PiB", "--max-memory"]),
+    (["--null-draws", "1000000000"], ["--null-draws 1000000000", "TiB", "--max-memory"]),
     (["--max-memory", "1M"], ["would need about", "above --max-memory 1.0 MiB"]),
     (["--max-memory", "lots"], ["--max-memory", "'lots'"]),
     (["--seed", str(2**64)], ["--seed", str(2**64)]),
