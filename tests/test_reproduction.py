@@ -31,7 +31,8 @@ def test_reproduce_writes_one_self_contained_report_with_every_claim(tmp_path, c
         assert lib in md, lib
     assert re.search(r"\| load average \(1/5/15 min\) \| before [\d.]+ / [\d.]+ / [\d.]+; after [\d.]+", md)
     assert re.search(r"\| threads \| \d+ CPUs usable; torch threads \d+", md)
-    assert re.search(r"\| wall time \| total [\d.]+ (s|min); proofs [\d.]+ s; scan [\d.]+ s; views [\d.]+ s; simulators \(\d+ runs",
+    assert re.search(r"\| wall time \| total [\d.]+ (s|min); proofs [\d.]+ (s|min); scan [\d.]+ (s|min); views [\d.]+ (s|min); "
+                     r"simulators \(\d+ runs",
                      md)
     assert md.count("Wall time: ") == 7 and "Wall time: not run" in md  # compress-share in smoke mode
     assert re.search(r"Wall time: [\d.]+ (s|min), summed over its 1 run\b", md)
